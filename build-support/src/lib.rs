@@ -1,0 +1,116 @@
+//! Builds crates of this workspace for `wasm32-wasip2` from a build script.
+//!
+//! The host embeds the example tools and the test suite embeds its probes;
+//! both build them with the same toolchain into their own target directory
+//! (so the outer build's lock is never contended) and get back the paths of
+//! the resulting components.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The wasm target every tool and probe is built for.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// One built component.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The artifact's name (crate or binary name, `-` replaced by `_`).
+    pub name: String,
+    /// Absolute path of the `.wasm` component.
+    pub path: PathBuf,
+}
+
+/// The workspace root, from a build script's `CARGO_MANIFEST_DIR`.
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
+    let mut dir = manifest.as_path();
+    while let Some(parent) = dir.parent() {
+        if parent.join("Cargo.lock").exists() || parent.join("rust-toolchain.toml").exists() {
+            return parent.to_path_buf();
+        }
+        dir = parent;
+    }
+    manifest
+}
+
+/// Fails the build with one line that says what to run when the target is
+/// not installed.
+pub fn require_target() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--print", "target-libdir", "--target", TARGET])
+        .output();
+    let installed = match out {
+        Ok(o) if o.status.success() => {
+            let dir = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            Path::new(&dir).is_dir()
+        }
+        _ => false,
+    };
+    if !installed {
+        fail(&format!(
+            "the {TARGET} target is not installed: run `rustup target add {TARGET}` (or `rustup toolchain install` in the checkout)"
+        ));
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    println!("cargo::error={msg}");
+    eprintln!("error: {msg}");
+    std::process::exit(1);
+}
+
+/// Builds `packages` (cargo package names) for [`TARGET`] in release mode
+/// into `target/<subdir>` of the workspace and returns the components the
+/// build produced, in name order. Emits `rerun-if-changed` for `watch`.
+pub fn build(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
+    require_target();
+    let root = workspace_root();
+    for w in watch {
+        println!("cargo::rerun-if-changed={}", root.join(w).display());
+    }
+    let target_dir = root.join("target").join(subdir);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .arg("build")
+        .arg("--release")
+        .arg("--target")
+        .arg(TARGET)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .arg("--message-format=short");
+    for p in packages {
+        cmd.arg("-p").arg(p);
+    }
+    // The outer build's flags (coverage, sanitizers, lints) are for the host
+    // target; they must not leak into the wasm build.
+    for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_PRIMARY_PACKAGE"] {
+        cmd.env_remove(var);
+    }
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => fail(&format!("could not run cargo to build the wasm components: {e}")),
+    };
+    if !status.success() {
+        fail(&format!("building {} for {TARGET} failed (see the output above)", packages.join(", ")));
+    }
+    let out_dir = target_dir.join(TARGET).join("release");
+    let mut built = Vec::new();
+    let entries = match std::fs::read_dir(&out_dir) {
+        Ok(e) => e,
+        Err(e) => fail(&format!("cannot read {}: {e}", out_dir.display())),
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().replace('-', "_"))
+                .unwrap_or_default();
+            built.push(Built { name, path });
+        }
+    }
+    built.sort_by(|a, b| a.name.cmp(&b.name));
+    built
+}

@@ -1,0 +1,301 @@
+//! # toolhost-guest: write a toolhost tool in Rust
+//!
+//! A tool is a type that implements [`Tool`]: typed arguments (deriving
+//! `Deserialize` and `JsonSchema`), a typed output, and a `run` function. The
+//! [`export_tools!`] macro turns one or more tools into the exports of a WASI
+//! component (`toolhost:tool/tool`). The SDK derives the JSON Schemas from the
+//! types, parses the arguments, serialises the output and maps errors.
+//!
+//! ```no_run
+//! use toolhost_guest::{JsonSchema, Deserialize, Serialize, Tool, ToolError, SandboxMode};
+//!
+//! /// Arguments of `shout`.
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! struct Args {
+//!     /// The text to shout.
+//!     text: String,
+//! }
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct Output {
+//!     shouted: String,
+//! }
+//!
+//! struct Shout;
+//!
+//! impl Tool for Shout {
+//!     const NAME: &'static str = "shout";
+//!     const DESCRIPTION: &'static str = "Returns the text in upper case.";
+//!     const MIN_MODE: SandboxMode = SandboxMode::None;
+//!     type Args = Args;
+//!     type Output = Output;
+//!
+//!     fn run(args: Args) -> Result<Output, ToolError> {
+//!         Ok(Output { shouted: args.text.to_uppercase() })
+//!     }
+//! }
+//!
+//! toolhost_guest::export_tools!(Shout);
+//! ```
+//!
+//! Build it with `cargo build --target wasm32-wasip2 --release` in a crate of
+//! type `cdylib`: the `.wasm` file is a component that `toolhost` loads.
+//!
+//! Paths in arguments are relative to the workspace: the host preopens the
+//! workspace as the current directory (in modes that have one), so
+//! `std::fs::read("src/lib.rs")` reads the workspace's file.
+
+#![warn(missing_docs)]
+
+/// The bindings generated from `wit/`. Tool authors rarely need them
+/// directly; [`export_tools!`] uses them.
+#[allow(missing_docs, clippy::all, unsafe_op_in_unsafe_fn)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "tool-provider",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "toolhost_guest::bindings",
+    });
+}
+
+use bindings::exports::toolhost::tool::tool as wit_tool;
+pub use bindings::toolhost::tool::types::{SandboxMode, SideEffect};
+pub use schemars::{self, JsonSchema};
+pub use serde::{self, Deserialize, Serialize, de::DeserializeOwned};
+pub use serde_json;
+
+/// One block of model-visible content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Content::Text(text.into())
+    }
+}
+
+/// A failure that the tool reports to the model (not a crash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    /// Short machine-readable code, such as `not-found`.
+    pub code: String,
+    /// A message the model can act on.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error with a code and a message.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+impl From<std::io::Error> for ToolError {
+    fn from(err: std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        let code = match err.kind() {
+            ErrorKind::NotFound => "not-found",
+            ErrorKind::PermissionDenied => "permission-denied",
+            ErrorKind::AlreadyExists => "already-exists",
+            ErrorKind::InvalidInput | ErrorKind::InvalidFilename => "invalid-path",
+            ErrorKind::IsADirectory => "is-a-directory",
+            ErrorKind::NotADirectory => "not-a-directory",
+            ErrorKind::ReadOnlyFilesystem => "read-only",
+            _ => "io",
+        };
+        ToolError::new(code, err.to_string())
+    }
+}
+
+/// A tool: its description, its typed arguments and output, and its body.
+///
+/// The associated constants fill the tool's descriptor; the defaults are the
+/// most conservative values (no concurrency, not idempotent, no side effect,
+/// mode `none`). Declare what the tool really needs: the host refuses to run
+/// a tool in a mode narrower than `MIN_MODE`.
+pub trait Tool {
+    /// The tool's name (`[a-zA-Z][a-zA-Z0-9_-]{0,63}`).
+    const NAME: &'static str;
+    /// What the tool does, for the model.
+    const DESCRIPTION: &'static str;
+    /// The narrowest sandbox mode the tool can work in.
+    const MIN_MODE: SandboxMode = SandboxMode::None;
+    /// The strongest effect a call may have.
+    const SIDE_EFFECT: SideEffect = SideEffect::None;
+    /// Whether several calls may run at the same time.
+    const CONCURRENCY_SAFE: bool = false;
+    /// Whether repeating a call has the same effect as making it once.
+    const IDEMPOTENT: bool = false;
+
+    /// The arguments; their JSON Schema becomes the tool's input schema.
+    type Args: DeserializeOwned + JsonSchema;
+    /// The canonical output; its JSON Schema becomes the output schema.
+    type Output: Serialize + JsonSchema;
+
+    /// The tool's body.
+    fn run(args: Self::Args) -> Result<Self::Output, ToolError>;
+
+    /// What the model reads. Defaults to the canonical output as JSON text.
+    fn content(output: &Self::Output) -> Vec<Content> {
+        match serde_json::to_string(output) {
+            Ok(text) => vec![Content::Text(text)],
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Optional data for a user interface.
+    fn meta(_output: &Self::Output) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// The descriptor of `T`, as `describe` returns it.
+#[doc(hidden)]
+pub fn descriptor<T: Tool>() -> bindings::toolhost::tool::types::ToolDescriptor {
+    let input = schemars::schema_for!(T::Args);
+    let output = schemars::schema_for!(T::Output);
+    bindings::toolhost::tool::types::ToolDescriptor {
+        name: T::NAME.to_string(),
+        description: T::DESCRIPTION.to_string(),
+        input_schema: serde_json::to_string(&input).unwrap_or_default(),
+        output_schema: serde_json::to_string(&output).ok(),
+        concurrency_safe: T::CONCURRENCY_SAFE,
+        side_effect: T::SIDE_EFFECT,
+        idempotent: T::IDEMPOTENT,
+        min_mode: T::MIN_MODE,
+    }
+}
+
+/// Parses `args`, runs `T`, and lowers the result for the host.
+#[doc(hidden)]
+pub fn invoke<T: Tool>(
+    args: &str,
+) -> Result<bindings::toolhost::tool::types::ToolOutput, bindings::toolhost::tool::types::ToolError>
+{
+    let parsed: T::Args = serde_json::from_str(args).map_err(|e| {
+        to_wit_error(ToolError::new(
+            "invalid-args",
+            format!("arguments do not match {}: {e}", T::NAME),
+        ))
+    })?;
+    let output = T::run(parsed).map_err(to_wit_error)?;
+    let canonical = serde_json::to_string(&output).map_err(|e| {
+        to_wit_error(ToolError::new(
+            "serialize",
+            format!("output is not JSON: {e}"),
+        ))
+    })?;
+    let content = T::content(&output)
+        .into_iter()
+        .map(|c| match c {
+            Content::Text(t) => bindings::toolhost::tool::types::ContentBlock::Text(t),
+        })
+        .collect();
+    let meta = T::meta(&output).map(|m| m.to_string());
+    Ok(bindings::toolhost::tool::types::ToolOutput {
+        canonical,
+        content,
+        meta,
+    })
+}
+
+/// The error `invoke` returns for a name the component does not offer.
+#[doc(hidden)]
+pub fn unknown_tool(name: &str) -> bindings::toolhost::tool::types::ToolError {
+    to_wit_error(ToolError::new(
+        "unknown-tool",
+        format!("this component has no tool named {name:?}"),
+    ))
+}
+
+fn to_wit_error(err: ToolError) -> bindings::toolhost::tool::types::ToolError {
+    bindings::toolhost::tool::types::ToolError {
+        code: err.code,
+        message: err.message,
+    }
+}
+
+#[doc(hidden)]
+pub use wit_tool::Guest as __Guest;
+
+/// Exports one or more [`Tool`]s as the component's `toolhost:tool/tool`.
+///
+/// Use it once per crate, at the crate root: `export_tools!(ReadFile);`
+#[macro_export]
+macro_rules! export_tools {
+    ($($tool:ty),+ $(,)?) => {
+        #[doc(hidden)]
+        struct __ToolhostComponent;
+
+        impl $crate::__Guest for __ToolhostComponent {
+            fn describe() -> ::std::vec::Vec<$crate::bindings::toolhost::tool::types::ToolDescriptor> {
+                ::std::vec![$($crate::descriptor::<$tool>()),+]
+            }
+
+            fn invoke(
+                name: ::std::string::String,
+                args: ::std::string::String,
+            ) -> ::std::result::Result<
+                $crate::bindings::toolhost::tool::types::ToolOutput,
+                $crate::bindings::toolhost::tool::types::ToolError,
+            > {
+                $(
+                    if name == <$tool as $crate::Tool>::NAME {
+                        return $crate::invoke::<$tool>(&args);
+                    }
+                )+
+                ::std::result::Result::Err($crate::unknown_tool(&name))
+            }
+        }
+
+        $crate::bindings::export!(__ToolhostComponent with_types_in $crate::bindings);
+    };
+}
+
+/// Structured logging to the host's log (never to the model).
+pub mod log {
+    use crate::bindings::toolhost::tool::host::{self, LogLevel};
+
+    /// Logs at info level.
+    pub fn info(message: &str) {
+        host::log(LogLevel::Info, message, None);
+    }
+
+    /// Logs at warn level.
+    pub fn warn(message: &str) {
+        host::log(LogLevel::Warn, message, None);
+    }
+
+    /// Logs at error level.
+    pub fn error(message: &str) {
+        host::log(LogLevel::Error, message, None);
+    }
+
+    /// Logs at debug level, with extra JSON fields.
+    pub fn debug_with(message: &str, fields: &serde_json::Value) {
+        host::log(LogLevel::Debug, message, Some(&fields.to_string()));
+    }
+}
+
+/// Reports progress of the current call to the host.
+pub fn progress(done: u64, total: Option<u64>, message: Option<&str>) {
+    bindings::toolhost::tool::host::progress(done, total, message);
+}
