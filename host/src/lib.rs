@@ -1,1 +1,59 @@
+//! # toolhost
+//!
+//! Runs AI-agent tools as WebAssembly components behind a governed call
+//! pipeline: lookup, argument validation, policy, guards, approval, a
+//! durable checkpoint, a sandbox the Wasm runtime enforces, output checks,
+//! post-execute hooks and an ordered commit to the session log.
+//!
+//! Start with [`HostBuilder`]; run calls with [`Host::call`] or
+//! [`Host::call_batch`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), toolhost::HostError> {
+//! use toolhost::{CallRequest, Host, SandboxMode};
+//! let host = Host::builder().embedded_tools().workspace(".").build().await?;
+//! let result = host
+//!     .call(CallRequest::new("read_file", serde_json::json!({"path": "README.md"})).mode(SandboxMode::ReadOnly))
+//!     .await;
+//! println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+//! # Ok(()) }
+//! ```
 
+mod approval;
+mod batch;
+mod bindings;
+mod cache;
+mod embedded;
+mod hooks;
+mod host;
+mod journal;
+mod orchestrator;
+mod output;
+mod registry;
+mod result;
+mod runtime;
+mod sandbox;
+mod state;
+mod tool;
+
+pub use crate::approval::{
+    ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover, NoApprover, TtyApprover,
+    approver_from_spec, parse_decision,
+};
+pub use crate::cache::{CacheStats, CompileCache, default_cache_dir};
+pub use crate::embedded::EMBEDDED_TOOLS;
+pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
+pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError};
+pub use crate::orchestrator::MAX_ARGS_BYTES;
+pub use crate::registry::{RegisteredTool, Registry, RegistryError, ScopeSpec};
+pub use crate::result::{CallError, CallResult, Status};
+pub use crate::runtime::{BodyOutcome, LoadError, LoadedComponent, Receipt, Runtime, RuntimeOptions, DESCRIBE_DEADLINE, EPOCH_TICK};
+pub use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, SandboxSpec};
+pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink};
+pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};
+pub use toolhost_core::{ErrorCode, SandboxMode};
+pub use toolhost_log as log;
+pub use toolhost_policy as policy;
+
+/// Running WASI command programs (`toolhost exec`).
+pub mod exec;

@@ -1,1 +1,527 @@
-fn main(){}
+//! The `toolhost` command line: a thin layer over the library.
+//!
+//! Exit codes: 0 ok; 1 the call ended in an error result; 2 usage or
+//! configuration error. `exec` passes the program's exit status through and
+//! uses 125 when the runtime stopped the program.
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use toolhost::{CallRequest, CallResult, Host, HostBuilder, Interrupt, Limits, RuntimeOptions, SandboxMode};
+
+#[derive(Parser)]
+#[command(name = "toolhost", version, about = "Run AI-agent tools as sandboxed WebAssembly components behind a governed pipeline")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one governed tool call (or a batch).
+    Run(RunArgs),
+    /// List tools, their descriptions and schemas.
+    List(ListArgs),
+    /// Run a WASI command program under a sandbox mode.
+    Exec(ExecArgs),
+    /// Show the session log.
+    Log(LogArgs),
+    /// Resolve calls whose outcome is unknown after a crash.
+    Recover(StateArgs),
+}
+
+#[derive(Args, Clone)]
+struct StateArgs {
+    /// State directory (the session log). Default: $TOOLHOST_STATE_DIR, else a
+    /// per-workspace directory under $XDG_STATE_HOME/toolhost (or
+    /// ~/.local/state/toolhost), outside the workspace so tools cannot edit it.
+    #[arg(long, value_name = "DIR")]
+    state: Option<PathBuf>,
+    /// The workspace the tools see (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct HostArgs {
+    #[command(flatten)]
+    state: StateArgs,
+    /// Directory of tool components (`*.wasm`), loaded with the embedded tools.
+    #[arg(long, value_name = "DIR")]
+    tools: Option<PathBuf>,
+    /// Sandbox mode: none, read-only, workspace-write, danger-full-access
+    /// (default: the policy's mode).
+    #[arg(long, value_name = "MODE")]
+    mode: Option<SandboxMode>,
+    /// Policy file (TOML).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Approver: none, tty, auto-approve, auto-reject, command:PROGRAM.
+    #[arg(long, value_name = "KIND", default_value = "none")]
+    approver: String,
+    /// Seconds to wait for an approval.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    approval_timeout: u64,
+    /// Wall-clock deadline of a call, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    timeout_ms: u64,
+    /// Fuel budget (enables fuel metering).
+    #[arg(long, value_name = "UNITS")]
+    fuel: Option<u64>,
+    /// Largest linear memory of a call, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    memory_mb: usize,
+    /// Scope (agent) the call comes from.
+    #[arg(long, value_name = "NAME")]
+    scope: Option<String>,
+    /// Compile cache directory (default: $TOOLHOST_CACHE_DIR or ~/.cache/toolhost).
+    #[arg(long, value_name = "DIR")]
+    cache: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// A `.wasm` component path, or a tool name (embedded or in --tools).
+    #[arg(required_unless_present = "batch")]
+    tool: Option<String>,
+    /// The tool to call inside a multi-tool component.
+    #[arg(long, value_name = "NAME")]
+    tool_name: Option<String>,
+    /// The arguments, as a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    args: String,
+    /// A JSON array of {"tool","args"} calls to run as one step.
+    #[arg(long, value_name = "FILE", conflicts_with = "tool")]
+    batch: Option<PathBuf>,
+    /// Ask to run this call in a wider mode (needs approval).
+    #[arg(long, value_name = "MODE", requires = "justification")]
+    escalate: Option<SandboxMode>,
+    /// Why the escalation is needed.
+    #[arg(long, value_name = "TEXT")]
+    justification: Option<String>,
+    /// Print exactly one JSON object (an array for --batch).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    /// Component files or directories of them (default: the embedded tools).
+    paths: Vec<PathBuf>,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    /// The command component (exports wasi:cli/run).
+    program: PathBuf,
+    /// Sandbox mode.
+    #[arg(long, value_name = "MODE", default_value = "none")]
+    mode: SandboxMode,
+    /// The workspace.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Wall-clock deadline, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    timeout_ms: u64,
+    /// Largest linear memory, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    memory_mb: usize,
+    /// Fuel budget (enables fuel metering).
+    #[arg(long, value_name = "UNITS")]
+    fuel: Option<u64>,
+    /// Arguments for the program.
+    #[arg(last = true)]
+    args: Vec<String>,
+}
+
+#[derive(Args)]
+struct LogArgs {
+    #[command(flatten)]
+    state: StateArgs,
+    /// One JSON object per event, per line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A failure that exits with status 2.
+struct UsageError(anyhow::Error);
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(UsageError(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
+    match cli.command {
+        Command::Run(a) => run(a).await,
+        Command::List(a) => list(a).await.map_err(UsageError),
+        Command::Exec(a) => exec(a).await.map_err(UsageError),
+        Command::Log(a) => show_log(a).map_err(UsageError),
+        Command::Recover(a) => recover(a).map_err(UsageError),
+    }
+}
+
+fn workspace_of(state: &StateArgs) -> Result<PathBuf> {
+    let ws = match &state.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    if !ws.is_dir() {
+        bail!("workspace {} does not exist or is not a directory", ws.display());
+    }
+    ws.canonicalize().with_context(|| format!("cannot resolve workspace {}", ws.display()))
+}
+
+/// The state directory: `--state`, else `$TOOLHOST_STATE_DIR`, else one per
+/// workspace under the user's state directory.
+fn state_dir_of(state: &StateArgs) -> Result<PathBuf> {
+    if let Some(s) = &state.state {
+        return Ok(s.clone());
+    }
+    if let Some(s) = std::env::var_os("TOOLHOST_STATE_DIR") {
+        return Ok(PathBuf::from(s));
+    }
+    let base = match std::env::var_os("XDG_STATE_HOME") {
+        Some(x) => PathBuf::from(x).join("toolhost"),
+        None => match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".local/state/toolhost"),
+            None => bail!("no --state given and neither XDG_STATE_HOME nor HOME is set"),
+        },
+    };
+    let ws = workspace_of(state)?;
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(ws.as_os_str().as_encoded_bytes());
+    let name = ws.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
+    Ok(base.join("workspaces").join(format!("{name}-{}", hex::encode(&digest[..6]))))
+}
+
+fn is_component_path(tool: &str) -> bool {
+    tool.ends_with(".wasm") || Path::new(tool).is_file()
+}
+
+async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
+    let mut b = HostBuilder::new();
+    let workspace = workspace_of(&h.state)?;
+    b.workspace(&workspace);
+    match component {
+        Some(path) => {
+            b.tool_file(path);
+        }
+        None => {
+            b.embedded_tools();
+            if let Some(dir) = &h.tools {
+                for path in wasm_files(dir)? {
+                    b.tool_file(path);
+                }
+            }
+        }
+    }
+    let mut policy = toolhost::policy::Policy::default();
+    if let Some(p) = &h.policy {
+        let src = std::fs::read_to_string(p).with_context(|| format!("cannot read policy {}", p.display()))?;
+        policy = toolhost::policy::Policy::from_toml(&src, &p.display().to_string()).map_err(|e| anyhow!("{e}"))?;
+    }
+    let mode = h.mode.unwrap_or_else(|| policy.default_mode());
+    b.policy(policy);
+    let approver = toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout)).map_err(|e| anyhow!(e))?;
+    b.approver(approver);
+    b.limits(Limits {
+        deadline: Duration::from_millis(h.timeout_ms),
+        fuel: h.fuel,
+        max_memory: h.memory_mb << 20,
+        ..Limits::default()
+    });
+    let mut options = RuntimeOptions {
+        fuel: h.fuel.is_some(),
+        max_concurrent_calls: 16,
+        ..RuntimeOptions::default()
+    };
+    if let Some(c) = &h.cache {
+        options.cache_dir = Some(c.clone());
+    }
+    b.runtime_options(options);
+    let state = state_dir_of(&h.state)?;
+    let _ = mode;
+    b.state_dir(state);
+    b.build().await.map_err(|e| anyhow!("{e}"))
+}
+
+fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read tools directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
+    let component = a.tool.as_deref().filter(|t| is_component_path(t));
+    let host = build_host(&a.host, component).await.map_err(UsageError)?;
+    let interrupt = Interrupt::default();
+    let on_ctrl_c = interrupt.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("toolhost: cancelling (waiting for the tool to stop)...");
+            on_ctrl_c.cancel();
+        }
+    });
+    if let Some(batch) = &a.batch {
+        return run_batch(&host, &a, batch, interrupt).await;
+    }
+    let tool_arg = a.tool.clone().unwrap_or_default();
+    let name = match (component, &a.tool_name) {
+        (_, Some(n)) => n.clone(),
+        (Some(_), None) => {
+            let tools = host.tools(a.host.scope.as_deref());
+            match tools.as_slice() {
+                [one] => one.descriptor.name.clone(),
+                many => {
+                    let names: Vec<_> = many.iter().map(|t| t.descriptor.name.as_str()).collect();
+                    return Err(UsageError(anyhow!(
+                        "{tool_arg} offers several tools ({}); pick one with --tool-name",
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
+        (None, None) => tool_arg,
+    };
+    let mut request = CallRequest {
+        tool: name,
+        args: a.args.clone(),
+        scope: a.host.scope.clone(),
+        mode: a.host.mode,
+        interrupt: Some(interrupt),
+        ..CallRequest::default()
+    };
+    if let Some(mode) = a.escalate {
+        request = request.escalate(mode, a.justification.clone().unwrap_or_default());
+    }
+    let result = host.call(request).await;
+    if let Err(e) = host.log().flush() {
+        eprintln!("warning: the session log could not be flushed: {e}");
+    }
+    print_result(&result, a.json);
+    Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+async fn run_batch(host: &Host, a: &RunArgs, file: &Path, interrupt: Interrupt) -> Result<ExitCode, UsageError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Item {
+        tool: String,
+        #[serde(default)]
+        args: serde_json::Value,
+    }
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read batch file {}", file.display()))
+        .map_err(UsageError)?;
+    let items: Vec<Item> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON array of {{\"tool\", \"args\"}} objects", file.display()))
+        .map_err(UsageError)?;
+    let requests = items
+        .into_iter()
+        .map(|i| CallRequest {
+            tool: i.tool,
+            args: if i.args.is_null() { "{}".into() } else { i.args.to_string() },
+            scope: a.host.scope.clone(),
+            mode: a.host.mode,
+            interrupt: Some(interrupt.clone()),
+            ..CallRequest::default()
+        })
+        .collect();
+    let results = host.call_batch(requests).await;
+    if let Err(e) = host.log().flush() {
+        eprintln!("warning: the session log could not be flushed: {e}");
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&results).unwrap_or_default());
+    } else {
+        for r in &results {
+            print_result(r, false);
+        }
+    }
+    Ok(if results.iter().all(CallResult::is_ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_result(result: &CallResult, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(result).unwrap_or_default());
+        return;
+    }
+    match &result.error {
+        None => {
+            for c in &result.content {
+                let text = c.as_text();
+                print!("{text}");
+                if !text.ends_with('\n') {
+                    println!();
+                }
+            }
+        }
+        Some(e) => eprintln!("error: {}: {} [{} {}]", e.code, e.message, result.tool, result.call_id),
+    }
+}
+
+async fn list(a: ListArgs) -> Result<ExitCode> {
+    let mut b = HostBuilder::new();
+    if a.paths.is_empty() {
+        b.embedded_tools();
+    }
+    for p in &a.paths {
+        if p.is_dir() {
+            for f in wasm_files(p)? {
+                b.tool_file(f);
+            }
+        } else {
+            b.tool_file(p);
+        }
+    }
+    b.workspace(std::env::temp_dir());
+    let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
+    let tools = host.tools(None);
+    if a.json {
+        let all: Vec<_> = tools
+            .iter()
+            .map(|t| {
+                let mut v = serde_json::to_value(&t.descriptor).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("source".into(), t.component.source.clone().into());
+                }
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    } else {
+        for t in tools {
+            let d = &t.descriptor;
+            println!("{:<12} {:<16} {}", d.name, d.min_mode, d.description);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn exec(a: ExecArgs) -> Result<ExitCode> {
+    let bytes = std::fs::read(&a.program).with_context(|| format!("cannot read {}", a.program.display()))?;
+    let workspace = match &a.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir()?,
+    };
+    if a.mode != SandboxMode::None && !workspace.is_dir() {
+        bail!("workspace {} does not exist or is not a directory", workspace.display());
+    }
+    let runtime = toolhost::Runtime::new(RuntimeOptions {
+        fuel: a.fuel.is_some(),
+        max_concurrent_calls: 4,
+        ..RuntimeOptions::default()
+    })
+    .map_err(|e| anyhow!("{e}"))?;
+    let spec = toolhost::SandboxSpec {
+        mode: a.mode,
+        workspace,
+        limits: Limits {
+            deadline: Duration::from_millis(a.timeout_ms),
+            fuel: a.fuel,
+            max_memory: a.memory_mb << 20,
+            ..Limits::default()
+        },
+    };
+    let mut argv = vec![a.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()];
+    argv.extend(a.args.iter().cloned());
+    let interrupt = Interrupt::default();
+    let on_ctrl_c = interrupt.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_ctrl_c.cancel();
+        }
+    });
+    let outcome = toolhost::exec::run_command(&runtime, &a.program.display().to_string(), &bytes, &argv, &spec, interrupt)
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(match outcome {
+        toolhost::exec::ExecOutcome::Exited(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        toolhost::exec::ExecOutcome::Failed { code, message } => {
+            eprintln!("error: {code}: {message}");
+            ExitCode::from(125)
+        }
+    })
+}
+
+fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
+    let dir = state_dir_of(state)?;
+    toolhost::log::SessionLog::open(&dir).map_err(|e| anyhow!("{e}"))
+}
+
+fn show_log(a: LogArgs) -> Result<ExitCode> {
+    let log = open_log(&a.state)?;
+    let events = log.events().map_err(|e| anyhow!("{e}"))?;
+    if a.json {
+        for e in events {
+            let line = serde_json::json!({
+                "seq": e.seq, "call_id": e.call_id, "kind": e.kind.as_str(), "at_unix_ms": e.at_unix_ms, "payload": e.payload,
+            });
+            println!("{line}");
+        }
+    } else {
+        println!("{:>6}  {:<17} {:<32} summary", "seq", "kind", "call");
+        for e in events {
+            println!("{:>6}  {:<17} {:<32} {}", e.seq, e.kind.as_str(), e.call_id, summary(&e.payload));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn summary(payload: &serde_json::Value) -> String {
+    let get = |k: &str| payload.get(k).and_then(|v| v.as_str()).unwrap_or("");
+    let mut parts = Vec::new();
+    for k in ["tool", "status", "mode", "outcome"] {
+        let v = get(k);
+        if !v.is_empty() {
+            parts.push(format!("{k}={v}"));
+        }
+    }
+    if let Some(code) = payload.pointer("/error/code").and_then(|v| v.as_str()) {
+        parts.push(format!("code={code}"));
+    }
+    parts.join(" ")
+}
+
+fn recover(a: StateArgs) -> Result<ExitCode> {
+    let log = open_log(&a)?;
+    let r = log.recover().map_err(|e| anyhow!("{e}"))?;
+    if r.recovered.is_empty() {
+        println!("nothing to recover");
+    } else {
+        for id in &r.recovered {
+            println!("{id}: TOOL_OUTCOME_UNKNOWN");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

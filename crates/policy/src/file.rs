@@ -1,0 +1,113 @@
+//! The policy file as written (format version 1): serde shapes with spans,
+//! before any validation. Private: [`crate::load`] turns these into a
+//! [`Policy`](crate::Policy) or an error.
+//!
+//! Every table denies unknown keys, so a typo is an error, never ignored.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Just enough to read `version` before anything else, so that a file for a
+/// newer format is reported as such rather than as a list of unknown keys.
+#[derive(Deserialize)]
+pub(crate) struct VersionProbe {
+    pub(crate) version: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    #[serde(rename = "version")]
+    pub(crate) _version: Option<Spanned<toml::Value>>,
+    pub(crate) preset: Option<Spanned<String>>,
+    pub(crate) default: Option<Spanned<String>>,
+    pub(crate) approval: Option<Spanned<String>>,
+    pub(crate) mode: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) rules: Vec<Spanned<RawRule>>,
+    #[serde(default)]
+    pub(crate) guards: Vec<Spanned<RawGuard>>,
+    pub(crate) post_execute: Option<Spanned<RawPostExecute>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub(crate) tool: Spanned<String>,
+    pub(crate) decision: Spanned<String>,
+    pub(crate) reason: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) args: Vec<Spanned<RawArgMatcher>>,
+    pub(crate) side_effect: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub(crate) must_match: Vec<Spanned<RawExample>>,
+    #[serde(default)]
+    pub(crate) must_not_match: Vec<Spanned<RawExample>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawArgMatcher {
+    pub(crate) pointer: Spanned<String>,
+    pub(crate) glob: Option<Spanned<String>>,
+    pub(crate) regex: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGuard {
+    pub(crate) name: Option<Spanned<String>>,
+    pub(crate) tool: Spanned<String>,
+    pub(crate) reason: Spanned<String>,
+    pub(crate) deny_args_matching: Option<Spanned<String>>,
+    pub(crate) deny_paths: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) pointer: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) must_deny: Vec<Spanned<RawExample>>,
+    #[serde(default)]
+    pub(crate) must_allow: Vec<Spanned<RawExample>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPostExecute {
+    #[serde(default)]
+    pub(crate) redact: Vec<Spanned<String>>,
+    pub(crate) max_content_chars: Option<Spanned<i64>>,
+    pub(crate) block_matching: Option<Spanned<String>>,
+}
+
+/// An example call in `must_match`, `must_not_match`, `must_deny` or `must_allow`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExample {
+    pub(crate) tool: Spanned<String>,
+    #[serde(default)]
+    pub(crate) args: toml::Table,
+    pub(crate) side_effect: Option<Spanned<String>>,
+    pub(crate) mode: Option<Spanned<String>>,
+}
+
+/// Converts TOML to JSON; datetimes become their TOML text.
+pub(crate) fn toml_to_json(value: &toml::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        toml::Value::String(s) => J::String(s.clone()),
+        toml::Value::Integer(i) => J::from(*i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        toml::Value::Boolean(b) => J::Bool(*b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(items) => J::Array(items.iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => table_to_json(t),
+    }
+}
+
+/// Converts a TOML table to a JSON object.
+pub(crate) fn table_to_json(table: &toml::Table) -> serde_json::Value {
+    serde_json::Value::Object(
+        table
+            .iter()
+            .map(|(k, v)| (k.clone(), toml_to_json(v)))
+            .collect(),
+    )
+}

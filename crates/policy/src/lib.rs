@@ -1,0 +1,46 @@
+//! The pure decision layer of toolhost's call pipeline (DESIGN.md §1, steps 3, 4
+//! and 8): policy files, rule evaluation, guards and the post-execute rules a
+//! policy file declares.
+//!
+//! This crate decides; it never acts. It does no I/O: the caller reads the
+//! policy file and passes its text to [`Policy::from_toml`], and passes each
+//! call's facts to [`Policy::evaluate`] and [`Guards::check`]. Approval,
+//! sandboxing and logging belong to the host.
+//!
+//! The two pre-execute layers differ by construction:
+//!
+//! * [`Policy::evaluate`] is a pure function returning a three-way
+//!   [`Decision`] (allow, ask, deny); when several rules match, the strictest
+//!   wins.
+//! * [`Guard`]s can only deny: [`GuardVerdict`] has no allow variant, so no
+//!   rule, preset, default or approval can re-allow what a guard refuses.
+//!
+//! See [`Policy`] for the file format and [`Preset`] for the presets.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+mod decision;
+mod error;
+mod facts;
+mod file;
+mod guard;
+mod load;
+mod matcher;
+mod policy;
+mod policy_guard;
+mod post_execute;
+mod preset;
+mod rule;
+mod side_effect;
+
+pub use decision::{ApprovalSetting, Decision, DecisionKind, Evaluation};
+pub use error::{PolicyError, UnknownName};
+pub use facts::CallFacts;
+pub use guard::{Guard, GuardDenial, GuardVerdict, Guards};
+pub use policy::Policy;
+pub use policy_guard::PolicyGuard;
+pub use post_execute::{PostExecuteRules, PostVerdict, REDACTED};
+pub use preset::Preset;
+pub use rule::{Rule, RuleOrigin, RuleRef};
+pub use side_effect::SideEffect;
+pub use toolhost_core::SandboxMode;

@@ -1,0 +1,208 @@
+//! [`Policy`]: a loaded policy file, and [`Policy::evaluate`], the pure
+//! pre-execute decision (DESIGN.md §1, step 3).
+//!
+//! A `Policy` is immutable once built and cheap to share; evaluation reads it
+//! and the call's facts, nothing else.
+
+use crate::decision::{ApprovalSetting, Decision, DecisionKind, Evaluation};
+use crate::error::PolicyError;
+use crate::facts::CallFacts;
+use crate::policy_guard::PolicyGuard;
+use crate::post_execute::PostExecuteRules;
+use crate::preset::Preset;
+use crate::rule::{Rule, RuleRef};
+use toolhost_core::SandboxMode;
+
+/// A policy: pre-execute rules, guards and post-execute rules.
+///
+/// # File format (version 1)
+///
+/// ```toml
+/// version = 1                  # required; a larger number is "written for a newer toolhost"
+/// preset = "workspace-write"   # optional: read-only | workspace-write | danger-full-access
+/// default = "allow"            # allow | deny | ask, for calls no rule matches
+/// approval = "ask"             # ask | never (never: every ask is refused without asking)
+/// mode = "workspace-write"     # default sandbox mode: none | read-only | workspace-write | danger-full-access
+///
+/// [[rules]]
+/// tool = "write_file"          # exact name or glob (globset syntax); not empty
+/// decision = "ask"             # allow | deny | ask
+/// reason = "writes need a human"   # required (non-empty) for deny and ask
+/// # optional; every matcher must match. `pointer` is a JSON pointer into the
+/// # arguments; exactly one of `glob` (`*` stays within a `/` segment, `**`
+/// # crosses) or `regex`. A missing value, null, array or object never matches.
+/// args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
+/// side_effect = ["write", "external"]   # optional: none | read | write | external
+/// # optional examples, checked at load against this rule alone. Keys: tool,
+/// # args (default {}), side_effect (default "none"), mode (default the policy's).
+/// must_match = [ { tool = "write_file", args = { path = "src/a.rs", content = "TODO" }, side_effect = "write" } ]
+/// must_not_match = [ { tool = "write_file", args = { path = "docs/a.md", content = "x" }, side_effect = "write" } ]
+///
+/// [[guards]]
+/// name = "no-secrets"          # optional; defaults to "guards[N]"
+/// tool = "*"
+/// reason = "no secrets through tools"   # required, non-empty
+/// deny_args_matching = "(?i)secret"     # regex over the arguments as compact JSON
+/// # and/or: deny when a string at `pointer` (or in an array there) matches a glob
+/// # deny_paths = ["/etc/**", "**/.git/**"]
+/// # pointer = "/path"
+/// # optional examples, checked at load against this guard alone (same keys as above)
+/// must_deny = [ { tool = "x", args = { token = "my secret" } } ]
+/// must_allow = [ { tool = "x", args = { token = "hello" } } ]
+///
+/// [post_execute]
+/// redact = ["sk-[A-Za-z0-9]{20,}"]      # matches in content become "[REDACTED]"
+/// max_content_chars = 20000
+/// block_matching = "BEGIN PRIVATE KEY"  # blocks when content or canonical matches
+/// ```
+///
+/// Unknown keys, unknown names, empty tool patterns, invalid globs or
+/// regexes, malformed pointers and failing examples are errors that name the
+/// item and its line; the whole file is then rejected.
+///
+/// Keys left out take the preset's value (see [`Preset`]), or without a
+/// preset the value of [`Policy::default`].
+#[derive(Debug, Clone)]
+pub struct Policy {
+    preset: Option<Preset>,
+    default: DecisionKind,
+    approval: ApprovalSetting,
+    mode: SandboxMode,
+    rules: Vec<Rule>,
+    guards: Vec<PolicyGuard>,
+    post_execute: PostExecuteRules,
+}
+
+impl Default for Policy {
+    /// The built-in policy used when no file is given: conservative on the
+    /// sandbox, not on the decision.
+    ///
+    /// * `default = "allow"`: calls run, but only inside the sandbox below;
+    /// * `approval = "ask"`;
+    /// * `mode = "read-only"`: the workspace is visible read-only;
+    /// * no preset, no rules, no guards, no post-execute rules.
+    fn default() -> Self {
+        Policy {
+            preset: None,
+            default: DecisionKind::Allow,
+            approval: ApprovalSetting::Ask,
+            mode: SandboxMode::ReadOnly,
+            rules: Vec::new(),
+            guards: Vec::new(),
+            post_execute: PostExecuteRules::default(),
+        }
+    }
+}
+
+impl Policy {
+    /// Parses and validates a policy file. `origin` names it in errors
+    /// (usually its path). The file is accepted whole or rejected whole.
+    pub fn from_toml(src: &str, origin: &str) -> Result<Policy, PolicyError> {
+        crate::load::load(src).map_err(|e| PolicyError::at(src, origin, e.span.start, e.message))
+    }
+
+    pub(crate) fn from_parts(
+        preset: Option<Preset>,
+        default: DecisionKind,
+        approval: ApprovalSetting,
+        mode: SandboxMode,
+        rules: Vec<Rule>,
+        guards: Vec<PolicyGuard>,
+        post_execute: PostExecuteRules,
+    ) -> Self {
+        Policy {
+            preset,
+            default,
+            approval,
+            mode,
+            rules,
+            guards,
+            post_execute,
+        }
+    }
+
+    /// Decides one call. Pure: the result depends only on `self` and `facts`.
+    ///
+    /// Every rule that matches proposes its decision; the strictest wins
+    /// (deny > ask > allow), and among equally strict rules the first in
+    /// [`Policy::rules`] order is reported. When no rule matches, the policy
+    /// default applies and `matched` is `None`. Guards are not consulted here:
+    /// they run separately and can only deny.
+    pub fn evaluate(&self, facts: &CallFacts<'_>) -> Evaluation {
+        let mut best: Option<(usize, &Rule)> = None;
+        for (index, rule) in self.rules.iter().enumerate() {
+            if best.is_some_and(|(_, b)| b.decision() >= rule.decision()) || !rule.matches(facts) {
+                continue;
+            }
+            best = Some((index, rule));
+            if rule.decision() == DecisionKind::Deny {
+                break;
+            }
+        }
+        match best {
+            Some((index, rule)) => Evaluation {
+                decision: decision(rule.decision(), rule.reason().to_string()),
+                matched: Some(RuleRef {
+                    index,
+                    origin: rule.origin(),
+                }),
+            },
+            None => Evaluation {
+                decision: decision(
+                    self.default,
+                    format!(
+                        "no policy rule matched tool {:?} and the policy default is {}",
+                        facts.tool, self.default
+                    ),
+                ),
+                matched: None,
+            },
+        }
+    }
+
+    /// The sandbox mode calls run in unless they escalate.
+    pub fn default_mode(&self) -> SandboxMode {
+        self.mode
+    }
+
+    /// Whether a human may be asked.
+    pub fn approval(&self) -> ApprovalSetting {
+        self.approval
+    }
+
+    /// The decision for calls no rule matches.
+    pub fn default_decision(&self) -> DecisionKind {
+        self.default
+    }
+
+    /// The rules in evaluation order: the preset's built-in rule (if any), then
+    /// the file's `[[rules]]` in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The preset the file chose, if any.
+    pub fn preset(&self) -> Option<Preset> {
+        self.preset
+    }
+
+    /// The file's `[[guards]]`, in file order. Register them with
+    /// [`Guards::from_policy`](crate::Guards::from_policy).
+    pub fn guards(&self) -> &[PolicyGuard] {
+        &self.guards
+    }
+
+    /// The file's `[post_execute]` rules (empty when the section is absent).
+    pub fn post_execute(&self) -> &PostExecuteRules {
+        &self.post_execute
+    }
+}
+
+/// Attaches a reason to a decision kind (allow carries none).
+fn decision(kind: DecisionKind, reason: String) -> Decision {
+    match kind {
+        DecisionKind::Allow => Decision::Allow,
+        DecisionKind::Ask => Decision::Ask { reason },
+        DecisionKind::Deny => Decision::Deny { reason },
+    }
+}

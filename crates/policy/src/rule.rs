@@ -1,0 +1,117 @@
+//! [`Rule`]: one compiled pre-execute rule, where it came from ([`RuleOrigin`])
+//! and how an evaluation names it ([`RuleRef`]).
+
+use crate::decision::DecisionKind;
+use crate::facts::CallFacts;
+use crate::matcher::{ArgMatcher, ToolPattern};
+use crate::preset::Preset;
+use crate::side_effect::SideEffect;
+use std::fmt;
+
+/// Where a rule came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuleOrigin {
+    /// The built-in rule of a preset.
+    Preset(Preset),
+    /// A `[[rules]]` entry of the policy file.
+    File {
+        /// Its 0-based position among the file's `[[rules]]`.
+        index: usize,
+        /// The 1-based line where it starts.
+        line: usize,
+    },
+}
+
+/// Names the rule that decided a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RuleRef {
+    /// Its position in [`Policy::rules`](crate::Policy::rules).
+    pub index: usize,
+    /// Where it came from.
+    pub origin: RuleOrigin,
+}
+
+impl fmt::Display for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.origin {
+            RuleOrigin::Preset(p) => write!(f, "the built-in rule of preset {p}"),
+            RuleOrigin::File { index, line } => write!(f, "rules[{index}] (line {line})"),
+        }
+    }
+}
+
+/// A compiled rule: when its matchers all match a call, it proposes its decision.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    tool: ToolPattern,
+    decision: DecisionKind,
+    reason: String,
+    args: Vec<ArgMatcher>,
+    side_effects: Option<Vec<SideEffect>>,
+    origin: RuleOrigin,
+}
+
+impl Rule {
+    pub(crate) fn new(
+        tool: ToolPattern,
+        decision: DecisionKind,
+        reason: String,
+        args: Vec<ArgMatcher>,
+        side_effects: Option<Vec<SideEffect>>,
+        origin: RuleOrigin,
+    ) -> Self {
+        Rule {
+            tool,
+            decision,
+            reason,
+            args,
+            side_effects,
+            origin,
+        }
+    }
+
+    /// The rule a preset adds, if any.
+    pub(crate) fn for_preset(preset: Preset) -> Option<Rule> {
+        let (effects, reason) = preset.ask_rule()?;
+        let tool = ToolPattern::new("*").ok()?;
+        Some(Rule::new(
+            tool,
+            DecisionKind::Ask,
+            reason.to_string(),
+            Vec::new(),
+            Some(effects.to_vec()),
+            RuleOrigin::Preset(preset),
+        ))
+    }
+
+    /// The tool pattern as written.
+    pub fn tool_pattern(&self) -> &str {
+        self.tool.as_str()
+    }
+
+    /// The decision the rule proposes when it matches.
+    pub fn decision(&self) -> DecisionKind {
+        self.decision
+    }
+
+    /// The rule's reason (may be empty for an allow rule).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// Where the rule came from.
+    pub fn origin(&self) -> RuleOrigin {
+        self.origin
+    }
+
+    /// True when the tool pattern, every argument matcher and the side-effect
+    /// list (if any) all match the call.
+    pub fn matches(&self, facts: &CallFacts<'_>) -> bool {
+        self.tool.matches(facts.tool)
+            && self
+                .side_effects
+                .as_ref()
+                .is_none_or(|list| list.contains(&facts.side_effect))
+            && self.args.iter().all(|m| m.matches(facts.args))
+    }
+}

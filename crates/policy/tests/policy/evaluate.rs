@@ -1,0 +1,320 @@
+//! Policy evaluation: the issue's example form, strictest wins, defaults,
+//! tool globs, argument and side-effect matchers.
+
+use crate::{facts, load};
+use serde_json::json;
+use toolhost_policy::{
+    ApprovalSetting, Decision, DecisionKind, Evaluation, Policy, Preset, RuleOrigin, RuleRef,
+    SandboxMode, SideEffect,
+};
+
+/// The example form of the issue, verbatim apart from the comments.
+pub const ISSUE_EXAMPLE: &str = r#"
+version = 1
+preset = "workspace-write"   # optional: read-only | workspace-write | danger-full-access
+default = "allow"            # allow | deny | ask, for calls no rule matches
+approval = "ask"             # ask | never (never: every ask is refused without asking)
+mode = "workspace-write"     # default sandbox mode for calls
+
+[[rules]]
+tool = "write_file"          # exact name or glob (globset syntax)
+decision = "ask"             # allow | deny | ask
+reason = "writes need a human"
+args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
+must_match = [ { tool = "write_file", args = { path = "src/a.rs", content = "x TODO" } } ]
+must_not_match = [ { tool = "write_file", args = { path = "docs/a.md", content = "x" } } ]
+
+[[guards]]
+tool = "*"
+deny_args_matching = "(?i)secret"   # regex over the call's arguments serialised as compact JSON
+reason = "no secrets through tools"
+must_deny = [ { tool = "anything", args = { note = "my SECRET" } } ]
+must_allow = [ { tool = "anything", args = { note = "hello" } } ]
+
+[[guards]]
+tool = "*"
+pointer = "/path"
+deny_paths = ["/etc/**", "**/.git/**"]
+reason = "system and git internals are off limits"
+
+[post_execute]
+redact = ["sk-[A-Za-z0-9]{20,}"]
+max_content_chars = 20000
+block_matching = "BEGIN PRIVATE KEY"
+"#;
+
+#[test]
+fn the_issue_example_loads() {
+    let p = load(ISSUE_EXAMPLE);
+    assert_eq!(p.preset(), Some(Preset::WorkspaceWrite));
+    assert_eq!(p.default_mode(), SandboxMode::WorkspaceWrite);
+    assert_eq!(p.approval(), ApprovalSetting::Ask);
+    assert_eq!(p.default_decision(), DecisionKind::Allow);
+    // The preset's built-in rule comes first, then the file's rule.
+    assert_eq!(p.rules().len(), 2);
+    assert_eq!(
+        p.rules()[0].origin(),
+        RuleOrigin::Preset(Preset::WorkspaceWrite)
+    );
+    assert_eq!(
+        p.rules()[1].origin(),
+        RuleOrigin::File { index: 0, line: 8 }
+    );
+    assert_eq!(p.rules()[1].tool_pattern(), "write_file");
+    assert_eq!(p.guards().len(), 2);
+    assert_eq!(p.post_execute().max_content_chars(), Some(20000));
+
+    let args = json!({"path": "src/lib.rs", "content": "TODO: later"});
+    assert_eq!(
+        p.evaluate(&facts("write_file", &args, SideEffect::Write)),
+        Evaluation {
+            decision: Decision::Ask {
+                reason: "writes need a human".into()
+            },
+            matched: Some(RuleRef {
+                index: 1,
+                origin: RuleOrigin::File { index: 0, line: 8 }
+            }),
+        }
+    );
+    let args = json!({"path": "docs/x.md", "content": "TODO"});
+    assert_eq!(
+        p.evaluate(&facts("write_file", &args, SideEffect::Write)),
+        Evaluation {
+            decision: Decision::Allow,
+            matched: None
+        }
+    );
+}
+
+const OVERLAPPING: &str = r#"
+version = 1
+default = "deny"
+
+[[rules]]
+tool = "*_file"
+decision = "allow"
+
+[[rules]]
+tool = "write_*"
+decision = "ask"
+reason = "writes ask"
+
+[[rules]]
+tool = "write_file"
+decision = "deny"
+reason = "no writing into .git"
+args = [ { pointer = "/path", glob = "**/.git/**" } ]
+
+[[rules]]
+tool = "write_*"
+decision = "ask"
+reason = "a second ask, later"
+"#;
+
+#[test]
+fn the_strictest_matching_rule_wins_whatever_the_order() {
+    let p = load(OVERLAPPING);
+    let git = json!({"path": "repo/.git/config"});
+    let e = p.evaluate(&facts("write_file", &git, SideEffect::Write));
+    assert_eq!(
+        e.decision,
+        Decision::Deny {
+            reason: "no writing into .git".into()
+        }
+    );
+    assert_eq!(e.matched.map(|m| m.index), Some(2));
+
+    // Allow and two asks match: ask wins, and the first ask is reported.
+    let src = json!({"path": "src/a.rs"});
+    let e = p.evaluate(&facts("write_file", &src, SideEffect::Write));
+    assert_eq!(
+        e.decision,
+        Decision::Ask {
+            reason: "writes ask".into()
+        }
+    );
+    assert_eq!(e.matched.map(|m| m.index), Some(1));
+
+    let e = p.evaluate(&facts("read_file", &src, SideEffect::Read));
+    assert_eq!(e.decision, Decision::Allow);
+    assert_eq!(e.matched.map(|m| m.index), Some(0));
+}
+
+#[test]
+fn the_default_applies_when_nothing_matches() {
+    let p = load(OVERLAPPING);
+    let args = json!({});
+    let e = p.evaluate(&facts("grep", &args, SideEffect::Read));
+    assert_eq!(e.matched, None);
+    assert_eq!(e.decision.kind(), DecisionKind::Deny);
+    assert!(e.decision.reason().unwrap().contains("\"grep\""));
+
+    for (default, kind) in [("allow", DecisionKind::Allow), ("ask", DecisionKind::Ask)] {
+        let p = load(&format!("version = 1\ndefault = \"{default}\"\n"));
+        let e = p.evaluate(&facts("grep", &args, SideEffect::Read));
+        assert_eq!((e.decision.kind(), e.matched), (kind, None));
+    }
+}
+
+#[test]
+fn the_built_in_default_is_conservative() {
+    let p = Policy::default();
+    assert_eq!(p.default_decision(), DecisionKind::Allow);
+    assert_eq!(p.approval(), ApprovalSetting::Ask);
+    assert_eq!(p.default_mode(), SandboxMode::ReadOnly);
+    assert_eq!(p.preset(), None);
+    assert!(p.rules().is_empty() && p.guards().is_empty() && p.post_execute().is_empty());
+    // A file without preset or keys gets the same values.
+    let f = load("version = 1\n");
+    assert_eq!(
+        (
+            f.default_decision(),
+            f.approval(),
+            f.default_mode(),
+            f.rules().len()
+        ),
+        (
+            DecisionKind::Allow,
+            ApprovalSetting::Ask,
+            SandboxMode::ReadOnly,
+            0
+        )
+    );
+}
+
+#[test]
+fn tool_patterns_are_exact_names_or_globs() {
+    let p = load(
+        "version = 1\ndefault = \"deny\"\n[[rules]]\ntool = \"read_file\"\ndecision = \"allow\"\n\
+         [[rules]]\ntool = \"list_{dir,files}\"\ndecision = \"allow\"\n[[rules]]\ntool = \"g?ep\"\ndecision = \"allow\"\n",
+    );
+    let args = json!({});
+    let allowed =
+        |tool: &str| p.evaluate(&facts(tool, &args, SideEffect::Read)).decision == Decision::Allow;
+    assert!(allowed("read_file"));
+    assert!(!allowed("read_file2"));
+    assert!(!allowed("xread_file"));
+    assert!(allowed("list_dir"));
+    assert!(allowed("list_files"));
+    assert!(!allowed("list_other"));
+    assert!(allowed("grep"));
+    assert!(!allowed("greep"));
+}
+
+#[test]
+fn arg_matchers_all_must_match_and_a_missing_pointer_never_matches() {
+    let p = load(
+        r#"
+version = 1
+[[rules]]
+tool = "write_file"
+decision = "deny"
+reason = "no TODOs in src"
+args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
+
+[[rules]]
+tool = "fetch"
+decision = "ask"
+reason = "non-https"
+args = [ { pointer = "/req/url", regex = "^http://" } ]
+"#,
+    );
+    let deny = |tool: &str, args: serde_json::Value| {
+        p.evaluate(&facts(tool, &args, SideEffect::Write))
+            .decision
+            .kind()
+    };
+    assert_eq!(
+        deny(
+            "write_file",
+            json!({"path": "src/a/b.rs", "content": "a TODO"})
+        ),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        deny(
+            "write_file",
+            json!({"path": "src/a/b.rs", "content": "done"})
+        ),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        deny("write_file", json!({"path": "lib/a.rs", "content": "TODO"})),
+        DecisionKind::Allow
+    );
+    // Missing pointer: no match.
+    assert_eq!(
+        deny("write_file", json!({"content": "TODO"})),
+        DecisionKind::Allow
+    );
+    // Arrays and objects at the pointer do not match.
+    assert_eq!(
+        deny("write_file", json!({"path": ["src/a"], "content": "TODO"})),
+        DecisionKind::Allow
+    );
+    // Nested pointers.
+    assert_eq!(
+        deny("fetch", json!({"req": {"url": "http://x"}})),
+        DecisionKind::Ask
+    );
+    assert_eq!(
+        deny("fetch", json!({"req": {"url": "https://x"}})),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        deny("fetch", json!({"req": "http://x"})),
+        DecisionKind::Allow
+    );
+}
+
+#[test]
+fn arg_globs_keep_star_within_a_path_segment() {
+    let p = load(
+        "version = 1\n[[rules]]\ntool = \"w\"\ndecision = \"deny\"\nreason = \"r\"\nargs = [ { pointer = \"/p\", glob = \"src/*.rs\" } ]\n",
+    );
+    let kind = |path: &str| {
+        let args = json!({"p": path});
+        p.evaluate(&facts("w", &args, SideEffect::Write))
+            .decision
+            .kind()
+    };
+    assert_eq!(kind("src/a.rs"), DecisionKind::Deny);
+    assert_eq!(kind("src/x/a.rs"), DecisionKind::Allow);
+}
+
+#[test]
+fn side_effect_matchers_match_the_declared_side_effect() {
+    let p = load(
+        "version = 1\n[[rules]]\ntool = \"*\"\ndecision = \"ask\"\nreason = \"effects ask\"\nside_effect = [\"write\", \"external\"]\n",
+    );
+    let args = json!({});
+    for (effect, kind) in [
+        (SideEffect::None, DecisionKind::Allow),
+        (SideEffect::Read, DecisionKind::Allow),
+        (SideEffect::Write, DecisionKind::Ask),
+        (SideEffect::External, DecisionKind::Ask),
+    ] {
+        assert_eq!(
+            p.evaluate(&facts("t", &args, effect)).decision.kind(),
+            kind,
+            "{effect}"
+        );
+    }
+}
+
+#[test]
+fn names_round_trip() {
+    for e in SideEffect::ALL {
+        assert_eq!(e.as_str().parse::<SideEffect>(), Ok(e));
+    }
+    for p in Preset::ALL {
+        assert_eq!(p.as_str().parse::<Preset>(), Ok(p));
+    }
+    for d in DecisionKind::ALL {
+        assert_eq!(d.as_str().parse::<DecisionKind>(), Ok(d));
+    }
+    assert!("writes".parse::<SideEffect>().is_err());
+    assert!("full".parse::<Preset>().is_err());
+    assert!(DecisionKind::Deny > DecisionKind::Ask && DecisionKind::Ask > DecisionKind::Allow);
+}

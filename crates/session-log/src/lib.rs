@@ -1,0 +1,34 @@
+//! The durable session log of toolhost (DESIGN.md §5).
+//!
+//! One redb file per state directory (`STATE_DIR/session.redb`) holds the append-only
+//! events of a session: what the model asked for (`tool/call`), the approvals, the durable
+//! checkpoint before a body runs (`tool/intent`), the result, and what recovery decided.
+//! The log is the source of truth for what the model saw and for crash recovery.
+//!
+//! This crate owns the file format, durability and recovery. It must not know about the
+//! pipeline, policy or sandboxes: it stores what it is given and answers questions about
+//! it. No type of redb appears in its public API.
+//!
+//! Map of the crate:
+//! - [`SessionLog`]: open, append, read, flush, recover.
+//! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
+//! - [`Storage`] and its implementations: where the bytes go. [`FileStorage`] is the real
+//!   file; [`MemStorage`], [`CountingStorage`] and [`FailingStorage`] exist so that tests
+//!   can count fsyncs, inject faults and simulate power loss.
+//! - [`LogError`]: every way opening or writing can fail.
+
+mod error;
+mod event;
+mod log;
+mod recovery;
+mod storage;
+mod tables;
+
+pub use crate::error::LogError;
+pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
+pub use crate::log::{Durability, SESSION_CALL_ID, SessionLog};
+pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery};
+pub use crate::storage::{
+    CountingStorage, FailingStorage, FaultHandle, FileStorage, MemStorage, Op, Storage, SyncCounter,
+};
+pub use crate::tables::FORMAT_VERSION;

@@ -1,0 +1,375 @@
+//! [`SessionLog`]: opening the log, appending events, reading them back, and flushing.
+//!
+//! This module owns the transactions: which tables an append touches and with which
+//! durability it commits. It must not decide what an event means beyond the two facts the
+//! log indexes (call id, and intent/result pairing); recovery lives in `recovery.rs`.
+//!
+//! # What redb guarantees, and what we rely on
+//!
+//! - A commit with `redb::Durability::Immediate` is durable when `commit()` returns. In
+//!   redb's default single-process mode with 1-phase commit (checksummed roots), that is
+//!   one `sync_data` of the storage, plus one more only when the commit had to grow the
+//!   file (redb syncs the new length before a header can name it).
+//! - A commit with `redb::Durability::None` is visible to later transactions at once but
+//!   is not written durably; after a crash it may be lost. A later `Immediate` commit
+//!   persists the whole database state, so it makes every earlier non-durable commit
+//!   durable too (redb: "will not be persisted to disk unless followed by a commit with
+//!   `Durability::Immediate`").
+//! - After a crash, redb opens at the last durable commit (it checks the checksums of the
+//!   newest root and falls back to the previous one). A failed write poisons the open
+//!   `Database` (every later call fails); reopening recovers the last durable state.
+//! - Write transactions are serialised by redb, so appends from several threads are safe
+//!   and sequence numbers never collide.
+//! - Closing the database (dropping the log) makes pending non-durable commits durable.
+//!   We do not rely on it: a crash skips it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableError, WriteTransaction};
+
+use crate::error::{LogError, from_open_io, from_redb, from_redb_open};
+use crate::event::{Event, EventKind, NewEvent, StoredEventRef, decode_event};
+use crate::storage::{Backend, FileStorage, Storage};
+use crate::tables::{BY_CALL, EVENTS, FORMAT_VERSION, FORMAT_VERSION_KEY, META, PENDING};
+
+/// The name of the log file inside a state directory.
+const FILE_NAME: &str = "session.redb";
+
+/// redb's page cache. The log is read rarely (recovery, `toolhost log`), so this is small.
+const CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The call id of events that belong to the session rather than to a call
+/// (`session/recovered`).
+pub const SESSION_CALL_ID: &str = "";
+
+/// How durable a commit must be before [`SessionLog::append`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Durable on return: the commit was synced to storage (one `fdatasync`, plus one
+    /// more in the rare commit that grows the file; redb grows it geometrically).
+    Durable,
+    /// Committed and visible to readers on return, but not synced: a crash may lose it.
+    /// It becomes durable with the next [`Durability::Durable`] commit or
+    /// [`SessionLog::flush`].
+    Lazy,
+}
+
+/// The durable session log: one redb database holding append-only events.
+///
+/// `Send + Sync`: share it behind an `Arc`. Appends from several threads are serialised.
+///
+/// After a storage error on a write, the log refuses further use
+/// ([`LogError::Storage`]); reopen it to continue from the last durable state.
+#[derive(Debug)]
+pub struct SessionLog {
+    db: Database,
+    /// Set by a `Lazy` commit, cleared by a `Durable` one: whether [`SessionLog::flush`]
+    /// has anything to make durable.
+    lazy_pending: AtomicBool,
+}
+
+impl SessionLog {
+    /// Opens the log of `state_dir` (the file `state_dir/session.redb`), creating the
+    /// directory and the file if missing.
+    ///
+    /// # Ambient Authority
+    ///
+    /// Creates `state_dir` and opens the file in the process's file system namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::NotWritable`] if the directory or file cannot be created or written;
+    /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
+    /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
+    /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise.
+    pub fn open(state_dir: &Path) -> Result<SessionLog, LogError> {
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
+        let storage = FileStorage::open(&state_dir.join(FILE_NAME))?;
+        SessionLog::open_with_backend(storage)
+    }
+
+    /// Opens the log stored in `storage`, initialising it if it is empty. Used by tests to
+    /// count fsyncs, inject faults or simulate crashes.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionLog::open`], except that locking is up to the storage.
+    pub fn open_with_backend(storage: impl Storage) -> Result<SessionLog, LogError> {
+        let path = storage.path().map_or_else(
+            || PathBuf::from("(storage without a path)"),
+            Path::to_path_buf,
+        );
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create_with_backend(Backend(storage))
+            .map_err(|e| from_redb_open(e, path))?;
+        SessionLog::from_database(db)
+    }
+
+    /// A log in memory: nothing survives the process. For benchmarks and tests.
+    ///
+    /// # Errors
+    ///
+    /// Only if redb fails to initialise (out of memory).
+    pub fn in_memory() -> Result<SessionLog, LogError> {
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(from_redb)?;
+        SessionLog::from_database(db)
+    }
+
+    fn from_database(db: Database) -> Result<SessionLog, LogError> {
+        let log = SessionLog {
+            db,
+            lazy_pending: AtomicBool::new(false),
+        };
+        log.check_format()?;
+        Ok(log)
+    }
+
+    /// Refuses a newer format; initialises a new file (durably) with the current one.
+    fn check_format(&self) -> Result<(), LogError> {
+        let read = self.db.begin_read().map_err(from_redb)?;
+        match read.open_table(META) {
+            Ok(meta) => match meta.get(FORMAT_VERSION_KEY).map_err(from_redb)? {
+                Some(found) if found.value() > FORMAT_VERSION => {
+                    return Err(LogError::newer_format(found.value()));
+                }
+                Some(found) if found.value() == 0 => {
+                    return Err(LogError::Corrupt("format version 0".to_string()));
+                }
+                Some(_) => return Ok(()),
+                None => {}
+            },
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(from_redb(e)),
+        }
+        // No version: only an empty database may be initialised. A redb file that some
+        // other program filled is not ours to write to.
+        if read.list_tables().map_err(from_redb)?.next().is_some()
+            || read
+                .list_multimap_tables()
+                .map_err(from_redb)?
+                .next()
+                .is_some()
+        {
+            return Err(LogError::Corrupt(
+                "a redb database without a toolhost format version (not a session log)".to_string(),
+            ));
+        }
+        drop(read);
+        self.write(Durability::Durable, |tx| {
+            tx.open_table(META)
+                .map_err(from_redb)?
+                .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)
+                .map_err(from_redb)?;
+            tx.open_table(EVENTS).map_err(from_redb)?;
+            tx.open_multimap_table(BY_CALL).map_err(from_redb)?;
+            tx.open_table(PENDING).map_err(from_redb)?;
+            Ok(())
+        })
+    }
+
+    /// Appends `events` in one commit, in order, and returns their sequence numbers.
+    ///
+    /// With [`Durability::Durable`] the commit is synced before this returns (one
+    /// `fdatasync` for the whole batch, however many events it holds). With
+    /// [`Durability::Lazy`] it is not; see [`Durability`].
+    ///
+    /// A `tool/intent` marks its call pending until a `tool/result` for the same call id
+    /// is appended ([`SessionLog::pending_calls`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] if the storage failed. A durable append that returns an error
+    /// may still have reached the storage: treat its outcome as unknown (recovery then
+    /// resolves it), never as "not written".
+    pub fn append(
+        &self,
+        events: &[NewEvent],
+        durability: Durability,
+    ) -> Result<Vec<u64>, LogError> {
+        if events.is_empty() && durability == Durability::Lazy {
+            return Ok(Vec::new());
+        }
+        self.write(durability, |tx| insert_events(tx, events))
+    }
+
+    /// Appends a batch of `tool/intent` events in one durable commit (group commit: one
+    /// `fdatasync` for the batch) and returns their sequence numbers.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Invalid`] if an event is not a `tool/intent` (nothing is written);
+    /// otherwise as [`SessionLog::append`].
+    pub fn record_intents(&self, intents: &[NewEvent]) -> Result<Vec<u64>, LogError> {
+        if let Some(other) = intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
+            return Err(LogError::Invalid(format!(
+                "record_intents got a {} event for call {:?}",
+                other.kind, other.call_id
+            )));
+        }
+        self.append(intents, Durability::Durable)
+    }
+
+    /// Makes every earlier [`Durability::Lazy`] append durable (an empty durable commit:
+    /// one `fdatasync`). Does nothing when there is nothing to make durable.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] if the storage failed.
+    pub fn flush(&self) -> Result<(), LogError> {
+        if !self.lazy_pending.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.write(Durability::Durable, |_| Ok(()))
+    }
+
+    /// Every event, in sequence order.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`].
+    pub fn events(&self) -> Result<Vec<Event>, LogError> {
+        let read = self.db.begin_read().map_err(from_redb)?;
+        let table = read.open_table(EVENTS).map_err(from_redb)?;
+        let mut events = Vec::new();
+        for entry in table.iter().map_err(from_redb)? {
+            let (seq, bytes) = entry.map_err(from_redb)?;
+            events.push(decode_event(seq.value(), bytes.value())?);
+        }
+        Ok(events)
+    }
+
+    /// The events of one call, in sequence order (read through the call-id index).
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`] (also if the index names an event
+    /// that does not exist).
+    pub fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
+        let read = self.db.begin_read().map_err(from_redb)?;
+        let index = read.open_multimap_table(BY_CALL).map_err(from_redb)?;
+        let table = read.open_table(EVENTS).map_err(from_redb)?;
+        let mut events = Vec::new();
+        for seq in index.get(call_id).map_err(from_redb)? {
+            let seq = seq.map_err(from_redb)?.value();
+            let bytes = table.get(seq).map_err(from_redb)?.ok_or_else(|| {
+                LogError::Corrupt(format!(
+                    "the index of call {call_id:?} names event {seq}, which does not exist"
+                ))
+            })?;
+            events.push(decode_event(seq, bytes.value())?);
+        }
+        Ok(events)
+    }
+
+    /// The calls that have a `tool/intent` and no `tool/result`, in the order of their
+    /// intents.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`].
+    pub fn pending_calls(&self) -> Result<Vec<String>, LogError> {
+        let read = self.db.begin_read().map_err(from_redb)?;
+        let table = read.open_table(PENDING).map_err(from_redb)?;
+        let mut pending = Vec::new();
+        for entry in table.iter().map_err(from_redb)? {
+            let (call_id, seq) = entry.map_err(from_redb)?;
+            pending.push((seq.value(), call_id.value().to_string()));
+        }
+        pending.sort();
+        Ok(pending.into_iter().map(|(_, call_id)| call_id).collect())
+    }
+
+    /// Runs `f` in one write transaction and commits it with `durability`. An error from
+    /// `f` aborts the transaction: nothing is written.
+    pub(crate) fn write<T>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&WriteTransaction) -> Result<T, LogError>,
+    ) -> Result<T, LogError> {
+        let mut tx = self.db.begin_write().map_err(from_redb)?;
+        tx.set_durability(match durability {
+            Durability::Durable => redb::Durability::Immediate,
+            Durability::Lazy => redb::Durability::None,
+        })
+        .map_err(from_redb)?;
+        let value = f(&tx)?;
+        match durability {
+            Durability::Durable => {
+                // Cleared while this transaction holds the writer: no lazy commit can land
+                // between the swap and the commit, which persists everything before it.
+                let had_lazy = self.lazy_pending.swap(false, Ordering::SeqCst);
+                if let Err(e) = tx.commit() {
+                    if had_lazy {
+                        self.lazy_pending.store(true, Ordering::SeqCst);
+                    }
+                    return Err(from_redb(e));
+                }
+            }
+            Durability::Lazy => {
+                tx.commit().map_err(from_redb)?;
+                self.lazy_pending.store(true, Ordering::SeqCst);
+            }
+        }
+        Ok(value)
+    }
+}
+
+/// Inserts `events` with the next sequence numbers, updates the call-id index and the
+/// pending set, and returns the sequence numbers.
+pub(crate) fn insert_events(
+    tx: &WriteTransaction,
+    events: &[NewEvent],
+) -> Result<Vec<u64>, LogError> {
+    let mut table = tx.open_table(EVENTS).map_err(from_redb)?;
+    let mut index = tx.open_multimap_table(BY_CALL).map_err(from_redb)?;
+    let mut pending = tx.open_table(PENDING).map_err(from_redb)?;
+    let first = match table.last().map_err(from_redb)? {
+        Some((seq, _)) => seq.value().checked_add(1).ok_or_else(|| {
+            LogError::Corrupt("the sequence number space is exhausted".to_string())
+        })?,
+        None => 1,
+    };
+    let at_unix_ms = now_unix_ms();
+    let mut seqs = Vec::with_capacity(events.len());
+    // `first..` never wraps: u64 sequence numbers cannot run out in practice.
+    for (event, next) in events.iter().zip(first..) {
+        let bytes = StoredEventRef {
+            call_id: &event.call_id,
+            kind: event.kind,
+            at_unix_ms,
+            payload: &event.payload,
+        }
+        .encode()?;
+        table.insert(next, bytes.as_slice()).map_err(from_redb)?;
+        index
+            .insert(event.call_id.as_str(), next)
+            .map_err(from_redb)?;
+        match event.kind {
+            EventKind::ToolIntent => {
+                pending
+                    .insert(event.call_id.as_str(), next)
+                    .map_err(from_redb)?;
+            }
+            EventKind::ToolResult => {
+                pending.remove(event.call_id.as_str()).map_err(from_redb)?;
+            }
+            _ => {}
+        }
+        seqs.push(next);
+    }
+    Ok(seqs)
+}
+
+/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,31 @@
+//! Every redb table of the session log, and the format version, in one place.
+//!
+//! This module owns the on-disk layout. Anything that changes what a table holds or how
+//! a value is encoded must bump [`FORMAT_VERSION`]. It must not contain logic beyond the
+//! definitions.
+
+use redb::{MultimapTableDefinition, TableDefinition};
+
+/// The format this build writes and the newest it reads.
+///
+/// A file whose `format_version` is larger is refused with
+/// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never misread.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Metadata: `format_version` → [`FORMAT_VERSION`] of the writer that created the file.
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The key of the format version in [`META`].
+pub(crate) const FORMAT_VERSION_KEY: &str = "format_version";
+
+/// Events: global sequence number (from 1, strictly increasing) → the JSON encoding of
+/// [`StoredEvent`](crate::event::StoredEvent).
+pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+
+/// Index: call id → the sequence numbers of its events.
+pub(crate) const BY_CALL: MultimapTableDefinition<&str, u64> =
+    MultimapTableDefinition::new("events_by_call");
+
+/// Calls with a `tool/intent` and no `tool/result` yet: call id → sequence number of the
+/// intent. Maintained in the same transaction as the events, so it is never out of step.
+pub(crate) const PENDING: TableDefinition<&str, u64> = TableDefinition::new("pending_calls");

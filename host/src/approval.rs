@@ -1,0 +1,304 @@
+//! The approval service: asks a human (or a stand-in) about one call.
+//!
+//! Outcomes are `allowed-once | rejected | cancelled | unavailable`. Only
+//! `allowed-once` lets the call continue, and only that call. Every failure
+//! of the approver (no channel, timeout, crash, garbage) is `unavailable`:
+//! fail closed. Writing the `approval/asked`/`approval/decided` pair is the
+//! orchestrator's job, not the approver's.
+
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::io::{BufRead, Write};
+use std::pin::Pin;
+use std::time::Duration;
+use toolhost_core::SandboxMode;
+
+/// What an approver is asked.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRequest {
+    /// Pairs `approval/asked` with `approval/decided`.
+    pub approval_id: String,
+    /// The call this approval is for.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The (validated) arguments.
+    pub args: serde_json::Value,
+    /// Why approval is needed (the rule's reason, or the escalation).
+    pub reason: String,
+    /// The mode the call would run in if allowed.
+    pub mode: SandboxMode,
+    /// For an escalation: the justification given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub justification: Option<String>,
+}
+
+/// An approver's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApprovalOutcome {
+    /// Allowed, for this call only.
+    AllowedOnce,
+    /// Rejected.
+    Rejected,
+    /// The human dismissed the question, or the call was cancelled.
+    Cancelled,
+    /// Nobody could be asked, or the approver failed.
+    Unavailable,
+}
+
+impl ApprovalOutcome {
+    /// The outcome's stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalOutcome::AllowedOnce => "allowed-once",
+            ApprovalOutcome::Rejected => "rejected",
+            ApprovalOutcome::Cancelled => "cancelled",
+            ApprovalOutcome::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// A boxed future, as approvers return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Decides approval requests. Implementations must not panic; a panic is
+/// treated as `unavailable` all the same.
+pub trait Approver: Send + Sync {
+    /// A short name for logs (`none`, `tty`, `command:...`).
+    fn name(&self) -> String;
+    /// Decides one request. `detail` of the returned pair explains failures.
+    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)>;
+}
+
+/// No channel: every request is `unavailable`.
+#[derive(Debug, Clone, Copy)]
+pub struct NoApprover;
+
+impl Approver for NoApprover {
+    fn name(&self) -> String {
+        "none".into()
+    }
+    fn decide<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        Box::pin(async { (ApprovalOutcome::Unavailable, Some("no approver is configured".into())) })
+    }
+}
+
+/// Always answers the same (for tests and unattended runs).
+#[derive(Debug, Clone, Copy)]
+pub struct FixedApprover(pub ApprovalOutcome);
+
+impl Approver for FixedApprover {
+    fn name(&self) -> String {
+        match self.0 {
+            ApprovalOutcome::AllowedOnce => "auto-approve".into(),
+            ApprovalOutcome::Rejected => "auto-reject".into(),
+            other => format!("fixed:{}", other.as_str()),
+        }
+    }
+    fn decide<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        let o = self.0;
+        Box::pin(async move { (o, None) })
+    }
+}
+
+/// Asks on the controlling terminal (`/dev/tty`): shows tool, arguments,
+/// reason and mode, and reads `y`, `n` or nothing (cancel). Without a
+/// terminal, `unavailable`.
+#[derive(Debug, Clone)]
+pub struct TtyApprover {
+    /// How long to wait for an answer.
+    pub timeout: Duration,
+}
+
+impl Approver for TtyApprover {
+    fn name(&self) -> String {
+        "tty".into()
+    }
+    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        let request = request.clone();
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let ask = tokio::task::spawn_blocking(move || ask_tty(&request));
+            match tokio::time::timeout(timeout, ask).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => (ApprovalOutcome::Unavailable, Some("the terminal prompt failed".into())),
+                Err(_) => (ApprovalOutcome::Unavailable, Some("no answer before the timeout".into())),
+            }
+        })
+    }
+}
+
+fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
+    let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty");
+    let Ok(mut tty) = tty else {
+        return (ApprovalOutcome::Unavailable, Some("no terminal to ask on".into()));
+    };
+    let args = serde_json::to_string_pretty(&request.args).unwrap_or_default();
+    let mut prompt = format!(
+        "\n── toolhost: approval needed ──\n  tool:   {}\n  mode:   {}\n  reason: {}\n",
+        request.tool, request.mode, request.reason
+    );
+    if let Some(j) = &request.justification {
+        prompt.push_str(&format!("  justification: {j}\n"));
+    }
+    prompt.push_str(&format!("  args:\n{}\nAllow this call once? [y/N] ", indent(&args)));
+    if tty.write_all(prompt.as_bytes()).is_err() {
+        return (ApprovalOutcome::Unavailable, Some("cannot write to the terminal".into()));
+    }
+    let mut line = String::new();
+    let mut reader = std::io::BufReader::new(tty);
+    match reader.read_line(&mut line) {
+        Ok(0) => (ApprovalOutcome::Cancelled, Some("end of input".into())),
+        Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => (ApprovalOutcome::AllowedOnce, None),
+            "" => (ApprovalOutcome::Cancelled, Some("no answer".into())),
+            _ => (ApprovalOutcome::Rejected, None),
+        },
+        Err(e) => (ApprovalOutcome::Unavailable, Some(format!("cannot read the terminal: {e}"))),
+    }
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+}
+
+/// Runs `PROGRAM` with the request as JSON on stdin and reads a decision on
+/// stdout: `{"decision":"allowed-once"}` (or `rejected`, `cancelled`), or the
+/// bare word. Anything else, a non-zero exit, a crash or the timeout is
+/// `unavailable`.
+#[derive(Debug, Clone)]
+pub struct CommandApprover {
+    /// The program (run directly, not through a shell).
+    pub program: String,
+    /// How long it may take.
+    pub timeout: Duration,
+}
+
+/// The most bytes read from an approver program's stdout.
+const MAX_APPROVER_OUTPUT: usize = 64 * 1024;
+
+impl Approver for CommandApprover {
+    fn name(&self) -> String {
+        format!("command:{}", self.program)
+    }
+    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        Box::pin(async move {
+            match tokio::time::timeout(self.timeout, run_command(&self.program, request)).await {
+                Ok(r) => r,
+                Err(_) => (
+                    ApprovalOutcome::Unavailable,
+                    Some(format!("approver {} gave no decision within {:?}", self.program, self.timeout)),
+                ),
+            }
+        })
+    }
+}
+
+async fn run_command(program: &str, request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let unavailable = |d: String| (ApprovalOutcome::Unavailable, Some(d));
+    let child = tokio::process::Command::new(program)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return unavailable(format!("cannot start approver {program}: {e}")),
+    };
+    let body = serde_json::to_vec(request).unwrap_or_default();
+    if let Some(mut stdin) = child.stdin.take() {
+        // A program that exits without reading its input is still allowed
+        // to answer: ignore a broken pipe here.
+        let _ = stdin.write_all(&body).await;
+        drop(stdin);
+    }
+    let mut out = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        if let Err(e) = stdout.take(MAX_APPROVER_OUTPUT as u64).read_to_end(&mut out).await {
+            return unavailable(format!("cannot read approver output: {e}"));
+        }
+    }
+    let status = match child.wait().await {
+        Ok(s) => s,
+        Err(e) => return unavailable(format!("approver failed: {e}")),
+    };
+    if !status.success() {
+        return unavailable(format!("approver {program} exited with {status}"));
+    }
+    match parse_decision(&out) {
+        Some(o) => (o, None),
+        None => unavailable(format!(
+            "approver {program} answered something that is not a decision: {:?}",
+            String::from_utf8_lossy(&out).chars().take(120).collect::<String>()
+        )),
+    }
+}
+
+/// Parses an approver's answer. `unavailable` cannot be claimed as a
+/// success; unknown words are garbage.
+pub fn parse_decision(out: &[u8]) -> Option<ApprovalOutcome> {
+    let text = std::str::from_utf8(out).ok()?.trim();
+    let word = if text.starts_with('{') {
+        #[derive(Deserialize)]
+        struct Answer {
+            decision: String,
+        }
+        serde_json::from_str::<Answer>(text).ok()?.decision
+    } else {
+        text.to_string()
+    };
+    match word.as_str() {
+        "allowed-once" | "allow" | "approve" | "approved" => Some(ApprovalOutcome::AllowedOnce),
+        "rejected" | "reject" | "deny" => Some(ApprovalOutcome::Rejected),
+        "cancelled" | "cancel" => Some(ApprovalOutcome::Cancelled),
+        _ => None,
+    }
+}
+
+/// Parses `--approver KIND`.
+pub fn approver_from_spec(spec: &str, timeout: Duration) -> Result<Box<dyn Approver>, String> {
+    match spec {
+        "none" => Ok(Box::new(NoApprover)),
+        "tty" => Ok(Box::new(TtyApprover { timeout })),
+        "auto-approve" => Ok(Box::new(FixedApprover(ApprovalOutcome::AllowedOnce))),
+        "auto-reject" => Ok(Box::new(FixedApprover(ApprovalOutcome::Rejected))),
+        s => match s.strip_prefix("command:") {
+            Some(p) if !p.trim().is_empty() => Ok(Box::new(CommandApprover {
+                program: p.to_string(),
+                timeout,
+            })),
+            _ => Err(format!(
+                "unknown approver {s:?} (expected none, tty, auto-approve, auto-reject or command:PROGRAM)"
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_parse_strictly() {
+        assert_eq!(parse_decision(b"allowed-once\n"), Some(ApprovalOutcome::AllowedOnce));
+        assert_eq!(parse_decision(br#"{"decision":"rejected"}"#), Some(ApprovalOutcome::Rejected));
+        assert_eq!(parse_decision(b"cancelled"), Some(ApprovalOutcome::Cancelled));
+        assert_eq!(parse_decision(b"unavailable"), None);
+        assert_eq!(parse_decision(b"yes please"), None);
+        assert_eq!(parse_decision(b"\xff\xfe"), None);
+        assert_eq!(parse_decision(br#"{"decision":1}"#), None);
+        assert_eq!(parse_decision(b""), None);
+    }
+
+    #[test]
+    fn approver_specs() {
+        let t = Duration::from_secs(1);
+        assert!(approver_from_spec("none", t).is_ok());
+        assert!(approver_from_spec("command:", t).is_err());
+        assert!(approver_from_spec("sometimes", t).is_err());
+        assert_eq!(approver_from_spec("command:/bin/true", t).map(|a| a.name()).ok(), Some("command:/bin/true".into()));
+    }
+}

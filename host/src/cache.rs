@@ -1,0 +1,131 @@
+//! On-disk compile cache: compiled components keyed by the component's hash
+//! and the engine configuration, so a second load does not compile.
+//!
+//! An entry is `<key>.cwasm` plus `<key>.sum` (the SHA-256 of the artifact).
+//! An entry is trusted only when its checksum matches: a truncated, edited or
+//! half-written entry is recompiled and replaced, never deserialised. Writes
+//! go to a temporary file that is renamed into place, so readers never see a
+//! partial entry.
+
+use sha2::{Digest, Sha256};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Counters of what the cache did; tests and benchmarks read them.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Components compiled by Cranelift.
+    pub compiles: AtomicU64,
+    /// Components loaded from a valid cache entry.
+    pub hits: AtomicU64,
+    /// Entries found corrupt and replaced.
+    pub corrupt: AtomicU64,
+}
+
+/// The compile cache of one engine configuration.
+#[derive(Debug)]
+pub struct CompileCache {
+    dir: Option<PathBuf>,
+    engine_key: String,
+    stats: CacheStats,
+}
+
+impl CompileCache {
+    /// A cache in `dir` (created on first write), or no disk cache for `None`.
+    pub fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let engine_key = format!("{:016x}", h.finish());
+        CompileCache {
+            dir,
+            engine_key,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// What the cache did so far.
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    /// Number of Cranelift compiles so far.
+    pub fn compiles(&self) -> u64 {
+        self.stats.compiles.load(Ordering::Relaxed)
+    }
+
+    /// The cache key of `bytes` under this engine.
+    pub fn key(&self, bytes: &[u8]) -> String {
+        let digest = Sha256::digest(bytes);
+        format!("{}-{}-{}", hex::encode(&digest[..16]), self.engine_key, env!("CARGO_PKG_VERSION"))
+    }
+
+    /// Loads the component for `bytes`: from a valid cache entry, or by
+    /// compiling it (and writing the entry).
+    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+        let key = self.key(bytes);
+        if let Some(dir) = &self.dir {
+            if let Some(component) = self.read_entry(engine, dir, &key) {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(component);
+            }
+        }
+        self.stats.compiles.fetch_add(1, Ordering::Relaxed);
+        let serialized = engine.precompile_component(bytes)?;
+        // SAFETY: the bytes were produced just now by this engine's
+        // `precompile_component`; nothing else has touched them.
+        let component = unsafe { Component::deserialize(engine, &serialized)? };
+        if let Some(dir) = &self.dir {
+            if let Err(e) = write_entry(dir, &key, &serialized) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
+            }
+        }
+        Ok(component)
+    }
+
+    fn read_entry(&self, engine: &Engine, dir: &Path, key: &str) -> Option<Component> {
+        let artifact = std::fs::read(dir.join(format!("{key}.cwasm"))).ok()?;
+        let sum = std::fs::read_to_string(dir.join(format!("{key}.sum"))).ok()?;
+        if hex::encode(Sha256::digest(&artifact)) != sum.trim() {
+            self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(key, "corrupt compile cache entry; recompiling");
+            return None;
+        }
+        // SAFETY: the artifact is byte-for-byte what this host wrote after
+        // `precompile_component` (its SHA-256 matches the sum written with
+        // it), and wasmtime itself checks the engine compatibility header.
+        match unsafe { Component::deserialize(engine, &artifact) } {
+            Ok(c) => Some(c),
+            Err(e) => {
+                self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(key, error = %e, "unusable compile cache entry; recompiling");
+                None
+            }
+        }
+    }
+}
+
+fn write_entry(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let sum = hex::encode(Sha256::digest(artifact));
+    for (name, data) in [(format!("{key}.cwasm"), artifact), (format!("{key}.sum"), sum.as_bytes())] {
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut tmp, data)?;
+        tmp.persist(dir.join(name)).map_err(|e| e.error)?;
+    }
+    Ok(())
+}
+
+/// The default cache directory: `$TOOLHOST_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/toolhost`, else `$HOME/.cache/toolhost`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("TOOLHOST_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("toolhost"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("toolhost"))
+}

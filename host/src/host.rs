@@ -1,0 +1,438 @@
+//! The library API: a [`Host`] built with a [`HostBuilder`], and
+//! [`Host::call`], which runs one call through the whole pipeline of
+//! DESIGN.md §1. The CLI and the MCP server are thin layers over it.
+
+use crate::approval::{Approver, NoApprover};
+use crate::hooks::{Observer, PostExecuteHook};
+use crate::journal::Journal;
+use crate::registry::{Registry, RegisteredTool, ScopeSpec};
+use crate::runtime::{LoadError, Runtime, RuntimeOptions};
+use crate::sandbox::Limits;
+use crate::state::{Interrupt, ProgressSink};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use toolhost_core::SandboxMode;
+use toolhost_log::SessionLog;
+use toolhost_policy::{Guard, Guards, Policy};
+
+/// A requested escalation: run this call in a wider mode, if approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escalation {
+    /// The mode asked for; must be strictly wider than the call's mode.
+    pub mode: SandboxMode,
+    /// Why; must not be empty.
+    pub justification: String,
+}
+
+/// One call, from any origin (CLI, library, MCP).
+#[derive(Clone, Default)]
+pub struct CallRequest {
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments as JSON text (parsed and validated by the host).
+    pub args: String,
+    /// The scope the call comes from; `None` is the global scope.
+    pub scope: Option<String>,
+    /// The sandbox mode for this call; `None` uses the policy's default.
+    pub mode: Option<SandboxMode>,
+    /// A one-call escalation request.
+    pub escalation: Option<Escalation>,
+    /// Cancels the call (before dispatch, or by interrupting the body).
+    pub interrupt: Option<Interrupt>,
+    /// Receives the tool's progress reports.
+    pub progress: Option<ProgressSink>,
+}
+
+impl std::fmt::Debug for CallRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallRequest")
+            .field("tool", &self.tool)
+            .field("args", &self.args)
+            .field("scope", &self.scope)
+            .field("mode", &self.mode)
+            .field("escalation", &self.escalation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallRequest {
+    /// A call of `tool` with `args`.
+    pub fn new(tool: impl Into<String>, args: serde_json::Value) -> Self {
+        CallRequest {
+            tool: tool.into(),
+            args: args.to_string(),
+            ..CallRequest::default()
+        }
+    }
+
+    /// Sets the mode.
+    pub fn mode(mut self, mode: SandboxMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Sets the scope.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// Requests an escalation.
+    pub fn escalate(mut self, mode: SandboxMode, justification: impl Into<String>) -> Self {
+        self.escalation = Some(Escalation {
+            mode,
+            justification: justification.into(),
+        });
+        self
+    }
+
+    /// Sets the cancellation token.
+    pub fn interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = Some(interrupt);
+        self
+    }
+}
+
+/// Errors building a host: configuration, not calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// A component could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Tool names collide, or a scope is wrong.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    /// A tool's descriptor is unusable.
+    #[error("{0}")]
+    Descriptor(String),
+    /// The workspace is missing.
+    #[error("workspace {0} does not exist or is not a directory")]
+    Workspace(PathBuf),
+    /// The session log could not be opened.
+    #[error("session log: {0}")]
+    Log(String),
+    /// The state directory would be writable by tools.
+    #[error("{0}")]
+    UnsafeState(String),
+}
+
+enum Source {
+    Path(PathBuf),
+    Bytes(String, Vec<u8>),
+}
+
+/// Builds a [`Host`]. Defaults deny everything they can:
+///
+/// | setting | default |
+/// |---|---|
+/// | tools | none |
+/// | policy | [`Policy::default`]: mode `read-only`, allow, approval ask |
+/// | approver | none (every `ask` ends `APPROVAL_UNAVAILABLE`) |
+/// | session log | in memory (not durable) |
+/// | workspace | the current directory |
+/// | limits | [`Limits::default`] |
+pub struct HostBuilder {
+    sources: Vec<(Option<String>, Source)>,
+    scopes: Vec<(String, ScopeSpec)>,
+    policy: Policy,
+    guards: Vec<Box<dyn Guard>>,
+    approver: Box<dyn Approver>,
+    post_hooks: Vec<Box<dyn PostExecuteHook>>,
+    observers: Vec<Box<dyn Observer>>,
+    log: Option<Arc<SessionLog>>,
+    state_dir: Option<PathBuf>,
+    workspace: Option<PathBuf>,
+    limits: Limits,
+    runtime: Option<Arc<Runtime>>,
+    runtime_options: RuntimeOptions,
+}
+
+impl Default for HostBuilder {
+    fn default() -> Self {
+        HostBuilder::new()
+    }
+}
+
+impl HostBuilder {
+    /// A builder with the defaults above.
+    pub fn new() -> Self {
+        HostBuilder {
+            sources: Vec::new(),
+            scopes: Vec::new(),
+            policy: Policy::default(),
+            guards: Vec::new(),
+            approver: Box::new(NoApprover),
+            post_hooks: Vec::new(),
+            observers: Vec::new(),
+            log: None,
+            state_dir: None,
+            workspace: None,
+            limits: Limits::default(),
+            runtime: None,
+            runtime_options: RuntimeOptions::default(),
+        }
+    }
+
+    /// Loads the tools of a component file (global scope).
+    pub fn tool_file(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.sources.push((None, Source::Path(path.into())));
+        self
+    }
+
+    /// Loads the tools of a component given as bytes (global scope).
+    pub fn tool_bytes(&mut self, name: impl Into<String>, bytes: Vec<u8>) -> &mut Self {
+        self.sources.push((None, Source::Bytes(name.into(), bytes)));
+        self
+    }
+
+    /// Loads the example tools embedded in this binary.
+    pub fn embedded_tools(&mut self) -> &mut Self {
+        for (name, bytes) in crate::embedded::EMBEDDED_TOOLS {
+            self.sources.push((None, Source::Bytes(format!("embedded:{name}"), bytes.to_vec())));
+        }
+        self
+    }
+
+    /// Declares a scope (parents before children).
+    pub fn scope(&mut self, name: impl Into<String>, spec: ScopeSpec) -> &mut Self {
+        self.scopes.push((name.into(), spec));
+        self
+    }
+
+    /// Loads a component file whose tools belong to `scope` only.
+    pub fn scoped_tool_file(&mut self, scope: impl Into<String>, path: impl Into<PathBuf>) -> &mut Self {
+        self.sources.push((Some(scope.into()), Source::Path(path.into())));
+        self
+    }
+
+    /// Sets the policy.
+    pub fn policy(&mut self, policy: Policy) -> &mut Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Adds a custom guard (after the policy file's guards).
+    pub fn guard(&mut self, guard: Box<dyn Guard>) -> &mut Self {
+        self.guards.push(guard);
+        self
+    }
+
+    /// Sets the approver.
+    pub fn approver(&mut self, approver: Box<dyn Approver>) -> &mut Self {
+        self.approver = approver;
+        self
+    }
+
+    /// Adds a post-execute hook (after the policy file's rules).
+    pub fn post_execute(&mut self, hook: Box<dyn PostExecuteHook>) -> &mut Self {
+        self.post_hooks.push(hook);
+        self
+    }
+
+    /// Adds an observer.
+    pub fn observer(&mut self, observer: Box<dyn Observer>) -> &mut Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// Uses a durable session log in `dir` (one redb file).
+    pub fn state_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Uses an already open session log.
+    pub fn session_log(&mut self, log: Arc<SessionLog>) -> &mut Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// Sets the workspace.
+    pub fn workspace(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Sets the limits of every call.
+    pub fn limits(&mut self, limits: Limits) -> &mut Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Shares an existing runtime (engine, cache) instead of building one.
+    pub fn runtime(&mut self, runtime: Arc<Runtime>) -> &mut Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Sets the options of the runtime this builder creates.
+    pub fn runtime_options(&mut self, options: RuntimeOptions) -> &mut Self {
+        self.runtime_options = options;
+        self
+    }
+
+    /// Loads every component, checks names and scopes, opens the log.
+    /// Nothing is half-applied: any error fails the whole build.
+    pub async fn build(&mut self) -> Result<Host, HostError> {
+        let workspace = match self.workspace.take() {
+            Some(w) => w,
+            None => std::env::current_dir().map_err(|_| HostError::Workspace(PathBuf::from(".")))?,
+        };
+        if !workspace.is_dir() {
+            return Err(HostError::Workspace(workspace));
+        }
+        let workspace = workspace.canonicalize().map_err(|_| HostError::Workspace(workspace.clone()))?;
+        let runtime = match self.runtime.take() {
+            Some(r) => r,
+            None => Arc::new(Runtime::new(self.runtime_options.clone())?),
+        };
+        let mut registry = Registry::new();
+        for (name, spec) in std::mem::take(&mut self.scopes) {
+            registry.add_scope(&name, spec)?;
+        }
+        for (scope, source) in std::mem::take(&mut self.sources) {
+            let (label, bytes) = match source {
+                Source::Path(p) => {
+                    let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
+                        path: p.display().to_string(),
+                        detail: e.to_string(),
+                    })?;
+                    (p.display().to_string(), bytes)
+                }
+                Source::Bytes(label, bytes) => (label, bytes),
+            };
+            let (component, descriptors) = runtime.load(&label, &bytes).await?;
+            let mut seen = std::collections::BTreeSet::new();
+            for d in descriptors {
+                if !seen.insert(d.name.clone()) {
+                    return Err(HostError::Descriptor(format!("{label}: describe lists tool {:?} twice", d.name)));
+                }
+                let tool = RegisteredTool::new(d, component.clone()).map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
+                match &scope {
+                    None => registry.add_global(tool)?,
+                    Some(s) => registry.add_scoped(s, tool)?,
+                }
+            }
+        }
+        let log = match (self.log.take(), self.state_dir.take()) {
+            (Some(log), _) => log,
+            (None, Some(dir)) => {
+                check_state_dir(&dir, &workspace, self.policy.default_mode())?;
+                Arc::new(SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?)
+            }
+            (None, None) => Arc::new(SessionLog::in_memory().map_err(|e| HostError::Log(e.to_string()))?),
+        };
+        let mut guards = Guards::from_policy(&self.policy);
+        for g in std::mem::take(&mut self.guards) {
+            guards.push(g);
+        }
+        Ok(Host {
+            runtime,
+            registry,
+            policy: std::mem::take(&mut self.policy),
+            guards,
+            approver: std::mem::replace(&mut self.approver, Box::new(NoApprover)),
+            post_hooks: std::mem::take(&mut self.post_hooks),
+            observers: std::mem::take(&mut self.observers),
+            journal: Journal::new(log),
+            workspace,
+            limits: self.limits.clone(),
+            session: session_id(),
+            next_call: AtomicU64::new(1),
+        })
+    }
+}
+
+/// Refuses a state directory that tools could write: the log is the record
+/// of what tools did, so no tool may be able to rewrite it.
+fn check_state_dir(dir: &Path, workspace: &Path, mode: SandboxMode) -> Result<(), HostError> {
+    if mode < SandboxMode::WorkspaceWrite || mode == SandboxMode::DangerFullAccess {
+        return Ok(());
+    }
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir().map(|c| c.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
+    };
+    let abs = abs.canonicalize().unwrap_or(abs);
+    if abs.starts_with(workspace) {
+        return Err(HostError::UnsafeState(format!(
+            "state directory {} is inside the workspace {}, which tools can write in mode {mode}; use --state outside the workspace",
+            abs.display(),
+            workspace.display()
+        )));
+    }
+    Ok(())
+}
+
+fn session_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:04x}", (nanos as u64) & 0xffff_ffff_ffff, std::process::id() & 0xffff)
+}
+
+/// A configured host: tools, policy, guards, approver, hooks and the log.
+pub struct Host {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) registry: Registry,
+    pub(crate) policy: Policy,
+    pub(crate) guards: Guards,
+    pub(crate) approver: Box<dyn Approver>,
+    pub(crate) post_hooks: Vec<Box<dyn PostExecuteHook>>,
+    pub(crate) observers: Vec<Box<dyn Observer>>,
+    pub(crate) journal: Journal,
+    pub(crate) workspace: PathBuf,
+    pub(crate) limits: Limits,
+    pub(crate) session: String,
+    pub(crate) next_call: AtomicU64,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("workspace", &self.workspace)
+            .field("tools", &self.registry.visible_names(None))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// A new builder.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::new()
+    }
+
+    /// The tools visible from `scope`.
+    pub fn tools(&self, scope: Option<&str>) -> Vec<&RegisteredTool> {
+        self.registry.visible(scope)
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The session log.
+    pub fn log(&self) -> &Arc<SessionLog> {
+        self.journal.log()
+    }
+
+    /// The workspace (canonical path).
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}

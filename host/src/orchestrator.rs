@@ -1,0 +1,332 @@
+//! The call pipeline of DESIGN.md §1, in order. Each phase is a method that
+//! either hands the call to the next phase or ends it with a stable code.
+//!
+//! Invariants this module keeps:
+//! - validation comes before policy, guards before approval, approval before
+//!   the checkpoint, the checkpoint before the body;
+//! - every path except `allowed-once` after `ask` refuses;
+//! - no body runs unless its intent is durable;
+//! - policy and guards run for every call, whatever scope it comes from.
+
+use crate::approval::{ApprovalOutcome, ApprovalRequest};
+use crate::hooks::PostAction;
+use crate::host::{CallRequest, Host};
+use crate::registry::RegisteredTool;
+use crate::result::CallResult;
+use crate::runtime::{BodyOutcome, Receipt};
+use crate::sandbox::SandboxSpec;
+use crate::state::Interrupt;
+use crate::tool::ContentItem;
+use futures::FutureExt;
+use serde_json::json;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use toolhost_core::{ErrorCode, SandboxMode};
+use toolhost_log::EventKind;
+use toolhost_policy::{ApprovalSetting, CallFacts, Decision, PostVerdict};
+
+/// The most bytes of arguments a call may carry.
+pub const MAX_ARGS_BYTES: usize = 1 << 20;
+
+/// A call that passed every check before the checkpoint.
+pub(crate) struct Admitted<'h> {
+    pub call_id: String,
+    pub tool: &'h RegisteredTool,
+    pub args: serde_json::Value,
+    pub args_text: String,
+    pub mode: SandboxMode,
+    pub interrupt: Interrupt,
+    pub progress: Option<crate::state::ProgressSink>,
+}
+
+type Refusal = (ErrorCode, String);
+
+impl Host {
+    /// Runs one call through the whole pipeline and returns its result.
+    /// Refusals and failures are results (`status: error`), never panics.
+    pub async fn call(&self, request: CallRequest) -> CallResult {
+        let call_id = self.new_call_id();
+        let tool_name = request.tool.clone();
+        match self.admit(call_id.clone(), request).await {
+            Err((code, message)) => self.refuse(&call_id, &tool_name, code, message),
+            Ok(admitted) => {
+                // 6. checkpoint: the intent is durable before the body starts.
+                if let Err(e) = self.journal.intents(&[(admitted.call_id.clone(), intent_payload(&admitted))]) {
+                    return self.refuse(
+                        &call_id,
+                        &tool_name,
+                        ErrorCode::AbortedBeforeDispatch,
+                        format!("the intent could not be made durable, so the tool did not run: {e}"),
+                    );
+                }
+                self.dispatch(admitted).await
+            }
+        }
+    }
+
+    pub(crate) fn new_call_id(&self) -> String {
+        let n = self.next_call.fetch_add(1, Ordering::Relaxed);
+        format!("call-{}-{n}", self.session)
+    }
+
+    /// Phases 1-5: everything that decides whether the call may run.
+    pub(crate) async fn admit<'h>(&'h self, call_id: String, req: CallRequest) -> Result<Admitted<'h>, Refusal> {
+        let audit = |kind, payload| {
+            self.journal
+                .lazy(&call_id, kind, payload)
+                .map_err(|e| (ErrorCode::AbortedBeforeDispatch, format!("the session log cannot be written: {e}")))
+        };
+        audit(
+            EventKind::ToolCall,
+            json!({ "tool": req.tool, "args": truncate(&req.args, 4096), "scope": req.scope,
+                    "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})) }),
+        )?;
+
+        // 1. lookup, through the one visibility resolver.
+        let tool = self.lookup(req.scope.as_deref(), &req.tool)?;
+
+        // 2. parse and validate the arguments.
+        let args = parse_args(tool, &req.args)?;
+
+        // The call's mode: the request's, else the policy's default; an
+        // escalation must be strictly wider and justified.
+        let base_mode = req.mode.unwrap_or_else(|| self.policy.default_mode());
+        let mode = match &req.escalation {
+            None => base_mode,
+            Some(e) => {
+                if !e.mode.is_wider_than(base_mode) {
+                    return Err((
+                        ErrorCode::EscalationInvalid,
+                        format!("escalation to {} is not wider than the call's mode {base_mode}", e.mode),
+                    ));
+                }
+                if e.justification.trim().is_empty() {
+                    return Err((ErrorCode::EscalationInvalid, "an escalation needs a justification".into()));
+                }
+                e.mode
+            }
+        };
+
+        let facts = CallFacts {
+            tool: &tool.descriptor.name,
+            args: &args,
+            side_effect: tool.descriptor.side_effect.into(),
+            mode,
+        };
+
+        // 3. pre-execute policy.
+        let decision = self.policy.evaluate(&facts).decision;
+        let ask_reason = match decision {
+            Decision::Deny { reason } => return Err((ErrorCode::PolicyDenied, reason)),
+            Decision::Ask { reason } => Some(reason),
+            Decision::Allow => None,
+        };
+
+        // 4. guards: deny-only; nothing after this can re-allow.
+        if let Some(denial) = self.guards.check(&facts) {
+            return Err((ErrorCode::GuardDenied, format!("{} (guard {})", denial.reason, denial.guard)));
+        }
+
+        // The sandbox must be able to give the tool what it needs.
+        if tool.descriptor.min_mode > mode {
+            return Err((
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "{} needs mode {} but the call runs in {mode}; ask for an escalation with a justification",
+                    tool.descriptor.name, tool.descriptor.min_mode
+                ),
+            ));
+        }
+
+        // 5. approval: for `ask`, and for every escalation.
+        let reason = match (&ask_reason, &req.escalation) {
+            (Some(r), Some(e)) => Some(format!("{r}; escalation to {}: {}", e.mode, e.justification)),
+            (Some(r), None) => Some(r.clone()),
+            (None, Some(e)) => Some(format!("escalation from {base_mode} to {}: {}", e.mode, e.justification)),
+            (None, None) => None,
+        };
+        if let Some(reason) = reason {
+            self.approve(&call_id, tool, &args, mode, reason, req.escalation.as_ref().map(|e| e.justification.clone()))
+                .await?;
+        }
+
+        let interrupt = req.interrupt.unwrap_or_default();
+        if interrupt.is_cancelled() {
+            return Err((ErrorCode::Cancelled, "the call was cancelled before it was dispatched".into()));
+        }
+        Ok(Admitted {
+            call_id,
+            tool,
+            args_text: args.to_string(),
+            args,
+            mode,
+            interrupt,
+            progress: req.progress,
+        })
+    }
+
+    fn lookup(&self, scope: Option<&str>, name: &str) -> Result<&RegisteredTool, Refusal> {
+        if !self.registry.has_scope(scope) {
+            return Err((ErrorCode::UnknownTool, format!("scope {:?} is not declared", scope.unwrap_or_default())));
+        }
+        self.registry.resolve(scope, name).ok_or_else(|| {
+            let visible = self.registry.visible_names(scope);
+            (
+                ErrorCode::UnknownTool,
+                format!("no tool named {:?} is available; available tools: {}", truncate(name, 80), visible.join(", ")),
+            )
+        })
+    }
+
+    async fn approve(
+        &self,
+        call_id: &str,
+        tool: &RegisteredTool,
+        args: &serde_json::Value,
+        mode: SandboxMode,
+        reason: String,
+        justification: Option<String>,
+    ) -> Result<(), Refusal> {
+        if self.policy.approval() == ApprovalSetting::Never {
+            return Err((
+                ErrorCode::ApprovalUnavailable,
+                format!("approval needed ({reason}) but the policy never asks (approval = \"never\")"),
+            ));
+        }
+        let approval_id = format!("{call_id}-approval");
+        let request = ApprovalRequest {
+            approval_id: approval_id.clone(),
+            call_id: call_id.to_string(),
+            tool: tool.descriptor.name.clone(),
+            args: args.clone(),
+            reason,
+            mode,
+            justification,
+        };
+        let asked = serde_json::to_value(&request).unwrap_or_default();
+        if let Err(e) = self.journal.lazy(call_id, EventKind::ApprovalAsked, json!({ "approver": self.approver.name(), "request": asked })) {
+            return Err((ErrorCode::ApprovalUnavailable, format!("the approval request could not be recorded: {e}")));
+        }
+        let (outcome, detail) = match AssertUnwindSafe(self.approver.decide(&request)).catch_unwind().await {
+            Ok(r) => r,
+            Err(_) => (ApprovalOutcome::Unavailable, Some("the approver panicked".into())),
+        };
+        let decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
+        if let Err(e) = self.journal.lazy(call_id, EventKind::ApprovalDecided, decided) {
+            return Err((ErrorCode::ApprovalUnavailable, format!("the approval decision could not be recorded: {e}")));
+        }
+        let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
+        match outcome {
+            ApprovalOutcome::AllowedOnce => Ok(()),
+            ApprovalOutcome::Rejected => Err((ErrorCode::ApprovalRejected, format!("the approver rejected the call{detail}"))),
+            ApprovalOutcome::Cancelled => Err((ErrorCode::ApprovalCancelled, format!("the approval was cancelled{detail}"))),
+            ApprovalOutcome::Unavailable => Err((ErrorCode::ApprovalUnavailable, format!("no approval could be obtained{detail}"))),
+        }
+    }
+
+    /// Phases 7-9 for a call whose intent is durable.
+    pub(crate) async fn dispatch(&self, admitted: Admitted<'_>) -> CallResult {
+        let result = self.execute(&admitted).await;
+        self.commit(result)
+    }
+
+    /// Phases 7-8: sandbox, body, output validation and post-execute.
+    pub(crate) async fn execute(&self, a: &Admitted<'_>) -> CallResult {
+        let name = a.tool.descriptor.name.clone();
+        if a.interrupt.is_cancelled() {
+            return CallResult::error(a.call_id.clone(), name, ErrorCode::Cancelled, "the call was cancelled before the tool started", Receipt::default());
+        }
+        // 7. sandbox + body.
+        let spec = SandboxSpec {
+            mode: a.mode,
+            workspace: self.workspace.clone(),
+            limits: self.limits.clone(),
+        };
+        let (outcome, receipt) = self
+            .runtime
+            .invoke(&a.tool.component, &name, &a.args_text, &spec, a.interrupt.clone(), a.progress.clone())
+            .await;
+        let (canonical, content, meta) = match outcome {
+            BodyOutcome::Err { code, message } => return CallResult::error(a.call_id.clone(), name, code, message, receipt),
+            BodyOutcome::Ok { canonical, content, meta } => (canonical, content, meta),
+        };
+        // 8. output validation.
+        if let Err(e) = a.tool.validate_output(&canonical) {
+            return CallResult::error(a.call_id.clone(), name, ErrorCode::OutputInvalid, format!("the tool's output does not match its output schema: {e}"), receipt);
+        }
+        let mut result = CallResult::ok(a.call_id.clone(), name, canonical, content, meta, receipt);
+        // 8. post-execute: the policy file's rules, then library hooks.
+        if let Err(blocked) = self.post_execute(a.tool, &mut result) {
+            return CallResult::error(result.call_id, result.tool, ErrorCode::PostExecuteBlocked, blocked, result.receipt);
+        }
+        result
+    }
+
+    fn post_execute(&self, tool: &RegisteredTool, result: &mut CallResult) -> Result<(), String> {
+        let mut texts: Vec<String> = result.content.iter().map(|c| c.as_text().to_string()).collect();
+        match self.policy.post_execute().apply(&mut texts, &result.canonical) {
+            PostVerdict::Blocked { reason } => return Err(format!("blocked by policy: {reason}")),
+            PostVerdict::Changed => result.content = texts.into_iter().map(ContentItem::text).collect(),
+            PostVerdict::Keep => {}
+        }
+        for hook in &self.post_hooks {
+            let action = std::panic::catch_unwind(AssertUnwindSafe(|| hook.inspect(&tool.descriptor, result)))
+                .unwrap_or_else(|_| PostAction::Block(format!("post-execute hook {} panicked", hook.name())));
+            match action {
+                PostAction::Keep => {}
+                PostAction::ReplaceContent(c) => result.content = c,
+                PostAction::ReplaceCanonical(v) => {
+                    tool.validate_output(&v)
+                        .map_err(|e| format!("hook {} replaced the canonical value with one that breaks the output schema: {e}", hook.name()))?;
+                    result.canonical = v;
+                }
+                PostAction::Block(reason) => return Err(format!("blocked by {}: {reason}", hook.name())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Phase 9: commit the result to the log, then show it to observers.
+    pub(crate) fn commit(&self, result: CallResult) -> CallResult {
+        if let Err(e) = self.journal.result(&result) {
+            // The body has run; the result stays unrecorded and recovery will
+            // report the call as TOOL_OUTCOME_UNKNOWN. Say so.
+            tracing::error!(call_id = %result.call_id, error = %e, "the result could not be written to the session log");
+        }
+        for observer in &self.observers {
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| observer.observe(&result)));
+        }
+        result
+    }
+
+    /// A refusal before dispatch: recorded and observed like any result.
+    pub(crate) fn refuse(&self, call_id: &str, tool: &str, code: ErrorCode, message: String) -> CallResult {
+        self.commit(CallResult::error(call_id.to_string(), tool.to_string(), code, message, Receipt::default()))
+    }
+}
+
+fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Refusal> {
+    if text.len() > MAX_ARGS_BYTES {
+        return Err((ErrorCode::InvalidArgs, format!("the arguments are {} bytes; the limit is {MAX_ARGS_BYTES}", text.len())));
+    }
+    let args: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| (ErrorCode::InvalidArgs, format!("the arguments are not valid JSON: {e}")))?;
+    tool.validate_args(&args)
+        .map_err(|e| (ErrorCode::InvalidArgs, format!("the arguments do not match the input schema of {}: {e}", tool.descriptor.name)))?;
+    Ok(args)
+}
+
+pub(crate) fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
+    json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

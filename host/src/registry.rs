@@ -1,0 +1,270 @@
+//! Tools and scopes, and the one visibility resolver that feeds listing,
+//! lookup and dispatch.
+//!
+//! Visibility decides what a model is shown. It is not the security
+//! boundary: the orchestrator runs policy and guards for every call that
+//! resolves, whatever its origin.
+
+use crate::runtime::LoadedComponent;
+use crate::tool::Descriptor;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// A loaded tool: its descriptor, its component and its compiled schemas.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    /// The validated descriptor.
+    pub descriptor: Descriptor,
+    /// The component that implements it.
+    pub component: Arc<LoadedComponent>,
+    pub(crate) input: Arc<jsonschema::Validator>,
+    pub(crate) output: Option<Arc<jsonschema::Validator>>,
+}
+
+impl std::fmt::Debug for RegisteredTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredTool")
+            .field("name", &self.descriptor.name)
+            .field("source", &self.component.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegisteredTool {
+    /// Compiles the tool's schemas. An input or output schema that is not a
+    /// valid JSON Schema is a load error.
+    pub fn new(descriptor: Descriptor, component: Arc<LoadedComponent>) -> Result<Self, String> {
+        let input = compile_schema(&descriptor.input_schema)
+            .map_err(|e| format!("tool {}: invalid input schema: {e}", descriptor.name))?;
+        let output = match &descriptor.output_schema {
+            Some(s) => Some(Arc::new(
+                compile_schema(s).map_err(|e| format!("tool {}: invalid output schema: {e}", descriptor.name))?,
+            )),
+            None => None,
+        };
+        Ok(RegisteredTool {
+            descriptor,
+            component,
+            input: Arc::new(input),
+            output,
+        })
+    }
+
+    /// Validates `args` against the input schema; the error names each
+    /// failing path.
+    pub fn validate_args(&self, args: &serde_json::Value) -> Result<(), String> {
+        validate(&self.input, args)
+    }
+
+    /// Validates a canonical output against the output schema, if any.
+    pub fn validate_output(&self, canonical: &serde_json::Value) -> Result<(), String> {
+        match &self.output {
+            Some(v) => validate(v, canonical),
+            None => Ok(()),
+        }
+    }
+}
+
+fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::meta::validate(schema).map_err(|e| e.to_string())?;
+    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}
+
+fn validate(v: &jsonschema::Validator, value: &serde_json::Value) -> Result<(), String> {
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .take(8)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            let path = if path.is_empty() { "/".to_string() } else { path };
+            format!("at {path}: {e}")
+        })
+        .collect();
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+}
+
+/// A named scope (an agent, a sub-agent): its own tools plus a restriction
+/// of what it inherits from its parent (or the global set).
+#[derive(Debug, Clone, Default)]
+pub struct ScopeSpec {
+    /// The parent scope; `None` inherits the global tools.
+    pub parent: Option<String>,
+    /// If set, only these inherited tools are visible.
+    pub allow: Option<Vec<String>>,
+    /// Inherited tools hidden from this scope.
+    pub deny: Vec<String>,
+}
+
+/// Configuration errors of the registry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two components offer the same tool name.
+    #[error("tool name {name:?} is offered by both {first} and {second}; rename one or load only one")]
+    Collision {
+        /// The tool name.
+        name: String,
+        /// The first component.
+        first: String,
+        /// The second component.
+        second: String,
+    },
+    /// A restriction names a tool the scope cannot see.
+    #[error("scope {scope:?} restricts {name:?}, which it does not inherit")]
+    UnknownRestriction {
+        /// The scope.
+        scope: String,
+        /// The name.
+        name: String,
+    },
+    /// `allow = []` would hide every tool: almost surely a mistake.
+    #[error("scope {0:?} has an empty allow list; omit it to inherit everything")]
+    EmptyRestriction(String),
+    /// A scope names a parent that does not exist, or scopes form a cycle.
+    #[error("scope {scope:?}: {detail}")]
+    BadScope {
+        /// The scope.
+        scope: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// The global tools and the named scopes.
+#[derive(Debug, Default, Clone)]
+pub struct Registry {
+    global: BTreeMap<String, RegisteredTool>,
+    scopes: BTreeMap<String, (ScopeSpec, BTreeMap<String, RegisteredTool>)>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// Adds a global tool; a name already taken is a collision.
+    pub fn add_global(&mut self, tool: RegisteredTool) -> Result<(), RegistryError> {
+        insert(&mut self.global, tool)
+    }
+
+    /// Declares a scope. Its restrictions are checked against what it
+    /// inherits.
+    pub fn add_scope(&mut self, name: &str, spec: ScopeSpec) -> Result<(), RegistryError> {
+        if spec.allow.as_ref().is_some_and(|a| a.is_empty()) {
+            return Err(RegistryError::EmptyRestriction(name.to_string()));
+        }
+        if let Some(parent) = &spec.parent {
+            if !self.scopes.contains_key(parent) {
+                return Err(RegistryError::BadScope {
+                    scope: name.to_string(),
+                    detail: format!("parent scope {parent:?} is not declared (declare parents first)"),
+                });
+            }
+        }
+        if self.scopes.contains_key(name) {
+            return Err(RegistryError::BadScope {
+                scope: name.to_string(),
+                detail: "declared twice".into(),
+            });
+        }
+        let inherited: BTreeSet<String> = self.visible_names(spec.parent.as_deref()).into_iter().collect();
+        for n in spec.allow.iter().flatten().chain(spec.deny.iter()) {
+            if !inherited.contains(n) {
+                return Err(RegistryError::UnknownRestriction {
+                    scope: name.to_string(),
+                    name: n.clone(),
+                });
+            }
+        }
+        self.scopes.insert(name.to_string(), (spec, BTreeMap::new()));
+        Ok(())
+    }
+
+    /// Registers a tool of a scope's own. It may not shadow a tool the scope
+    /// can already see.
+    pub fn add_scoped(&mut self, scope: &str, tool: RegisteredTool) -> Result<(), RegistryError> {
+        let parent = match self.scopes.get(scope) {
+            Some((spec, _)) => spec.parent.clone(),
+            None => {
+                return Err(RegistryError::BadScope {
+                    scope: scope.to_string(),
+                    detail: "not declared".into(),
+                });
+            }
+        };
+        if let Some(existing) = self.resolve_in(parent.as_deref(), &tool.descriptor.name) {
+            return Err(RegistryError::Collision {
+                name: tool.descriptor.name.clone(),
+                first: existing.component.source.clone(),
+                second: tool.component.source.clone(),
+            });
+        }
+        match self.scopes.get_mut(scope) {
+            Some((_, own)) => insert(own, tool),
+            None => Ok(()),
+        }
+    }
+
+    /// True when `scope` is declared (`None`, the global scope, always is).
+    pub fn has_scope(&self, scope: Option<&str>) -> bool {
+        scope.is_none_or(|s| self.scopes.contains_key(s))
+    }
+
+    /// The one visibility resolver: the tool `name` as seen from `scope`.
+    pub fn resolve(&self, scope: Option<&str>, name: &str) -> Option<&RegisteredTool> {
+        self.resolve_in(scope, name)
+    }
+
+    fn resolve_in(&self, scope: Option<&str>, name: &str) -> Option<&RegisteredTool> {
+        let Some(scope) = scope else {
+            return self.global.get(name);
+        };
+        let (spec, own) = self.scopes.get(scope)?;
+        if let Some(t) = own.get(name) {
+            return Some(t);
+        }
+        if spec.deny.iter().any(|d| d == name) {
+            return None;
+        }
+        if let Some(allow) = &spec.allow {
+            if !allow.iter().any(|a| a == name) {
+                return None;
+            }
+        }
+        self.resolve_in(spec.parent.as_deref(), name)
+    }
+
+    /// Names visible from `scope`, sorted. Listing uses this, and so does
+    /// every check of a restriction; both go through [`Registry::resolve`].
+    pub fn visible_names(&self, scope: Option<&str>) -> Vec<String> {
+        let mut all: BTreeSet<&String> = self.global.keys().collect();
+        for (_, own) in self.scopes.values() {
+            all.extend(own.keys());
+        }
+        all.into_iter()
+            .filter(|n| self.resolve_in(scope, n).is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// The tools visible from `scope`, sorted by name.
+    pub fn visible(&self, scope: Option<&str>) -> Vec<&RegisteredTool> {
+        self.visible_names(scope)
+            .iter()
+            .filter_map(|n| self.resolve_in(scope, n))
+            .collect()
+    }
+}
+
+fn insert(map: &mut BTreeMap<String, RegisteredTool>, tool: RegisteredTool) -> Result<(), RegistryError> {
+    if let Some(existing) = map.get(&tool.descriptor.name) {
+        return Err(RegistryError::Collision {
+            name: tool.descriptor.name.clone(),
+            first: existing.component.source.clone(),
+            second: tool.component.source.clone(),
+        });
+    }
+    map.insert(tool.descriptor.name.clone(), tool);
+    Ok(())
+}

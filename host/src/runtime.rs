@@ -1,0 +1,607 @@
+//! The Wasm runtime: one shared `Engine`, components compiled once (through
+//! the compile cache) and pre-instantiated, and a fresh `Store` per call.
+//!
+//! This module runs a tool body and classifies how it ended. It decides
+//! nothing about whether a call may run: that is the orchestrator's job, and
+//! by the time [`Runtime::invoke`] is called every check has passed.
+
+use crate::bindings::{ContentBlock, ToolProvider, ToolProviderPre, WitMode, WitSideEffect};
+use crate::cache::CompileCache;
+use crate::sandbox::{self, Limits, SandboxSpec};
+use crate::state::{CallState, HostCalls, Interrupt, Limiter, ProgressSink};
+use crate::tool::{ContentItem, Descriptor, SideEffect};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use toolhost_core::{ErrorCode, SandboxMode};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
+
+/// How often the engine's epoch advances. Deadlines and cancellation are
+/// observed within about one tick while the guest computes.
+pub const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// How long `describe` may run when a component is loaded.
+pub const DESCRIBE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Engine-wide settings, fixed when the runtime is built.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Meter fuel (needed for `Limits::fuel`). Costs some speed on every call.
+    pub fuel: bool,
+    /// Use the pooling instance allocator.
+    pub pooling: bool,
+    /// Most calls that can run at the same time (pool size).
+    pub max_concurrent_calls: u32,
+    /// The compile cache directory; `None` disables the disk cache.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            fuel: false,
+            pooling: true,
+            max_concurrent_calls: 64,
+            cache_dir: crate::cache::default_cache_dir(),
+        }
+    }
+}
+
+/// Errors loading a component.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {detail}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        detail: String,
+    },
+    /// The bytes are not WebAssembly at all.
+    #[error("{0} is not a WebAssembly file")]
+    NotWasm(String),
+    /// A core module where a component is expected.
+    #[error("{0} is a core WebAssembly module, not a component (build it for wasm32-wasip2, or wrap it with `wasm-tools component new`)")]
+    CoreModule(String),
+    /// The component failed to compile or validate.
+    #[error("{file} is not a valid component: {detail}")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// Why.
+        detail: String,
+    },
+    /// The component does not implement the `toolhost:tool/tool-provider` world.
+    #[error("{file} does not implement the toolhost:tool/tool-provider world: {detail}")]
+    WrongWorld {
+        /// The file.
+        file: String,
+        /// Why.
+        detail: String,
+    },
+    /// `describe` trapped, timed out or returned unusable descriptors.
+    #[error("{file}: describe failed: {detail}")]
+    Describe {
+        /// The file.
+        file: String,
+        /// Why.
+        detail: String,
+    },
+    /// The runtime could not be set up.
+    #[error("runtime: {0}")]
+    Runtime(String),
+}
+
+/// A component compiled and linked, ready to instantiate per call.
+pub struct LoadedComponent {
+    /// Where it came from (a path or `embedded:NAME`).
+    pub source: String,
+    /// SHA-256 of the component bytes (hex).
+    pub sha256: String,
+    pub(crate) pre: ToolProviderPre<CallState>,
+    /// The component's imports (`namespace:package/interface@version`).
+    pub imports: Vec<String>,
+}
+
+impl std::fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedComponent").field("source", &self.source).finish_non_exhaustive()
+    }
+}
+
+/// The raw outcome of running a body.
+#[derive(Debug)]
+pub enum BodyOutcome {
+    /// The tool returned a result.
+    Ok {
+        /// The canonical JSON value.
+        canonical: serde_json::Value,
+        /// Model-visible content.
+        content: Vec<ContentItem>,
+        /// UI metadata.
+        meta: Option<serde_json::Value>,
+    },
+    /// The call failed with a stable code.
+    Err {
+        /// The code.
+        code: ErrorCode,
+        /// A message the model can act on.
+        message: String,
+    },
+}
+
+/// What the runtime measured during a body.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Receipt {
+    /// Wall time of the body, in microseconds.
+    pub wall_us: u64,
+    /// Fuel consumed, when metered.
+    pub fuel_used: Option<u64>,
+    /// Largest linear memory the guest reached, in bytes.
+    pub peak_memory_bytes: u64,
+    /// The sandbox mode the body ran in.
+    pub mode: Option<SandboxMode>,
+    /// Bytes the guest wrote to stdout (kept or dropped).
+    pub stdout_bytes: u64,
+    /// Bytes the guest wrote to stderr (kept or dropped).
+    pub stderr_bytes: u64,
+    /// Log records the tool wrote through the host interface.
+    pub logs: Vec<crate::state::LogRecord>,
+    /// Progress reports received.
+    pub progress_reports: u64,
+    /// Capability attempts the host refused and observed.
+    pub denied: Vec<String>,
+}
+
+/// One engine, its linker and compile cache, and the epoch ticker.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: CompileCache,
+    options: RuntimeOptions,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The pool's largest memory: calls cannot ask for more than this.
+const POOL_MAX_MEMORY: usize = 1 << 30;
+
+impl Runtime {
+    /// Builds the engine (epoch interruption always on) and starts the
+    /// epoch ticker.
+    pub fn new(options: RuntimeOptions) -> Result<Runtime, LoadError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.consume_fuel(options.fuel);
+        config.wasm_component_model(true);
+        if options.pooling {
+            let n = options.max_concurrent_calls.max(1);
+            let mut pool = wasmtime::PoolingAllocationConfig::default();
+            pool.total_component_instances(n)
+                .total_core_instances(n * 8)
+                .total_memories(n * 2)
+                .total_tables(n * 8)
+                .max_memory_size(POOL_MAX_MEMORY)
+                .max_memories_per_component(4)
+                .max_tables_per_component(16)
+                .max_core_instances_per_component(32);
+            config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&config).map_err(|e| LoadError::Runtime(e.to_string()))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| LoadError::Runtime(e.to_string()))?;
+        ToolProvider::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Runtime(e.to_string()))?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let stop = ticker_stop.clone();
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("toolhost-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| LoadError::Runtime(format!("cannot start the epoch thread: {e}")))?;
+        let cache = CompileCache::new(&engine, options.cache_dir.clone());
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            options,
+            ticker_stop,
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The compile cache.
+    pub fn cache(&self) -> &CompileCache {
+        &self.cache
+    }
+
+    /// The options the runtime was built with.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
+    }
+
+    /// Compiles (or loads from the cache) and links `bytes`, then asks the
+    /// component to describe its tools.
+    pub async fn load(&self, source: &str, bytes: &[u8]) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError::NotWasm(source.to_string()));
+        }
+        if wasmparser::Parser::is_core_wasm(bytes) {
+            return Err(LoadError::CoreModule(source.to_string()));
+        }
+        if !wasmparser::Parser::is_component(bytes) {
+            return Err(LoadError::NotWasm(source.to_string()));
+        }
+        let component: Component = self.cache.load(&self.engine, bytes).map_err(|e| LoadError::Invalid {
+            file: source.to_string(),
+            detail: format!("{e:#}"),
+        })?;
+        let imports = component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld {
+            file: source.to_string(),
+            detail: format!("{e:#}"),
+        })?;
+        let pre = ToolProviderPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+            file: source.to_string(),
+            detail: format!("{e:#}"),
+        })?;
+        let loaded = Arc::new(LoadedComponent {
+            source: source.to_string(),
+            sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes)),
+            pre,
+            imports,
+        });
+        let descriptors = self.describe(&loaded).await?;
+        Ok((loaded, descriptors))
+    }
+
+    async fn describe(&self, component: &LoadedComponent) -> Result<Vec<Descriptor>, LoadError> {
+        let err = |detail: String| LoadError::Describe {
+            file: component.source.clone(),
+            detail,
+        };
+        let spec = SandboxSpec {
+            mode: SandboxMode::None,
+            workspace: PathBuf::from("/"),
+            limits: Limits {
+                deadline: DESCRIBE_DEADLINE,
+                ..Limits::default()
+            },
+        };
+        let mut run = self.prepare(&spec, Interrupt::default(), None).map_err(|(_, m)| err(m))?;
+        let (deadline, interrupt) = run.deadline();
+        let store = &mut run.store;
+        let raced = race(
+            async {
+                let bindings = component.pre.instantiate_async(&mut *store).await?;
+                bindings.toolhost_tool_tool().call_describe(&mut *store).await
+            },
+            deadline,
+            &interrupt,
+        )
+        .await;
+        let result = run.finish(raced);
+        let raw = match result {
+            Ok(d) => d,
+            Err((code, message)) => return Err(err(format!("{code}: {message}"))),
+        };
+        if raw.is_empty() {
+            return Err(err("the component offers no tools".into()));
+        }
+        raw.into_iter().map(|d| Descriptor::from_wit(d).map_err(&err)).collect()
+    }
+
+    /// Runs the body of `tool` once, in a fresh store built for `spec`.
+    pub async fn invoke(
+        &self,
+        component: &LoadedComponent,
+        tool: &str,
+        args_json: &str,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+        progress: Option<ProgressSink>,
+    ) -> (BodyOutcome, Receipt) {
+        let started = Instant::now();
+        let mut run = match self.prepare(spec, interrupt, progress) {
+            Ok(run) => run,
+            Err((code, message)) => {
+                return (BodyOutcome::Err { code, message }, Receipt::default());
+            }
+        };
+        let (deadline, interrupt) = run.deadline();
+        let store = &mut run.store;
+        let raced = race(
+            async {
+                let bindings = component.pre.instantiate_async(&mut *store).await?;
+                bindings.toolhost_tool_tool().call_invoke(&mut *store, tool, args_json).await
+            },
+            deadline,
+            &interrupt,
+        )
+        .await;
+        let result = run.finish(raced);
+        let max_output = spec.limits.max_output;
+        let outcome = match result {
+            Err((code, message)) => BodyOutcome::Err { code, message },
+            Ok(Err(e)) => BodyOutcome::Err {
+                code: ErrorCode::ToolError,
+                message: format!("{}: {}", e.code, e.message),
+            },
+            Ok(Ok(out)) => lift_output(out, max_output),
+        };
+        let mut receipt = run.receipt(spec.mode, self.options.fuel);
+        receipt.wall_us = started.elapsed().as_micros() as u64;
+        (outcome, receipt)
+    }
+
+    pub(crate) fn prepare(
+        &self,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+        progress: Option<ProgressSink>,
+    ) -> Result<Run, (ErrorCode, String)> {
+        self.prepare_with(spec, interrupt, progress, None)
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<CallState> {
+        &self.linker
+    }
+
+    pub(crate) fn prepare_with(
+        &self,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+        progress: Option<ProgressSink>,
+        command: Option<&[String]>,
+    ) -> Result<Run, (ErrorCode, String)> {
+        if spec.limits.max_memory > POOL_MAX_MEMORY && self.options.pooling {
+            return Err((
+                ErrorCode::SandboxUnavailable,
+                format!("memory limit {} exceeds the pool's {} bytes", spec.limits.max_memory, POOL_MAX_MEMORY),
+            ));
+        }
+        if spec.limits.fuel.is_some() && !self.options.fuel {
+            return Err((
+                ErrorCode::SandboxUnavailable,
+                "a fuel budget was requested but this runtime does not meter fuel".into(),
+            ));
+        }
+        let built = sandbox::build_wasi(spec, command).map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        let state = CallState {
+            wasi: built.wasi,
+            table: wasmtime::component::ResourceTable::new(),
+            limiter: Limiter {
+                max_memory: spec.limits.max_memory,
+                max_table_elements: spec.limits.max_table_elements,
+                max_instances: spec.limits.max_instances,
+                peak_memory: 0,
+                hit: None,
+            },
+            host: HostCalls {
+                progress_sink: progress,
+                ..HostCalls::default()
+            },
+            stdout: built.stdout,
+            stderr: built.stderr,
+            deadline: Instant::now() + spec.limits.deadline,
+            interrupt,
+            stopped_by: None,
+            denied: built.denied,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        if self.options.fuel {
+            let fuel = spec.limits.fuel.unwrap_or(u64::MAX);
+            store
+                .set_fuel(fuel)
+                .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        }
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
+            if state.interrupt.is_cancelled() {
+                state.stopped_by = Some(ErrorCode::Cancelled);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if Instant::now() >= state.deadline {
+                state.stopped_by = Some(ErrorCode::Timeout);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            // Yield so that a CPU-bound guest shares its thread and the
+            // cancellation/deadline select in `drive` stays responsive.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        Ok(Run {
+            store,
+            fuel_budget: spec.limits.fuel.unwrap_or(u64::MAX),
+            _scratch: built.scratch,
+        })
+    }
+}
+
+/// One prepared store and what must live as long as it.
+pub(crate) struct Run {
+    pub(crate) store: Store<CallState>,
+    fuel_budget: u64,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl Run {
+    /// Turns the raced outcome of a body into a result, classifying
+    /// failures. Called after the body's future is gone: the body has
+    /// stopped (completed, trapped, or dropped while it waited in a host
+    /// call).
+    pub(crate) fn finish<R>(&mut self, raced: Option<wasmtime::Result<R>>) -> Result<R, (ErrorCode, String)> {
+        let state = self.store.data_mut();
+        match raced {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => Err(classify(&e, state)),
+            None => {
+                let code = if state.interrupt.is_cancelled() { ErrorCode::Cancelled } else { ErrorCode::Timeout };
+                state.stopped_by = Some(code);
+                Err((code, stop_message(code)))
+            }
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> (tokio::time::Instant, Interrupt) {
+        let state = self.store.data();
+        (tokio::time::Instant::from_std(state.deadline), state.interrupt.clone())
+    }
+
+    pub(crate) fn receipt(&self, mode: SandboxMode, metered: bool) -> Receipt {
+        let state = self.store.data();
+        let fuel_used = if metered {
+            self.store.get_fuel().ok().map(|left| self.fuel_budget.saturating_sub(left))
+        } else {
+            None
+        };
+        Receipt {
+            wall_us: 0,
+            fuel_used,
+            peak_memory_bytes: state.limiter.peak_memory as u64,
+            mode: Some(mode),
+            stdout_bytes: state.stdout.total_bytes(),
+            stderr_bytes: state.stderr.total_bytes(),
+            logs: state.host.logs.clone(),
+            progress_reports: state.host.progress_reports,
+            denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Runs `body` until it ends, the deadline passes or the call is cancelled.
+/// `None` means the body was stopped from outside while it waited in a host
+/// call (a CPU-bound guest is stopped by the epoch callback instead, and
+/// ends with an error). When this returns, the future has been dropped.
+pub(crate) async fn race<R>(
+    body: impl std::future::Future<Output = wasmtime::Result<R>>,
+    deadline: tokio::time::Instant,
+    interrupt: &Interrupt,
+) -> Option<wasmtime::Result<R>> {
+    tokio::select! {
+        biased;
+        r = body => Some(r),
+        _ = tokio::time::sleep_until(deadline) => None,
+        _ = wait_cancelled(interrupt) => None,
+    }
+}
+
+async fn wait_cancelled(interrupt: &Interrupt) {
+    while !interrupt.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn stop_message(code: ErrorCode) -> String {
+    match code {
+        ErrorCode::Cancelled => "the call was cancelled; the tool was stopped".into(),
+        _ => "the call ran past its deadline and was stopped".into(),
+    }
+}
+
+/// Maps how a body failed to a stable code and a message.
+fn classify(err: &wasmtime::Error, state: &CallState) -> (ErrorCode, String) {
+    if let Some(code) = state.stopped_by {
+        return (code, stop_message(code));
+    }
+    let trap = err.downcast_ref::<Trap>().copied();
+    if trap == Some(Trap::OutOfFuel) {
+        return (ErrorCode::OutOfFuel, "the call used up its fuel budget".into());
+    }
+    if let Some(what) = state.limiter.hit {
+        return (
+            ErrorCode::MemoryLimit,
+            format!("the tool tried to grow its {what} past the limit ({} bytes of memory)", state.limiter.max_memory),
+        );
+    }
+    let (stderr, _) = state.stderr.snapshot();
+    let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let what = match trap {
+        Some(t) => t.to_string(),
+        None => format!("{err:#}"),
+    };
+    let message = if tail.is_empty() { format!("the tool trapped: {what}") } else { format!("the tool trapped: {what}\n{tail}") };
+    (ErrorCode::Trap, message)
+}
+
+fn lift_output(out: crate::bindings::ToolOutput, max_output: usize) -> BodyOutcome {
+    let size = out.canonical.len()
+        + out.meta.as_ref().map_or(0, |m| m.len())
+        + out.content.iter().map(|ContentBlock::Text(t)| t.len()).sum::<usize>();
+    if size > max_output {
+        return BodyOutcome::Err {
+            code: ErrorCode::OutputTooLarge,
+            message: format!("the result is {size} bytes; the limit is {max_output}"),
+        };
+    }
+    let canonical = match serde_json::from_str(&out.canonical) {
+        Ok(v) => v,
+        Err(e) => {
+            return BodyOutcome::Err {
+                code: ErrorCode::OutputInvalid,
+                message: format!("the canonical output is not JSON: {e}"),
+            };
+        }
+    };
+    let meta = match out.meta.as_deref().map(serde_json::from_str).transpose() {
+        Ok(m) => m,
+        Err(e) => {
+            return BodyOutcome::Err {
+                code: ErrorCode::OutputInvalid,
+                message: format!("meta is not JSON: {e}"),
+            };
+        }
+    };
+    let content = out.content.into_iter().map(|ContentBlock::Text(text)| ContentItem::text(text)).collect();
+    BodyOutcome::Ok { canonical, content, meta }
+}
+
+pub(crate) fn mode_from_wit(m: WitMode) -> SandboxMode {
+    match m {
+        WitMode::None => SandboxMode::None,
+        WitMode::ReadOnly => SandboxMode::ReadOnly,
+        WitMode::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+        WitMode::DangerFullAccess => SandboxMode::DangerFullAccess,
+    }
+}
+
+pub(crate) fn side_effect_from_wit(s: WitSideEffect) -> SideEffect {
+    match s {
+        WitSideEffect::None => SideEffect::None,
+        WitSideEffect::Read => SideEffect::Read,
+        WitSideEffect::Write => SideEffect::Write,
+        WitSideEffect::External => SideEffect::External,
+    }
+}

@@ -1,0 +1,107 @@
+//! What the host knows about a tool: its validated descriptor, and the
+//! content blocks of results.
+
+use crate::bindings::ToolDescriptor;
+use crate::runtime::{mode_from_wit, side_effect_from_wit};
+use serde::{Deserialize, Serialize};
+use toolhost_core::SandboxMode;
+pub use toolhost_core::SideEffect;
+
+/// The longest tool name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// A tool's descriptor, validated when its component was loaded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Descriptor {
+    /// The tool's name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// The JSON Schema of its canonical output, when declared.
+    pub output_schema: Option<serde_json::Value>,
+    /// Whether calls may overlap.
+    pub concurrency_safe: bool,
+    /// The strongest effect a call may have.
+    pub side_effect: SideEffect,
+    /// Whether repeating a call is harmless.
+    pub idempotent: bool,
+    /// The narrowest mode the tool can work in.
+    pub min_mode: SandboxMode,
+}
+
+/// True when `name` is a well-formed tool name: 1 to 64 characters of
+/// `[a-zA-Z0-9_-]`, starting with a letter.
+pub fn is_valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+        && name.len() <= MAX_NAME_LEN
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl Descriptor {
+    pub(crate) fn from_wit(d: ToolDescriptor) -> Result<Descriptor, String> {
+        if !is_valid_name(&d.name) {
+            return Err(format!(
+                "tool name {:?} is not valid (1-64 characters of [a-zA-Z0-9_-], starting with a letter)",
+                truncate(&d.name)
+            ));
+        }
+        let input_schema: serde_json::Value = serde_json::from_str(&d.input_schema)
+            .map_err(|e| format!("tool {}: input schema is not JSON: {e}", d.name))?;
+        if !(input_schema.is_object() || input_schema.is_boolean()) {
+            return Err(format!("tool {}: input schema must be a JSON object", d.name));
+        }
+        let output_schema = match d.output_schema.as_deref() {
+            None => None,
+            Some(s) => {
+                let v: serde_json::Value =
+                    serde_json::from_str(s).map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?;
+                if !(v.is_object() || v.is_boolean()) {
+                    return Err(format!("tool {}: output schema must be a JSON object", d.name));
+                }
+                Some(v)
+            }
+        };
+        Ok(Descriptor {
+            name: d.name,
+            description: d.description,
+            input_schema,
+            output_schema,
+            concurrency_safe: d.concurrency_safe,
+            side_effect: side_effect_from_wit(d.side_effect),
+            idempotent: d.idempotent,
+            min_mode: mode_from_wit(d.min_mode),
+        })
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// One block of model-visible content (`{"type":"text","text":...}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ContentItem {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+}
+
+impl ContentItem {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentItem::Text { text: text.into() }
+    }
+
+    /// The block's text.
+    pub fn as_text(&self) -> &str {
+        match self {
+            ContentItem::Text { text } => text,
+        }
+    }
+}
