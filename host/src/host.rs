@@ -320,7 +320,14 @@ impl HostBuilder {
             (Some(log), _) => log,
             (None, Some(dir)) => {
                 check_state_dir(&dir, &workspace, self.policy.default_mode())?;
-                Arc::new(SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?)
+                let log = SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?;
+                // Recovery on open: a call whose intent is durable but whose
+                // result is not ends as TOOL_OUTCOME_UNKNOWN, never re-run.
+                let recovered = log.recover().map_err(|e| HostError::Log(e.to_string()))?;
+                if !recovered.recovered.is_empty() {
+                    tracing::warn!(calls = ?recovered.recovered, "recovered calls with an unknown outcome");
+                }
+                Arc::new(log)
             }
             (None, None) => Arc::new(SessionLog::in_memory().map_err(|e| HostError::Log(e.to_string()))?),
         };

@@ -1,0 +1,11 @@
+//! One test binary for the whole conformance suite. Each suite is a module;
+//! each probe `<suite>_<case>` in `tests/probes/src/bin/` must have a test
+//! function named `<suite>_<case>` in its suite module, or this binary does
+//! not build.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+mod runtime;
