@@ -319,7 +319,7 @@ impl HostBuilder {
         let log = match (self.log.take(), self.state_dir.take()) {
             (Some(log), _) => log,
             (None, Some(dir)) => {
-                check_state_dir(&dir, &workspace, self.policy.default_mode())?;
+                check_state_dir(&dir, &workspace)?;
                 let log = SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?;
                 // Recovery on open: a call whose intent is durable but whose
                 // result is not ends as TOOL_OUTCOME_UNKNOWN, never re-run.
@@ -352,22 +352,36 @@ impl HostBuilder {
     }
 }
 
-/// Refuses a state directory that tools could write: the log is the record
-/// of what tools did, so no tool may be able to rewrite it.
-fn check_state_dir(dir: &Path, workspace: &Path, mode: SandboxMode) -> Result<(), HostError> {
-    if mode < SandboxMode::WorkspaceWrite || mode == SandboxMode::DangerFullAccess {
-        return Ok(());
-    }
+/// Refuses a state directory inside the workspace: the log is the record of
+/// what tools did, and any call may be escalated to a mode that writes the
+/// workspace, so no state inside it can be trusted.
+fn check_state_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
     let abs = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
         std::env::current_dir().map(|c| c.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
     };
-    let abs = abs.canonicalize().unwrap_or(abs);
-    if abs.starts_with(workspace) {
+    // Resolve the longest existing prefix, so a state dir that does not
+    // exist yet is still compared through symlinks.
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(p), Some(n)) => {
+                rest.push(n.to_os_string());
+                existing = p;
+            }
+            _ => break,
+        }
+    }
+    let mut resolved = existing.canonicalize().unwrap_or_else(|_| existing.to_path_buf());
+    for n in rest.into_iter().rev() {
+        resolved.push(n);
+    }
+    if resolved.starts_with(workspace) {
         return Err(HostError::UnsafeState(format!(
-            "state directory {} is inside the workspace {}, which tools can write in mode {mode}; use --state outside the workspace",
-            abs.display(),
+            "state directory {} is inside the workspace {}, where tools could rewrite the session log; use --state outside the workspace",
+            resolved.display(),
             workspace.display()
         )));
     }

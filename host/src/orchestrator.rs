@@ -110,7 +110,7 @@ impl Host {
         let facts = CallFacts {
             tool: &tool.descriptor.name,
             args: &args,
-            side_effect: tool.descriptor.side_effect.into(),
+            side_effect: tool.descriptor.side_effect,
             mode,
         };
 
