@@ -196,6 +196,7 @@ pub fn invoke<T: Tool>(
             format!("arguments do not match {}: {e}", T::NAME),
         ))
     })?;
+    enter_initial_cwd();
     let output = T::run(parsed).map_err(to_wit_error)?;
     let canonical = serde_json::to_string(&output).map_err(|e| {
         to_wit_error(ToolError::new(
@@ -215,6 +216,16 @@ pub fn invoke<T: Tool>(
         content,
         meta,
     })
+}
+
+/// Makes relative paths resolve against the directory the host starts the
+/// tool in: the workspace in `danger-full-access`, where the host root is
+/// preopened as `/` and the host sets `PWD` to the workspace. In the other
+/// modes the workspace itself is the preopened root and there is no `PWD`.
+fn enter_initial_cwd() {
+    if let Some(cwd) = std::env::var_os("PWD") {
+        let _ = std::env::set_current_dir(cwd);
+    }
 }
 
 /// The error `invoke` returns for a name the component does not offer.

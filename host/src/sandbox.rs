@@ -150,7 +150,17 @@ pub(crate) fn build_wasi(spec: &SandboxSpec, command: Option<&[String]>) -> Resu
             scratch = Some(dir);
         }
         SandboxMode::DangerFullAccess => {
-            preopen(&mut b, &spec.workspace, GUEST_WORKSPACE, FsPerms::ReadWrite)?;
+            // The host root is the guest's root; the guest starts in the
+            // workspace, so relative paths still mean the workspace. The
+            // guest's libc ignores WASI `initial-cwd`, so the one variable
+            // any mode sets is `PWD`, which the guest SDK enters.
+            let Some(cwd) = spec.workspace.to_str() else {
+                return Err(SandboxError::Preopen {
+                    path: spec.workspace.clone(),
+                    detail: "the workspace path is not UTF-8, so it cannot be the guest's working directory".into(),
+                });
+            };
+            b.initial_cwd(cwd).env("PWD", cwd);
             preopen(&mut b, Path::new("/"), "/", FsPerms::ReadWrite)?;
         }
     }
