@@ -23,6 +23,7 @@ mod approval;
 mod batch;
 mod bindings;
 mod cache;
+mod crashpoint;
 mod embedded;
 mod hooks;
 mod host;
@@ -57,3 +58,8 @@ pub use toolhost_policy as policy;
 
 /// Running WASI command programs (`toolhost exec`).
 pub mod exec;
+/// The MCP server (`toolhost serve --mcp`).
+pub mod mcp;
+
+/// Checking third-party tools against the contract (`toolhost conformance`).
+pub mod conformance;

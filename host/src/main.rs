@@ -30,6 +30,10 @@ enum Command {
     Log(LogArgs),
     /// Resolve calls whose outcome is unknown after a crash.
     Recover(StateArgs),
+    /// Serve the tools over the Model Context Protocol (stdio).
+    Serve(ServeArgs),
+    /// Check a tool component against the contract.
+    Conformance(ConformanceArgs),
 }
 
 #[derive(Args, Clone)]
@@ -142,6 +146,30 @@ struct ExecArgs {
 }
 
 #[derive(Args)]
+struct ConformanceArgs {
+    /// The tool component to check.
+    tool: PathBuf,
+    /// One JSON report instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Speak the Model Context Protocol on stdin/stdout (logs go to stderr).
+    #[arg(long, required = true)]
+    mcp: bool,
+    /// Serve only the tools of --tools DIR, without the embedded tools.
+    #[arg(long, requires = "tools")]
+    tools_only: bool,
+    /// How often --tools DIR is polled for changes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    poll_ms: u64,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+#[derive(Args)]
 struct LogArgs {
     #[command(flatten)]
     state: StateArgs,
@@ -184,6 +212,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Exec(a) => exec(a).await.map_err(UsageError),
         Command::Log(a) => show_log(a).map_err(UsageError),
         Command::Recover(a) => recover(a).map_err(UsageError),
+        Command::Serve(a) => serve(a).await.map_err(UsageError),
+        Command::Conformance(a) => conformance(a).await.map_err(UsageError),
     }
 }
 
@@ -225,6 +255,13 @@ fn is_component_path(tool: &str) -> bool {
 }
 
 async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
+    build_host_with(h, component, true, |_| {}).await
+}
+
+/// `build_host`, optionally without the embedded tools, with a last say
+/// over the builder (the MCP server installs its approver and shares the
+/// runtime and log across reloads).
+async fn build_host_with(h: &HostArgs, component: Option<&str>, embedded: bool, customize: impl FnOnce(&mut HostBuilder)) -> Result<Host> {
     let mut b = HostBuilder::new();
     let workspace = workspace_of(&h.state)?;
     b.workspace(&workspace);
@@ -233,7 +270,9 @@ async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
             b.tool_file(path);
         }
         None => {
-            b.embedded_tools();
+            if embedded {
+                b.embedded_tools();
+            }
             if let Some(dir) = &h.tools {
                 for path in wasm_files(dir)? {
                     b.tool_file(path);
@@ -268,6 +307,7 @@ async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
     let state = state_dir_of(&h.state)?;
     let _ = mode;
     b.state_dir(state);
+    customize(&mut b);
     b.build().await.map_err(|e| anyhow!("{e}"))
 }
 
@@ -475,6 +515,30 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
     })
 }
 
+/// `toolhost serve --mcp`: see `toolhost::mcp`. With `--tools DIR` the
+/// directory is loaded with the embedded tools (as for `run`), or alone with
+/// `--tools-only`, and reloaded when it changes.
+async fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let timeout = Duration::from_secs(a.host.approval_timeout);
+    let fallback = toolhost::approver_from_spec(&a.host.approver, timeout).map_err(|e| anyhow!(e))?;
+    let options = toolhost::mcp::ServeOptions {
+        scope: a.host.scope.clone(),
+        mode: a.host.mode,
+        watch: a.host.tools.clone(),
+        poll_interval: Duration::from_millis(a.poll_ms.max(20)),
+        fallback_approver: std::sync::Arc::from(fallback),
+        approval_timeout: timeout,
+    };
+    let embedded = !a.tools_only;
+    let host_args = std::sync::Arc::new(a.host);
+    let factory: toolhost::mcp::HostFactory = std::sync::Arc::new(move |parts| {
+        let h = host_args.clone();
+        Box::pin(async move { build_host_with(&h, None, embedded, |b| parts.apply(b)).await.map_err(|e| format!("{e:#}")) })
+    });
+    toolhost::mcp::serve_stdio(factory, options).await.map_err(|e| anyhow!(e))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
     let dir = state_dir_of(state)?;
     toolhost::log::SessionLog::open(&dir).map_err(|e| anyhow!("{e}"))
@@ -525,4 +589,26 @@ fn recover(a: StateArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
+    let bytes = std::fs::read(&a.tool).with_context(|| format!("cannot read {}", a.tool.display()))?;
+    let runtime = toolhost::conformance::runtime_for_checks().map_err(|e| anyhow!("{e}"))?;
+    let report = toolhost::conformance::check_component(runtime, &a.tool.display().to_string(), &bytes).await;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("conformance of {}", report.component);
+        for c in &report.checks {
+            let v = match c.verdict {
+                toolhost::conformance::Verdict::Pass => "pass",
+                toolhost::conformance::Verdict::Fail => "FAIL",
+                toolhost::conformance::Verdict::Warn => "warn",
+            };
+            println!("  {v:<4}  {:<28} {}", c.check, c.detail);
+        }
+        let failed = report.checks.iter().filter(|c| c.verdict == toolhost::conformance::Verdict::Fail).count();
+        println!("{} checks, {failed} failed", report.checks.len());
+    }
+    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,0 +1,213 @@
+//! `toolhost conformance TOOL.wasm`: checks a third-party tool component
+//! against the contract before anyone trusts it.
+//!
+//! Each check is a row of a report: the component is of the right world;
+//! `describe` returns valid descriptors with valid JSON Schemas; names are
+//! unique and well-formed; schema-invalid arguments are refused by the host
+//! before the body runs; declared examples (the input schema's `examples`)
+//! run and satisfy the output schema; and a capability report compares the
+//! component's imports with what its declared mode and side effect allow.
+
+use crate::host::{CallRequest, HostBuilder};
+use crate::registry::RegisteredTool;
+use crate::runtime::{Runtime, RuntimeOptions};
+use crate::sandbox::Limits;
+use crate::tool::{SideEffect, is_valid_name};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use toolhost_core::{ErrorCode, SandboxMode};
+
+/// The verdict of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The check passed.
+    Pass,
+    /// The check failed: the tool does not conform.
+    Fail,
+    /// Worth knowing; does not fail the report.
+    Warn,
+}
+
+/// One row of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked (`world`, `describe`, `names`, `invalid-args:NAME`, ...).
+    pub check: String,
+    /// Pass, fail or warn.
+    pub verdict: Verdict,
+    /// What was found.
+    pub detail: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The component checked.
+    pub component: String,
+    /// The rows, in the order they ran.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// True when no row failed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.verdict != Verdict::Fail)
+    }
+
+    fn push(&mut self, check: impl Into<String>, verdict: Verdict, detail: impl Into<String>) {
+        self.checks.push(Check {
+            check: check.into(),
+            verdict,
+            detail: detail.into(),
+        });
+    }
+}
+
+/// Interfaces that reach the network. No sandbox mode grants network.
+const NETWORK_IMPORTS: &[&str] = &["wasi:sockets/", "wasi:http/"];
+
+/// Runs every check on the component `bytes` (named `source` in the report).
+pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) -> Report {
+    let mut report = Report {
+        component: source.to_string(),
+        checks: Vec::new(),
+    };
+    // World and describe.
+    let (component, descriptors) = match runtime.load(source, bytes).await {
+        Ok(x) => x,
+        Err(e) => {
+            report.push("world+describe", Verdict::Fail, e.to_string());
+            return report;
+        }
+    };
+    report.push("world", Verdict::Pass, "exports toolhost:tool/tool and links against the host's imports");
+    report.push("describe", Verdict::Pass, format!("{} tool(s): {}", descriptors.len(), names(&descriptors)));
+
+    // Names: well-formed (checked by load) and unique.
+    let mut seen = BTreeSet::new();
+    let dupes: Vec<_> = descriptors.iter().filter(|d| !seen.insert(d.name.clone())).map(|d| d.name.clone()).collect();
+    let bad: Vec<_> = descriptors.iter().filter(|d| !is_valid_name(&d.name)).map(|d| d.name.clone()).collect();
+    if dupes.is_empty() && bad.is_empty() {
+        report.push("names", Verdict::Pass, "unique and well-formed");
+    } else {
+        report.push("names", Verdict::Fail, format!("duplicates: {dupes:?}; malformed: {bad:?}"));
+    }
+
+    // Schemas compile.
+    let mut tools = Vec::new();
+    for d in &descriptors {
+        match RegisteredTool::new(d.clone(), component.clone()) {
+            Ok(t) => {
+                report.push(format!("schemas:{}", d.name), Verdict::Pass, "input and output schemas are valid JSON Schemas");
+                tools.push(t);
+            }
+            Err(e) => report.push(format!("schemas:{}", d.name), Verdict::Fail, e),
+        }
+    }
+
+    // Capabilities: imports against the declared mode and side effect.
+    let network: Vec<_> = component
+        .imports
+        .iter()
+        .filter(|i| NETWORK_IMPORTS.iter().any(|n| i.starts_with(n)))
+        .cloned()
+        .collect();
+    for d in &descriptors {
+        let row = format!("capabilities:{}", d.name);
+        if !network.is_empty() && d.side_effect < SideEffect::External {
+            report.push(
+                row,
+                Verdict::Fail,
+                format!(
+                    "declares side effect {} and minimum mode {}, but imports {}: no sandbox mode grants network, and a tool that needs it must declare side effect external",
+                    d.side_effect,
+                    d.min_mode,
+                    network.join(", ")
+                ),
+            );
+        } else if !network.is_empty() {
+            report.push(row, Verdict::Warn, format!("imports {}: calls that use the network will be refused (network is off)", network.join(", ")));
+        } else {
+            let fs = component.imports.iter().any(|i| i.starts_with("wasi:filesystem/"));
+            report.push(
+                row,
+                Verdict::Pass,
+                format!("minimum mode {}, side effect {}; imports filesystem: {fs}; no network imports", d.min_mode, d.side_effect),
+            );
+        }
+    }
+
+    // Calls: invalid args are refused before the body; examples run.
+    let Ok(workspace) = tempfile::tempdir() else {
+        report.push("calls", Verdict::Fail, "cannot create a temporary workspace");
+        return report;
+    };
+    let mut b = HostBuilder::new();
+    b.runtime(runtime.clone())
+        .tool_bytes(source.to_string(), bytes.to_vec())
+        .workspace(workspace.path())
+        .limits(Limits {
+            deadline: Duration::from_secs(10),
+            ..Limits::default()
+        });
+    let host = match b.build().await {
+        Ok(h) => h,
+        Err(e) => {
+            report.push("calls", Verdict::Fail, format!("the host refuses the component: {e}"));
+            return report;
+        }
+    };
+    for t in &tools {
+        let d = &t.descriptor;
+        let row = format!("invalid-args:{}", d.name);
+        match invalid_args_for(t) {
+            None => report.push(row, Verdict::Warn, "the input schema accepts every value; nothing to refuse"),
+            Some(bad) => {
+                let r = host.call(CallRequest::new(&d.name, bad.clone()).mode(d.min_mode)).await;
+                if r.code() == Some(ErrorCode::InvalidArgs) && r.receipt.mode.is_none() {
+                    report.push(row, Verdict::Pass, format!("{bad} refused with INVALID_ARGS before the body"));
+                } else {
+                    report.push(row, Verdict::Fail, format!("{bad} was not refused before the body: {:?}", r.code()));
+                }
+            }
+        }
+        let examples = d.input_schema.get("examples").and_then(|e| e.as_array()).cloned().unwrap_or_default();
+        for (i, example) in examples.iter().enumerate() {
+            let row = format!("example:{}[{i}]", d.name);
+            let r = host.call(CallRequest::new(&d.name, example.clone()).mode(d.min_mode.max(SandboxMode::None))).await;
+            match &r.error {
+                None => report.push(row, Verdict::Pass, "ran, and its output satisfies the output schema"),
+                Some(e) => report.push(row, Verdict::Fail, format!("{}: {}", e.code, e.message)),
+            }
+        }
+    }
+    report
+}
+
+fn names(descriptors: &[crate::tool::Descriptor]) -> String {
+    descriptors.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// A value the tool's input schema rejects, if one of a few probes is.
+fn invalid_args_for(tool: &RegisteredTool) -> Option<serde_json::Value> {
+    let candidates = [
+        serde_json::json!([]),
+        serde_json::json!(42),
+        serde_json::json!("not an object"),
+        serde_json::json!(null),
+        serde_json::json!({ "__toolhost_conformance_unexpected__": true }),
+    ];
+    candidates.into_iter().find(|c| tool.validate_args(c).is_err())
+}
+
+/// A runtime for one-off checks: no fuel, a small pool, the default cache.
+pub fn runtime_for_checks() -> Result<Arc<Runtime>, crate::runtime::LoadError> {
+    Runtime::new(RuntimeOptions {
+        max_concurrent_calls: 4,
+        ..RuntimeOptions::default()
+    })
+    .map(Arc::new)
+}
