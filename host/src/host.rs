@@ -288,32 +288,30 @@ impl HostBuilder {
             Some(r) => r,
             None => Arc::new(Runtime::new(self.runtime_options.clone())?),
         };
+        // Global tools first, then each scope in declaration order with its
+        // own tools, so that a restriction is checked against exactly what
+        // the scope inherits.
         let mut registry = Registry::new();
-        for (name, spec) in std::mem::take(&mut self.scopes) {
-            registry.add_scope(&name, spec)?;
+        let sources = std::mem::take(&mut self.sources);
+        let scopes = std::mem::take(&mut self.scopes);
+        for (name, _) in sources.iter().filter_map(|(s, src)| s.as_ref().map(|s| (s, src))) {
+            if !scopes.iter().any(|(n, _)| n == name) {
+                return Err(HostError::Registry(crate::registry::RegistryError::BadScope {
+                    scope: name.clone(),
+                    detail: "tools are registered for a scope that is not declared".into(),
+                }));
+            }
         }
-        for (scope, source) in std::mem::take(&mut self.sources) {
-            let (label, bytes) = match source {
-                Source::Path(p) => {
-                    let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
-                        path: p.display().to_string(),
-                        detail: e.to_string(),
-                    })?;
-                    (p.display().to_string(), bytes)
-                }
-                Source::Bytes(label, bytes) => (label, bytes),
-            };
-            let (component, descriptors) = runtime.load(&label, &bytes).await?;
-            let mut seen = std::collections::BTreeSet::new();
-            for d in descriptors {
-                if !seen.insert(d.name.clone()) {
-                    return Err(HostError::Descriptor(format!("{label}: describe lists tool {:?} twice", d.name)));
-                }
-                let tool = RegisteredTool::new(d, component.clone()).map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
-                match &scope {
-                    None => registry.add_global(tool)?,
-                    Some(s) => registry.add_scoped(s, tool)?,
-                }
+        let (global, mut scoped): (Vec<_>, Vec<_>) = sources.into_iter().partition(|(s, _)| s.is_none());
+        for (_, source) in global {
+            load_into(&runtime, &mut registry, None, source).await?;
+        }
+        for (name, spec) in scopes {
+            registry.add_scope(&name, spec)?;
+            let (own, rest): (Vec<_>, Vec<_>) = scoped.into_iter().partition(|(s, _)| s.as_deref() == Some(name.as_str()));
+            scoped = rest;
+            for (_, source) in own {
+                load_into(&runtime, &mut registry, Some(&name), source).await?;
             }
         }
         let log = match (self.log.take(), self.state_dir.take()) {
@@ -350,6 +348,33 @@ impl HostBuilder {
             next_call: AtomicU64::new(1),
         })
     }
+}
+
+/// Loads one component and registers its tools globally or in `scope`.
+async fn load_into(runtime: &Runtime, registry: &mut Registry, scope: Option<&str>, source: Source) -> Result<(), HostError> {
+    let (label, bytes) = match source {
+        Source::Path(p) => {
+            let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
+                path: p.display().to_string(),
+                detail: e.to_string(),
+            })?;
+            (p.display().to_string(), bytes)
+        }
+        Source::Bytes(label, bytes) => (label, bytes),
+    };
+    let (component, descriptors) = runtime.load(&label, &bytes).await?;
+    let mut seen = std::collections::BTreeSet::new();
+    for d in descriptors {
+        if !seen.insert(d.name.clone()) {
+            return Err(HostError::Descriptor(format!("{label}: describe lists tool {:?} twice", d.name)));
+        }
+        let tool = RegisteredTool::new(d, component.clone()).map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
+        match scope {
+            None => registry.add_global(tool)?,
+            Some(s) => registry.add_scoped(s, tool)?,
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a state directory inside the workspace: the log is the record of

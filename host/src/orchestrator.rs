@@ -51,6 +51,7 @@ impl Host {
             Err((code, message)) => self.refuse(&call_id, &tool_name, code, message),
             Ok(admitted) => {
                 // 6. checkpoint: the intent is durable before the body starts.
+                crate::crashpoint::reached("before-intent");
                 if let Err(e) = self.journal.intents(&[(admitted.call_id.clone(), intent_payload(&admitted))]) {
                     return self.refuse(
                         &call_id,
@@ -59,6 +60,7 @@ impl Host {
                         format!("the intent could not be made durable, so the tool did not run: {e}"),
                     );
                 }
+                crate::crashpoint::reached("after-intent");
                 self.dispatch(admitted).await
             }
         }
@@ -145,12 +147,23 @@ impl Host {
             (None, Some(e)) => Some(format!("escalation from {base_mode} to {}: {}", e.mode, e.justification)),
             (None, None) => None,
         };
-        if let Some(reason) = reason {
-            self.approve(&call_id, tool, &args, mode, reason, req.escalation.as_ref().map(|e| e.justification.clone()))
-                .await?;
-        }
-
+        // Nobody is asked about a call that is already cancelled.
         let interrupt = req.interrupt.unwrap_or_default();
+        if interrupt.is_cancelled() {
+            return Err((ErrorCode::Cancelled, "the call was cancelled before it was dispatched".into()));
+        }
+        if let Some(reason) = reason {
+            let request = ApprovalRequest {
+                approval_id: format!("{call_id}-approval"),
+                call_id: call_id.clone(),
+                tool: tool.descriptor.name.clone(),
+                args: args.clone(),
+                reason,
+                mode,
+                justification: req.escalation.as_ref().map(|e| e.justification.clone()),
+            };
+            self.approve(request, &interrupt).await?;
+        }
         if interrupt.is_cancelled() {
             return Err((ErrorCode::Cancelled, "the call was cancelled before it was dispatched".into()));
         }
@@ -178,38 +191,31 @@ impl Host {
         })
     }
 
-    async fn approve(
-        &self,
-        call_id: &str,
-        tool: &RegisteredTool,
-        args: &serde_json::Value,
-        mode: SandboxMode,
-        reason: String,
-        justification: Option<String>,
-    ) -> Result<(), Refusal> {
+    async fn approve(&self, request: ApprovalRequest, interrupt: &Interrupt) -> Result<(), Refusal> {
         if self.policy.approval() == ApprovalSetting::Never {
             return Err((
                 ErrorCode::ApprovalUnavailable,
-                format!("approval needed ({reason}) but the policy never asks (approval = \"never\")"),
+                format!("approval needed ({}) but the policy never asks (approval = \"never\")", request.reason),
             ));
         }
-        let approval_id = format!("{call_id}-approval");
-        let request = ApprovalRequest {
-            approval_id: approval_id.clone(),
-            call_id: call_id.to_string(),
-            tool: tool.descriptor.name.clone(),
-            args: args.clone(),
-            reason,
-            mode,
-            justification,
-        };
+        let call_id = request.call_id.as_str();
+        let approval_id = request.approval_id.clone();
         let asked = serde_json::to_value(&request).unwrap_or_default();
         if let Err(e) = self.journal.lazy(call_id, EventKind::ApprovalAsked, json!({ "approver": self.approver.name(), "request": asked })) {
             return Err((ErrorCode::ApprovalUnavailable, format!("the approval request could not be recorded: {e}")));
         }
-        let (outcome, detail) = match AssertUnwindSafe(self.approver.decide(&request)).catch_unwind().await {
-            Ok(r) => r,
-            Err(_) => (ApprovalOutcome::Unavailable, Some("the approver panicked".into())),
+        // A panic is `unavailable`, whether `decide` panics before returning
+        // its future or while it runs; cancelling the call cancels the wait.
+        let panicked = || (ApprovalOutcome::Unavailable, Some("the approver panicked".to_string()));
+        let (outcome, detail) = match std::panic::catch_unwind(AssertUnwindSafe(|| self.approver.decide(&request))) {
+            Err(_) => panicked(),
+            Ok(decision) => tokio::select! {
+                r = AssertUnwindSafe(decision).catch_unwind() => r.unwrap_or_else(|_| panicked()),
+                () = wait_cancelled(interrupt) => (
+                    ApprovalOutcome::Cancelled,
+                    Some("the call was cancelled while waiting for approval".into()),
+                ),
+            },
         };
         let decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
         if let Err(e) = self.journal.lazy(call_id, EventKind::ApprovalDecided, decided) {
@@ -227,7 +233,10 @@ impl Host {
     /// Phases 7-9 for a call whose intent is durable.
     pub(crate) async fn dispatch(&self, admitted: Admitted<'_>) -> CallResult {
         let result = self.execute(&admitted).await;
-        self.commit(result)
+        crate::crashpoint::reached("after-body");
+        let result = self.commit(result);
+        crate::crashpoint::reached("after-result");
+        result
     }
 
     /// Phases 7-8: sandbox, body, output validation and post-execute.
@@ -242,6 +251,7 @@ impl Host {
             workspace: self.workspace.clone(),
             limits: self.limits.clone(),
         };
+        crate::crashpoint::announce("during-body");
         let (outcome, receipt) = self
             .runtime
             .invoke(&a.tool.component, &name, &a.args_text, &spec, a.interrupt.clone(), a.progress.clone())
@@ -302,6 +312,13 @@ impl Host {
     /// A refusal before dispatch: recorded and observed like any result.
     pub(crate) fn refuse(&self, call_id: &str, tool: &str, code: ErrorCode, message: String) -> CallResult {
         self.commit(CallResult::error(call_id.to_string(), tool.to_string(), code, message, Receipt::default()))
+    }
+}
+
+/// Resolves once `interrupt` is cancelled.
+async fn wait_cancelled(interrupt: &Interrupt) {
+    while !interrupt.is_cancelled() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
 
