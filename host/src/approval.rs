@@ -216,10 +216,10 @@ async fn run_command(program: &str, request: &ApprovalRequest) -> (ApprovalOutco
         drop(stdin);
     }
     let mut out = Vec::new();
-    if let Some(stdout) = child.stdout.take() {
-        if let Err(e) = stdout.take(MAX_APPROVER_OUTPUT as u64).read_to_end(&mut out).await {
-            return unavailable(format!("cannot read approver output: {e}"));
-        }
+    if let Some(stdout) = child.stdout.take()
+        && let Err(e) = stdout.take(MAX_APPROVER_OUTPUT as u64).read_to_end(&mut out).await
+    {
+        return unavailable(format!("cannot read approver output: {e}"));
     }
     let status = match child.wait().await {
         Ok(s) => s,

@@ -66,21 +66,21 @@ impl CompileCache {
     /// compiling it (and writing the entry).
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
         let key = self.key(bytes);
-        if let Some(dir) = &self.dir {
-            if let Some(component) = self.read_entry(engine, dir, &key) {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(component);
-            }
+        if let Some(dir) = &self.dir
+            && let Some(component) = self.read_entry(engine, dir, &key)
+        {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(component);
         }
         self.stats.compiles.fetch_add(1, Ordering::Relaxed);
         let serialized = engine.precompile_component(bytes)?;
         // SAFETY: the bytes were produced just now by this engine's
         // `precompile_component`; nothing else has touched them.
         let component = unsafe { Component::deserialize(engine, &serialized)? };
-        if let Some(dir) = &self.dir {
-            if let Err(e) = write_entry(dir, &key, &serialized) {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
-            }
+        if let Some(dir) = &self.dir
+            && let Err(e) = write_entry(dir, &key, &serialized)
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
         }
         Ok(component)
     }

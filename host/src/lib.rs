@@ -43,6 +43,8 @@ pub use crate::approval::{
 };
 pub use crate::cache::{CacheStats, CompileCache, default_cache_dir};
 pub use crate::embedded::EMBEDDED_TOOLS;
+#[doc(hidden)]
+pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
 pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError};
 pub use crate::orchestrator::MAX_ARGS_BYTES;
@@ -58,7 +60,6 @@ pub use toolhost_policy as policy;
 
 /// Running WASI command programs (`toolhost exec`).
 pub mod exec;
-/// The MCP server (`toolhost serve --mcp`).
 pub mod mcp;
 
 /// Checking third-party tools against the contract (`toolhost conformance`).

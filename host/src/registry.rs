@@ -154,13 +154,13 @@ impl Registry {
         if spec.allow.as_ref().is_some_and(|a| a.is_empty()) {
             return Err(RegistryError::EmptyRestriction(name.to_string()));
         }
-        if let Some(parent) = &spec.parent {
-            if !self.scopes.contains_key(parent) {
-                return Err(RegistryError::BadScope {
-                    scope: name.to_string(),
-                    detail: format!("parent scope {parent:?} is not declared (declare parents first)"),
-                });
-            }
+        if let Some(parent) = &spec.parent
+            && !self.scopes.contains_key(parent)
+        {
+            return Err(RegistryError::BadScope {
+                scope: name.to_string(),
+                detail: format!("parent scope {parent:?} is not declared (declare parents first)"),
+            });
         }
         if self.scopes.contains_key(name) {
             return Err(RegistryError::BadScope {
@@ -227,10 +227,10 @@ impl Registry {
         if spec.deny.iter().any(|d| d == name) {
             return None;
         }
-        if let Some(allow) = &spec.allow {
-            if !allow.iter().any(|a| a == name) {
-                return None;
-            }
+        if let Some(allow) = &spec.allow
+            && !allow.iter().any(|a| a == name)
+        {
+            return None;
         }
         self.resolve_in(spec.parent.as_deref(), name)
     }

@@ -62,7 +62,7 @@ fn cut(mut s: String, max: usize) -> String {
             end -= 1;
         }
         s.truncate(end);
-        s.push_str("…");
+        s.push('…');
     }
     s
 }

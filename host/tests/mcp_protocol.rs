@@ -1,0 +1,225 @@
+//! Protocol-level garbage against `toolhost serve --mcp`: bad JSON, JSON
+//! that is not JSON-RPC, unknown methods and a 10 MiB line each get a
+//! JSON-RPC error (or, for notifications, nothing), and the server keeps
+//! answering afterwards. Stdout carries only protocol messages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Server {
+    fn start() -> Server {
+        let ws = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .args(["serve", "--mcp", "--workspace"])
+            .arg(ws.path())
+            .arg("--state")
+            .arg(state.path())
+            .env(
+                "TOOLHOST_CACHE_DIR",
+                std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-compile-cache"),
+            )
+            .env("TOOLHOST_LOG", "debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut s = Server {
+            child,
+            stdin,
+            lines,
+            _dirs: (ws, state),
+        };
+        s.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "garbage-test", "version": "0"}}}));
+        let init = s.response(&json!(1));
+        assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
+        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, v: &Value) {
+        self.raw(format!("{v}\n").as_bytes());
+    }
+
+    /// Every line on stdout must be a JSON-RPC message.
+    fn next(&mut self, timeout: Duration) -> Option<Value> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"));
+                assert_eq!(v["jsonrpc"], "2.0", "{v}");
+                Some(v)
+            }
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => panic!("the server closed stdout (did it die?)"),
+        }
+    }
+
+    /// The response with `id`, skipping notifications.
+    fn response(&mut self, id: &Value) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(v) = self.next(Duration::from_millis(200))
+                && v.get("id") == Some(id)
+            {
+                return v;
+            }
+        }
+        panic!("no response with id {id}");
+    }
+
+    /// Messages that arrive within `wait`.
+    fn drain(&mut self, wait: Duration) -> Vec<Value> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + wait;
+        while let Some(v) = self.next(deadline.saturating_duration_since(Instant::now())) {
+            out.push(v);
+        }
+        out
+    }
+
+    fn assert_alive(&mut self, id: i64) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+        let r = self.response(&json!(id));
+        assert_eq!(
+            r["result"]["tools"].as_array().map(Vec::len),
+            Some(5),
+            "{r}"
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn error_code(v: &Value) -> Option<i64> {
+    v.pointer("/error/code").and_then(Value::as_i64)
+}
+
+#[test]
+fn bad_json_gets_a_parse_error_and_the_server_goes_on() {
+    let mut s = Server::start();
+    s.raw(b"{this is not json\n");
+    let got = s.drain(Duration::from_secs(2));
+    assert!(
+        got.iter()
+            .any(|v| error_code(v) == Some(-32700) && v["id"].is_null()),
+        "{got:?}"
+    );
+    s.raw(b"\xff\xfe\x00 binary\n");
+    let got = s.drain(Duration::from_secs(2));
+    assert!(got.iter().any(|v| error_code(v) == Some(-32700)), "{got:?}");
+    s.assert_alive(10);
+}
+
+#[test]
+fn json_that_is_not_json_rpc_gets_invalid_request() {
+    let mut s = Server::start();
+    s.send(&json!({"hello": "world"}));
+    let got = s.drain(Duration::from_secs(2));
+    assert!(got.iter().any(|v| error_code(v) == Some(-32600)), "{got:?}");
+    s.send(&json!([1, 2, 3]));
+    s.send(&json!(42));
+    let _ = s.drain(Duration::from_secs(1));
+    s.assert_alive(11);
+}
+
+#[test]
+fn unknown_methods_get_method_not_found() {
+    let mut s = Server::start();
+    s.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/explode", "params": {}}));
+    let r = s.response(&json!(7));
+    assert_eq!(error_code(&r), Some(-32601), "{r}");
+    // An unknown notification gets no answer at all.
+    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/whatever"}));
+    // tools/call with the wrong shape is an error response, not a crash.
+    s.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": 5}}));
+    let r = s.response(&json!(8));
+    assert!(r.get("error").is_some(), "{r}");
+    s.assert_alive(12);
+}
+
+#[test]
+fn a_ten_mib_line_is_refused_without_killing_the_server() {
+    let mut s = Server::start();
+    let mut big = Vec::with_capacity(10 << 20);
+    big.extend_from_slice(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"read_file","arguments":{"path":""#);
+    big.resize(10 << 20, b'a');
+    big.extend_from_slice(b"\"}}}\n");
+    s.raw(&big);
+    let got = s.drain(Duration::from_secs(3));
+    assert!(
+        got.iter()
+            .any(|v| error_code(v) == Some(-32600) && v["id"].is_null()),
+        "{got:?}"
+    );
+    s.assert_alive(13);
+}
+
+#[test]
+fn tool_refusals_are_results_not_protocol_errors() {
+    let mut s = Server::start();
+    s.send(&json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call", "params": {"name": "read_file", "arguments": {"nope": 1}}}));
+    let r = s.response(&json!(20));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("INVALID_ARGS: "), "{r}");
+    assert!(r["result"].get("structuredContent").is_none(), "{r}");
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {"name": "nope"}}),
+    );
+    let r = s.response(&json!(21));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("UNKNOWN_TOOL: "),
+        "{r}"
+    );
+}
