@@ -6,24 +6,39 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 fn main() {
-    let built = toolhost_build_support::build(&["toolhost-probes"], "wasm-probes", &["tests/probes", "guest-sdk", "wit"]);
+    let built = toolhost_build_support::build(
+        &["toolhost-probes"],
+        "wasm-probes",
+        &["tests/probes", "guest-sdk", "wit"],
+    );
     let mut src = String::new();
     let mut suites: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for b in &built {
         let upper = b.name.to_uppercase();
-        let _ = writeln!(src, "pub const {upper}: &str = {:?};", b.path.display().to_string());
+        let _ = writeln!(
+            src,
+            "pub const {upper}: &str = {:?};",
+            b.path.display().to_string()
+        );
         if let Some((suite, _)) = b.name.split_once('_') {
-            suites.entry(suite.to_string()).or_default().push(b.name.clone());
+            suites
+                .entry(suite.to_string())
+                .or_default()
+                .push(b.name.clone());
         }
     }
     for (suite, names) in &suites {
-        let _ = writeln!(src, "#[macro_export]\nmacro_rules! foreach_{suite} {{\n    ($mac:ident) => {{");
+        let _ = writeln!(
+            src,
+            "#[macro_export]\nmacro_rules! foreach_{suite} {{\n    ($mac:ident) => {{"
+        );
         for n in names {
             let _ = writeln!(src, "        $mac!({n});");
         }
         let _ = writeln!(src, "    }};\n}}");
     }
-    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("probes.rs");
+    let out =
+        std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("probes.rs");
     if let Err(e) = std::fs::write(&out, src) {
         println!("cargo::error=cannot write {}: {e}", out.display());
         std::process::exit(1);

@@ -8,4 +8,9 @@
 #[macro_use]
 mod common;
 
+mod cache;
+mod cli;
+mod durability;
+mod load;
+mod mode;
 mod runtime;

@@ -1,0 +1,139 @@
+//! A filesystem operation runner shared by the `mode_*` probes: the test
+//! sends a list of operations, the probe tries each one and reports what
+//! happened, and the host-side test checks the real filesystem afterwards.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::io::Write as _;
+
+/// One filesystem operation, named by `op`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    /// Reads a file to a string.
+    Read { path: String },
+    /// Lists a directory (sorted names, comma-separated).
+    ReadDir { path: String },
+    /// Creates or truncates a file and writes `data`.
+    Write { path: String, data: String },
+    /// Opens an existing file for appending and writes `data`.
+    Append { path: String, data: String },
+    /// Creates a new file (fails if it exists).
+    CreateNew { path: String },
+    /// Creates a directory.
+    Mkdir { path: String },
+    /// Removes a file.
+    RemoveFile { path: String },
+    /// Removes an empty directory.
+    RemoveDir { path: String },
+    /// Renames `from` to `to`.
+    Rename { from: String, to: String },
+    /// Opens an existing file for writing with the truncate flag.
+    Truncate { path: String },
+    /// Opens a file for reading, then tries to change its length.
+    SetLen { path: String, len: u64 },
+    /// Waits until `path` exists (the host creates it to release the probe).
+    WaitFor { path: String },
+}
+
+/// The operations to run, in order.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Args {
+    pub ops: Vec<Op>,
+}
+
+/// What one operation did.
+#[derive(Serialize, JsonSchema)]
+pub struct Outcome {
+    /// True when the operation succeeded.
+    pub ok: bool,
+    /// The value read (for `read`, `read_dir`), or the error.
+    pub detail: String,
+}
+
+/// One outcome per operation, in order.
+#[derive(Serialize, JsonSchema)]
+pub struct Out {
+    pub results: Vec<Outcome>,
+}
+
+fn apply(op: &Op) -> std::io::Result<String> {
+    use std::fs;
+    match op {
+        Op::Read { path } => fs::read_to_string(path),
+        Op::ReadDir { path } => {
+            let mut names = fs::read_dir(path)?
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            names.sort();
+            Ok(names.join(","))
+        }
+        Op::Write { path, data } => fs::write(path, data).map(|()| String::new()),
+        Op::Append { path, data } => {
+            let mut f = fs::OpenOptions::new().append(true).open(path)?;
+            f.write_all(data.as_bytes())?;
+            Ok(String::new())
+        }
+        Op::CreateNew { path } => fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map(|_| String::new()),
+        Op::Mkdir { path } => fs::create_dir(path).map(|()| String::new()),
+        Op::RemoveFile { path } => fs::remove_file(path).map(|()| String::new()),
+        Op::RemoveDir { path } => fs::remove_dir(path).map(|()| String::new()),
+        Op::Rename { from, to } => fs::rename(from, to).map(|()| String::new()),
+        Op::Truncate { path } => fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map(|_| String::new()),
+        Op::SetLen { path, len } => fs::File::open(path)?.set_len(*len).map(|()| String::new()),
+        Op::WaitFor { path } => {
+            while !std::path::Path::new(path).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Ok(String::new())
+        }
+    }
+}
+
+/// Runs every operation, whatever the earlier ones did.
+pub fn run(args: Args) -> Out {
+    let results = args
+        .ops
+        .iter()
+        .map(|op| match apply(op) {
+            Ok(detail) => Outcome { ok: true, detail },
+            Err(e) => Outcome {
+                ok: false,
+                detail: format!("{:?}: {e}", e.kind()),
+            },
+        })
+        .collect();
+    Out { results }
+}
+
+/// Declares the probe's `fs` tool with the given narrowest mode.
+macro_rules! fs_probe {
+    ($mode:ident) => {
+        struct Fs;
+
+        impl toolhost_guest::Tool for Fs {
+            const NAME: &'static str = "fs";
+            const DESCRIPTION: &'static str =
+                "Runs filesystem operations and reports what each did.";
+            const MIN_MODE: toolhost_guest::SandboxMode = toolhost_guest::SandboxMode::$mode;
+            type Args = fsops::Args;
+            type Output = fsops::Out;
+            fn run(args: fsops::Args) -> Result<fsops::Out, toolhost_guest::ToolError> {
+                Ok(fsops::run(args))
+            }
+        }
+
+        toolhost_guest::export_tools!(Fs);
+
+        fn main() {}
+    };
+}

@@ -1,0 +1,182 @@
+//! Loading bad input: every malformed or hostile component makes
+//! `HostBuilder::build` fail with a clear `HostError` (never a panic, never
+//! a hang), and the message says what is wrong.
+
+use crate::common::*;
+use std::time::{Duration, Instant};
+use toolhost::{DESCRIBE_DEADLINE, HostError, LoadError};
+
+toolhost_conformance::foreach_load!(assert_test_exists);
+
+fn assert_mentions(e: &HostError, parts: &[&str]) {
+    let text = e.to_string();
+    for p in parts {
+        assert!(text.contains(p), "the error should mention {p:?}: {text}");
+    }
+}
+
+/// Writes `bytes` to a file and returns the error loading it gives.
+async fn load_bytes_error(bytes: &[u8]) -> (HostError, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tool.wasm");
+    std::fs::write(&path, bytes).unwrap();
+    let path = path.display().to_string();
+    (build_error(&path).await, path)
+}
+
+#[tokio::test]
+async fn load_not_wasm() {
+    let (e, path) = load_bytes_error(b"#!/bin/sh\necho I am not wasm\n").await;
+    assert!(matches!(e, HostError::Load(LoadError::NotWasm(_))), "{e:?}");
+    assert_mentions(&e, &[&path, "is not a WebAssembly file"]);
+}
+
+#[tokio::test]
+async fn load_empty_file() {
+    let (e, _) = load_bytes_error(b"").await;
+    assert!(matches!(e, HostError::Load(LoadError::NotWasm(_))), "{e:?}");
+}
+
+#[tokio::test]
+async fn load_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.wasm").display().to_string();
+    let e = build_error(&path).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Read { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["cannot read", &path]);
+}
+
+#[tokio::test]
+async fn load_core_module() {
+    let (e, _) = load_bytes_error(b"\0asm\x01\0\0\0").await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::CoreModule(_))),
+        "{e:?}"
+    );
+    assert_mentions(
+        &e,
+        &["core WebAssembly module, not a component", "wasm32-wasip2"],
+    );
+}
+
+/// A component header followed by garbage.
+#[tokio::test]
+async fn load_invalid_component() {
+    let (e, _) = load_bytes_error(b"\0asm\x0d\0\x01\0\xff\xff\xff\xff garbage").await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Invalid { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["is not a valid component"]);
+}
+
+/// A WASI command that exports no tool interface.
+#[tokio::test]
+async fn load_no_exports() {
+    let e = build_error(probes::LOAD_NO_EXPORTS).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::WrongWorld { .. })),
+        "{e:?}"
+    );
+    assert_mentions(
+        &e,
+        &["does not implement the toolhost:tool/tool-provider world"],
+    );
+}
+
+#[tokio::test]
+async fn load_no_tools() {
+    let e = build_error(probes::LOAD_NO_TOOLS).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Describe { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["describe failed", "offers no tools"]);
+}
+
+#[tokio::test]
+async fn load_describe_traps() {
+    let e = build_error(probes::LOAD_DESCRIBE_TRAPS).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Describe { .. })),
+        "{e:?}"
+    );
+    assert_mentions(
+        &e,
+        &["describe failed", "TRAP", "describe panicked on purpose"],
+    );
+}
+
+/// `describe` that never returns is stopped at DESCRIBE_DEADLINE: the
+/// build fails instead of hanging.
+#[tokio::test]
+async fn load_slow_describe() {
+    let started = Instant::now();
+    let e = build_error(probes::LOAD_SLOW_DESCRIBE).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(e, HostError::Load(LoadError::Describe { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["describe failed", "TIMEOUT"]);
+    assert!(
+        took < DESCRIBE_DEADLINE + Duration::from_secs(5),
+        "the load took {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn load_duplicate_names() {
+    let e = build_error(probes::LOAD_DUPLICATE_NAMES).await;
+    assert!(matches!(e, HostError::Descriptor(_)), "{e:?}");
+    assert_mentions(&e, &["\"echo\" twice"]);
+}
+
+#[tokio::test]
+async fn load_invalid_name() {
+    let e = build_error(probes::LOAD_INVALID_NAME).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Describe { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["\"rm -rf /\"", "is not valid"]);
+}
+
+#[tokio::test]
+async fn load_invalid_schema() {
+    let e = build_error(probes::LOAD_INVALID_SCHEMA).await;
+    assert!(matches!(e, HostError::Descriptor(_)), "{e:?}");
+    assert_mentions(&e, &["bad_schema", "invalid input schema"]);
+}
+
+#[tokio::test]
+async fn load_schema_not_json() {
+    let e = build_error(probes::LOAD_SCHEMA_NOT_JSON).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Describe { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["bad_schema", "input schema is not JSON"]);
+}
+
+/// Nothing is half-applied: a good component next to a bad one does not
+/// give a host with only the good one.
+#[tokio::test]
+async fn load_one_bad_component_fails_the_build() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut b = builder(
+        probes::CACHE_ECHO,
+        ws.path(),
+        toolhost::Limits::default(),
+        suite_options(),
+    );
+    b.tool_file(probes::LOAD_DESCRIBE_TRAPS);
+    let e = b
+        .build()
+        .await
+        .expect_err("one bad component fails the whole build");
+    assert_mentions(&e, &["describe failed"]);
+}
