@@ -3,21 +3,37 @@
 //! Every call is admitted in order (lookup, validation, policy, guards,
 //! approval); the intents of all admitted calls share one durable commit
 //! (group commit); then bodies run — consecutive concurrency-safe calls
-//! together, every other call alone and in order — and results are
-//! committed in the order the calls were given, whatever order they finish.
+//! together (at most as many at once as the runtime's pool holds), every
+//! other call alone and in order — and results are committed in the order
+//! the calls were given, whatever order they finish. A result is committed
+//! as soon as every result before it is, so a crash loses as little as it can.
 
 use crate::host::{CallRequest, Host};
 use crate::orchestrator::{Admitted, intent_payload};
 use crate::result::CallResult;
+use futures::StreamExt;
 use toolhost_core::ErrorCode;
 
 enum Slot<'h> {
+    /// Ended before dispatch (refused, or the checkpoint failed).
     Done(CallResult),
+    /// Its intent is durable; its body may run.
     Ready(Admitted<'h>),
+}
+
+impl Slot<'_> {
+    fn exclusive(&self) -> bool {
+        matches!(self, Slot::Ready(a) if !a.tool.descriptor.concurrency_safe)
+    }
 }
 
 impl Host {
     /// Runs the calls of one step. Returns one result per request, in order.
+    ///
+    /// Bodies of consecutive concurrency-safe calls overlap; a call that is
+    /// not concurrency-safe runs alone, after every call before it ended and
+    /// before any call after it starts. Results are committed to the session
+    /// log in request order.
     pub async fn call_batch(&self, requests: Vec<CallRequest>) -> Vec<CallResult> {
         // Phases 1-5 for each call, in order.
         let mut slots = Vec::with_capacity(requests.len());
@@ -26,7 +42,7 @@ impl Host {
             let tool = req.tool.clone();
             slots.push(match self.admit(call_id.clone(), req).await {
                 Ok(a) => Slot::Ready(a),
-                Err((code, message)) => Slot::Done(self.refused(&call_id, &tool, code, message)),
+                Err((code, message)) => Slot::Done(refused(&call_id, &tool, code, message)),
             });
         }
         // 6. one durable commit for every admitted intent.
@@ -38,61 +54,75 @@ impl Host {
             })
             .collect();
         if !intents.is_empty() {
+            crate::crashpoint::reached("before-intent");
             if let Err(e) = self.journal.intents(&intents) {
                 slots = slots
                     .into_iter()
                     .map(|s| match s {
-                        Slot::Ready(a) => Slot::Done(self.refused(
+                        Slot::Ready(a) => Slot::Done(refused(
                             &a.call_id,
                             &a.tool.descriptor.name,
                             ErrorCode::AbortedBeforeDispatch,
-                            format!("the intent could not be made durable, so the tool did not run: {e}"),
+                            format!(
+                                "the intent could not be made durable, so the tool did not run: {e}"
+                            ),
                         )),
                         done => done,
                     })
                     .collect();
+            } else {
+                crate::crashpoint::reached("after-intent");
             }
         }
-        // 7-8. bodies: runs of concurrency-safe calls overlap; others alone.
-        let mut results: Vec<Option<CallResult>> = Vec::with_capacity(slots.len());
-        let mut group: Vec<(usize, Admitted<'_>)> = Vec::new();
-        for (i, slot) in slots.into_iter().enumerate() {
-            match slot {
-                Slot::Done(r) => results.push(Some(r)),
-                Slot::Ready(a) => {
-                    results.push(None);
-                    if a.tool.descriptor.concurrency_safe {
-                        group.push((i, a));
-                    } else {
-                        self.run_group(std::mem::take(&mut group), &mut results).await;
-                        let r = self.execute(&a).await;
-                        results[i] = Some(r);
-                    }
+        // 7-9. bodies, in runs: a run of calls that may overlap (refusals
+        // included, they are already done), or one exclusive call. Inside a
+        // run, `buffered` starts up to `limit` bodies at once and yields
+        // their results in call order, each committed as soon as it is next.
+        let limit = usize::try_from(self.runtime.options().max_concurrent_calls)
+            .unwrap_or(1)
+            .max(1);
+        let mut results = Vec::with_capacity(slots.len());
+        let mut slots = slots.into_iter().peekable();
+        while let Some(first) = slots.next() {
+            let mut run = vec![first];
+            if !run[0].exclusive() {
+                while let Some(next) = slots.next_if(|s| !s.exclusive()) {
+                    run.push(next);
                 }
             }
+            let mut done = futures::stream::iter(run)
+                .map(|slot| self.finish(slot))
+                .buffered(limit);
+            while let Some(r) = done.next().await {
+                // Committed here, not in `finish`: a later call that ends
+                // first waits for the ones before it.
+                results.push(self.commit(r));
+            }
         }
-        self.run_group(group, &mut results).await;
-        // 9. commit in call order.
+        crate::crashpoint::reached("after-result");
         results
-            .into_iter()
-            .flatten()
-            .map(|r| self.commit(r))
-            .collect()
     }
 
-    async fn run_group(&self, group: Vec<(usize, Admitted<'_>)>, results: &mut [Option<CallResult>]) {
-        if group.is_empty() {
-            return;
-        }
-        let futures = group.iter().map(|(_, a)| self.execute(a));
-        let done = futures::future::join_all(futures).await;
-        for ((i, _), r) in group.iter().zip(done) {
-            results[*i] = Some(r);
+    /// Phases 7-8 of one slot: the body, if it may run. Not committed.
+    async fn finish(&self, slot: Slot<'_>) -> CallResult {
+        match slot {
+            Slot::Done(r) => r,
+            Slot::Ready(a) => {
+                let r = self.execute(&a).await;
+                crate::crashpoint::reached("after-body");
+                r
+            }
         }
     }
+}
 
-    /// A refusal whose commit is deferred to the ordered commit phase.
-    fn refused(&self, call_id: &str, tool: &str, code: ErrorCode, message: String) -> CallResult {
-        CallResult::error(call_id.to_string(), tool.to_string(), code, message, crate::runtime::Receipt::default())
-    }
+/// A refusal whose commit is deferred to the ordered commit phase.
+fn refused(call_id: &str, tool: &str, code: ErrorCode, message: String) -> CallResult {
+    CallResult::error(
+        call_id.to_string(),
+        tool.to_string(),
+        code,
+        message,
+        crate::runtime::Receipt::default(),
+    )
 }

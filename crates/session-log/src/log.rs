@@ -87,7 +87,11 @@ impl SessionLog {
     pub fn open(state_dir: &Path) -> Result<SessionLog, LogError> {
         std::fs::create_dir_all(state_dir)
             .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
-        let storage = FileStorage::open(&state_dir.join(FILE_NAME))?;
+        let path = state_dir.join(FILE_NAME);
+        if !path.exists() {
+            create_atomically(state_dir, &path)?;
+        }
+        let storage = FileStorage::open(&path)?;
         SessionLog::open_with_backend(storage)
     }
 
@@ -372,4 +376,52 @@ fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Creates a new, initialised log file at `path` so that it appears whole or
+/// not at all: it is built under a temporary name, synced, then linked into
+/// place. A process killed half-way through leaves only a temporary file
+/// (removed by a later open), never a `session.redb` that redb refuses.
+fn create_atomically(state_dir: &Path, path: &Path) -> Result<(), LogError> {
+    remove_stale_creations(state_dir);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = state_dir.join(format!("{FILE_NAME}{CREATING}{}-{nanos}", std::process::id()));
+    let io = |e: std::io::Error| from_open_io(&e, path.to_path_buf());
+    {
+        let log = SessionLog::open_with_backend(FileStorage::open(&tmp)?)?;
+        drop(log);
+    }
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+    // `hard_link` fails if another process created the log meanwhile: then
+    // that one is used and ours is discarded.
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    std::fs::File::open(state_dir).and_then(|d| d.sync_all()).map_err(io)?;
+    Ok(())
+}
+
+/// The infix of a log file being created.
+const CREATING: &str = ".creating-";
+
+/// Removes temporary files of creations that did not finish (their process
+/// died). A file another process is still creating is locked, so it is left.
+fn remove_stale_creations(state_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(state_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_ours = name.to_str().is_some_and(|n| n.starts_with(FILE_NAME) && n.contains(CREATING));
+        if is_ours && FileStorage::open(&entry.path()).is_ok() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }

@@ -9,8 +9,11 @@
 mod common;
 
 mod cache;
+mod capability;
 mod cli;
+mod contract;
 mod durability;
+mod escape;
 mod load;
 mod mode;
 mod runtime;

@@ -1,0 +1,36 @@
+//! Durability of the call pipeline (DESIGN.md §1, §5), tested through the
+//! library and through the `toolhost` binary:
+//!
+//! - `library`: one fdatasync on a call's critical path and one group commit
+//!   for a batch (counted with `CountingStorage`); storage faults injected at
+//!   every write-path operation (`FailingStorage`) never let a body run
+//!   without a durable intent; cancellation ends calls CANCELLED and logged;
+//!   a batch larger than the instance pool still runs every call.
+//! - `kill`: the CLI is stopped with SIGKILL at each named crash point
+//!   (`TOOLHOST_TEST_PAUSE_AT`, see `host/src/crashpoint.rs`) and after random
+//!   delays while it runs batches; the state must reopen, every call must be
+//!   absent, intent-only (resolved exactly once as `TOOL_OUTCOME_UNKNOWN` by
+//!   recovery, which is idempotent) or completed, no file may be written by a
+//!   call without a durable intent, and no result the CLI printed may be lost.
+//! - `cli`: SIGINT cancels a running call; unusable state directories (a
+//!   file, a non-redb `session.redb`, a log locked by another process) fail
+//!   with a clear message and exit 2, touching nothing; `log --json`.
+//!
+//! The random-kill test runs 200 iterations by default. For a longer soak,
+//! set `TOOLHOST_SOAK_ITERATIONS=N`, e.g.
+//! `TOOLHOST_SOAK_ITERATIONS=5000 cargo test -p toolhost --test durability random_kills -- --nocapture`.
+//! Each iteration prints nothing unless it fails; a failure names the
+//! iteration and its xorshift seed, and `TOOLHOST_SOAK_FIRST=I` starts the
+//! loop at iteration I to replay it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "durability/support.rs"]
+mod support;
+
+#[path = "durability/cli.rs"]
+mod cli;
+#[path = "durability/kill.rs"]
+mod kill;
+#[path = "durability/library.rs"]
+mod library;

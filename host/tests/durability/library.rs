@@ -1,0 +1,382 @@
+//! Durability through the library: fsync cost, fault injection on every
+//! write path, cancellation, and a batch larger than the instance pool.
+
+use crate::support::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolhost::log::{
+    CountingStorage, EventKind, FailingStorage, FileStorage, MemStorage, Op, SessionLog,
+    SyncCounter,
+};
+use toolhost::policy::Policy;
+use toolhost::{
+    ApprovalOutcome, CallRequest, CallResult, ErrorCode, FixedApprover, Host, Interrupt,
+    RuntimeOptions, SandboxMode,
+};
+
+fn read(path: &str) -> CallRequest {
+    CallRequest::new("read_file", json!({ "path": path })).mode(SandboxMode::ReadOnly)
+}
+
+fn write(path: &str, content: &str) -> CallRequest {
+    CallRequest::new("write_file", json!({ "path": path, "content": content }))
+        .mode(SandboxMode::WorkspaceWrite)
+}
+
+async fn counted_host(ws: &std::path::Path, state: &std::path::Path) -> (Host, SyncCounter) {
+    let storage = CountingStorage::new(FileStorage::open(&state.join("session.redb")).unwrap());
+    let counter = storage.counter();
+    let log = Arc::new(SessionLog::open_with_backend(storage).unwrap());
+    let host = builder(ws).session_log(log).build().await.unwrap();
+    (host, counter)
+}
+
+/// Runs `f` and returns (fsyncs, file growths) it cost.
+async fn cost<T>(counter: &SyncCounter, f: impl std::future::Future<Output = T>) -> (T, u64, u64) {
+    let (s, g) = (counter.fsyncs(), counter.grows());
+    let value = f.await;
+    (value, counter.fsyncs() - s, counter.grows() - g)
+}
+
+#[tokio::test]
+async fn one_fdatasync_on_the_critical_path_of_a_call() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.state()).unwrap();
+    std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
+    let (host, counter) = counted_host(&sb.ws(), &sb.state()).await;
+    let mut total_growing = 0;
+    for i in 0..50 {
+        let (r, fsyncs, grows) = cost(&counter, host.call(read("a.txt"))).await;
+        assert!(r.is_ok(), "{r:?}");
+        // One durable commit (the intent); the call and result ride on the
+        // next one. A commit that grows the file costs one more sync.
+        assert_eq!(
+            fsyncs,
+            1 + grows,
+            "call {i}: {fsyncs} fsyncs, {grows} growths"
+        );
+        total_growing += u64::from(grows > 0);
+    }
+    assert!(
+        total_growing <= 5,
+        "{total_growing} of 50 calls grew the file"
+    );
+    // A refusal before dispatch writes no intent: no fsync at all.
+    let (r, fsyncs, grows) = cost(&counter, host.call(read("a.txt").mode(SandboxMode::None))).await;
+    assert_eq!(r.code(), Some(ErrorCode::SandboxUnavailable), "{r:?}");
+    assert_eq!(fsyncs, grows);
+}
+
+#[tokio::test]
+async fn a_batch_of_16_reads_commits_its_intents_once() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.state()).unwrap();
+    std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
+    let (host, counter) = counted_host(&sb.ws(), &sb.state()).await;
+    // Warm up: a young file grows often (redb grows it geometrically, and
+    // each growth costs a sync); measure once it has some room.
+    for _ in 0..3 {
+        let warm = host
+            .call_batch((0..16).map(|_| read("a.txt")).collect())
+            .await;
+        assert!(warm.iter().all(CallResult::is_ok));
+    }
+    let batch: Vec<_> = (0..16).map(|_| read("a.txt")).collect();
+    let (results, fsyncs, grows) = cost(&counter, host.call_batch(batch)).await;
+    assert!(results.iter().all(CallResult::is_ok), "{results:?}");
+    eprintln!("batch of 16 reads: {fsyncs} fsyncs, {grows} growths");
+    assert!(fsyncs <= 2, "{fsyncs} fsyncs for a batch of 16");
+    assert_eq!(fsyncs, 1 + grows);
+    // One durable commit holds all 16 intents: they are adjacent in the log.
+    let events = host.log().events().unwrap();
+    let ids: Vec<_> = results.iter().map(|r| r.call_id.as_str()).collect();
+    let intents: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolIntent && ids.contains(&e.call_id.as_str()))
+        .collect();
+    assert_eq!(intents.len(), 16);
+    assert_eq!(
+        intents[15].seq - intents[0].seq,
+        15,
+        "the intents were not committed together"
+    );
+    assert!(
+        intents
+            .iter()
+            .all(|e| e.at_unix_ms == intents[0].at_unix_ms)
+    );
+}
+
+/// What a faulty-storage run of `requests` must show: no body without a
+/// durable intent, no panic.
+async fn under_faults(kinds: &[Op], make: impl Fn() -> Vec<CallRequest>, approve: bool) -> u64 {
+    for k in 0..2_000 {
+        let sb = Sandbox::new();
+        let mem = MemStorage::new();
+        let storage = FailingStorage::new(mem.clone(), k, kinds);
+        let what = format!("faults {kinds:?} after {k} ops");
+        let Ok(log) = SessionLog::open_with_backend(storage) else {
+            continue;
+        };
+        let mut b = builder(&sb.ws());
+        b.session_log(Arc::new(log));
+        if approve {
+            // Every call asks, so the approval events are written too.
+            b.policy(Policy::from_toml("version = 1\ndefault = \"ask\"\n", "test").unwrap())
+                .approver(Box::new(FixedApprover(ApprovalOutcome::AllowedOnce)));
+        }
+        let host = b.build().await.unwrap();
+        let requests = make();
+        let paths: Vec<String> = requests
+            .iter()
+            .map(|r| {
+                serde_json::from_str::<serde_json::Value>(&r.args).unwrap()["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let results = if requests.len() == 1 {
+            vec![host.call(requests.into_iter().next().unwrap()).await]
+        } else {
+            host.call_batch(requests).await
+        };
+        let _ = host.log().flush();
+        drop(host);
+        // What survives power loss, and what survives the process dying.
+        for (image, label) in [
+            (mem.crash(), "power loss"),
+            (mem.process_exit(), "process exit"),
+        ] {
+            let log = SessionLog::open_with_backend(image)
+                .unwrap_or_else(|e| panic!("{what}, {label}: the log does not reopen: {e}"));
+            let events = log.events().unwrap();
+            let calls = check_log(&events);
+            for (r, path) in results.iter().zip(&paths) {
+                let exists = sb.ws().join(path).exists();
+                // A result without a sandbox mode in its receipt never reached the body.
+                let before_dispatch = !r.is_ok() && r.receipt.mode.is_none();
+                if before_dispatch {
+                    assert!(
+                        !exists,
+                        "{what}: {path} exists but the call ended before dispatch: {r:?}"
+                    );
+                }
+                if exists {
+                    let c = calls.get(&r.call_id).unwrap_or_else(|| {
+                        panic!("{what}, {label}: {path} exists, the call is not in the log")
+                    });
+                    assert!(
+                        c.intent_seq.is_some(),
+                        "{what}, {label}: {path} exists without a durable intent"
+                    );
+                }
+            }
+            // Recovery resolves what is pending and leaves a clean log.
+            let recovered = log.recover().unwrap();
+            assert_eq!(recovered.recovered, pending(&calls), "{what}, {label}");
+        }
+        if results.iter().all(CallResult::is_ok) {
+            return k;
+        }
+    }
+    panic!("the calls never succeeded");
+}
+
+#[tokio::test]
+async fn no_body_runs_without_a_durable_intent_under_storage_faults() {
+    let one = || vec![write("out.txt", "x")];
+    let three = || {
+        vec![
+            write("a.txt", "a"),
+            write("b.txt", "b"),
+            write("c.txt", "c"),
+        ]
+    };
+    for kinds in [&Op::ALL[..], &[Op::Write], &[Op::SyncData], &[Op::SetLen]] {
+        let k = under_faults(kinds, one, false).await;
+        eprintln!("one call, faults on {kinds:?}: first success after {k} healthy ops");
+        let k = under_faults(kinds, one, true).await;
+        eprintln!("one approved call, faults on {kinds:?}: first success after {k} healthy ops");
+    }
+    let k = under_faults(&Op::ALL, three, true).await;
+    eprintln!("a batch of three approved calls: first success after {k} healthy ops");
+}
+
+#[tokio::test]
+async fn a_cancelled_sleep_ends_cancelled_and_is_logged() {
+    let sb = Sandbox::new();
+    let host = builder(&sb.ws()).build().await.unwrap();
+    let interrupt = Interrupt::default();
+    let req = CallRequest::new("sleep", json!({"ms": 10_000})).interrupt(interrupt.clone());
+    let started = Instant::now();
+    let (r, ()) = tokio::join!(host.call(req), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        interrupt.cancel();
+    });
+    let took = started.elapsed();
+    assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{r:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "cancelling a 10 s sleep took {took:?}"
+    );
+    let events = host.log().events_for_call(&r.call_id).unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::ToolCall,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
+    assert_eq!(events[2].payload["error"]["code"], "CANCELLED");
+}
+
+#[tokio::test]
+async fn a_call_cancelled_before_dispatch_has_a_result_and_no_intent() {
+    let sb = Sandbox::new();
+    let host = builder(&sb.ws()).build().await.unwrap();
+    let interrupt = Interrupt::default();
+    interrupt.cancel();
+    let r = host
+        .call(write("never.txt", "x").interrupt(interrupt.clone()))
+        .await;
+    assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{r:?}");
+    assert!(!sb.ws().join("never.txt").exists());
+    let events = host.log().events_for_call(&r.call_id).unwrap();
+    assert!(
+        !events.iter().any(|e| e.kind == EventKind::ToolIntent),
+        "{events:?}"
+    );
+    let results: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].payload["error"]["code"], "CANCELLED");
+    // The same in a batch.
+    let rs = host
+        .call_batch(vec![
+            write("n1.txt", "x").interrupt(interrupt.clone()),
+            read("n1.txt").interrupt(interrupt),
+        ])
+        .await;
+    for r in &rs {
+        assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{r:?}");
+        let events = host.log().events_for_call(&r.call_id).unwrap();
+        assert!(
+            !events.iter().any(|e| e.kind == EventKind::ToolIntent),
+            "{events:?}"
+        );
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.kind == EventKind::ToolResult)
+                .count(),
+            1
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_cancelled_midway_loses_no_call() {
+    let sb = Sandbox::new();
+    let host = builder(&sb.ws()).build().await.unwrap();
+    let interrupt = Interrupt::default();
+    let with = |r: CallRequest| r.interrupt(interrupt.clone());
+    let batch = vec![
+        with(CallRequest::new("sleep", json!({"ms": 20}))),
+        with(CallRequest::new("sleep", json!({"ms": 10_000}))),
+        with(write("late.txt", "x")),
+        with(CallRequest::new("sleep", json!({"ms": 0}))),
+    ];
+    let started = Instant::now();
+    let (results, ()) = tokio::join!(host.call_batch(batch), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        interrupt.cancel();
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let codes: Vec<_> = results.iter().map(CallResult::code).collect();
+    assert_eq!(
+        codes,
+        [
+            None,
+            Some(ErrorCode::Cancelled),
+            Some(ErrorCode::Cancelled),
+            Some(ErrorCode::Cancelled)
+        ],
+        "{results:?}"
+    );
+    assert!(
+        !sb.ws().join("late.txt").exists(),
+        "a call started after the batch was cancelled"
+    );
+    let events = host.log().events().unwrap();
+    let calls = check_log(&events);
+    for r in &results {
+        let c = &calls[&r.call_id];
+        assert_eq!(c.fate, Fate::Completed, "{c:?}");
+        assert_eq!(
+            c.result.as_ref().unwrap()["status"],
+            serde_json::to_value(r.status).unwrap()
+        );
+    }
+    // Results in call order.
+    let order: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .map(|e| e.call_id.clone())
+        .collect();
+    let ids: Vec<_> = results.iter().map(|r| r.call_id.clone()).collect();
+    assert_eq!(order, ids);
+}
+
+#[tokio::test]
+async fn a_batch_larger_than_the_instance_pool_runs_every_call() {
+    let sb = Sandbox::new();
+    let host = builder(&sb.ws())
+        .runtime_options(RuntimeOptions {
+            max_concurrent_calls: 2,
+            ..runtime_options()
+        })
+        .build()
+        .await
+        .unwrap();
+    let batch: Vec<_> = (0..8)
+        .map(|i| CallRequest::new("sleep", json!({"ms": 20 + i})))
+        .collect();
+    let results = host.call_batch(batch).await;
+    for r in &results {
+        assert!(r.is_ok(), "{r:?}");
+    }
+}
+
+/// A process killed while it creates a new log leaves only a temporary
+/// file (the log is built under another name, synced, then linked into
+/// place): the next open creates the log and removes the leftover. Before
+/// this, a kill during creation could leave a `session.redb` that redb
+/// refused forever.
+#[test]
+fn a_creation_interrupted_by_a_kill_leaves_an_openable_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    // What a killed creator leaves behind: a half-written temporary file.
+    let leftover = state.join("session.redb.creating-4242-1");
+    std::fs::write(&leftover, vec![0xAB; 4096]).unwrap();
+    let log = SessionLog::open(&state).unwrap();
+    assert!(log.events().unwrap().is_empty());
+    drop(log);
+    assert!(!leftover.exists(), "the leftover of a dead creation is removed");
+    let names: Vec<String> =
+        std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["session.redb"], "{names:?}");
+    // And it opens again.
+    SessionLog::open(&state).unwrap();
+}
