@@ -22,7 +22,8 @@ pub struct Built {
 
 /// The workspace root, from a build script's `CARGO_MANIFEST_DIR`.
 pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
+    let manifest =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
     let mut dir = manifest.as_path();
     while let Some(parent) = dir.parent() {
         if parent.join("Cargo.lock").exists() || parent.join("rust-toolchain.toml").exists() {
@@ -85,15 +86,27 @@ pub fn build(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
     }
     // The outer build's flags (coverage, sanitizers, lints) are for the host
     // target; they must not leak into the wasm build.
-    for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_PRIMARY_PACKAGE"] {
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
         cmd.env_remove(var);
     }
     let status = match cmd.status() {
         Ok(s) => s,
-        Err(e) => fail(&format!("could not run cargo to build the wasm components: {e}")),
+        Err(e) => fail(&format!(
+            "could not run cargo to build the wasm components: {e}"
+        )),
     };
     if !status.success() {
-        fail(&format!("building {} for {TARGET} failed (see the output above)", packages.join(", ")));
+        fail(&format!(
+            "building {} for {TARGET} failed (see the output above)",
+            packages.join(", ")
+        ));
     }
     let out_dir = target_dir.join(TARGET).join("release");
     let mut built = Vec::new();

@@ -68,7 +68,10 @@ pub trait Approver: Send + Sync {
     /// A short name for logs (`none`, `tty`, `command:...`).
     fn name(&self) -> String;
     /// Decides one request. `detail` of the returned pair explains failures.
-    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)>;
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)>;
 }
 
 /// No channel: every request is `unavailable`.
@@ -79,8 +82,16 @@ impl Approver for NoApprover {
     fn name(&self) -> String {
         "none".into()
     }
-    fn decide<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
-        Box::pin(async { (ApprovalOutcome::Unavailable, Some("no approver is configured".into())) })
+    fn decide<'a>(
+        &'a self,
+        _: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        Box::pin(async {
+            (
+                ApprovalOutcome::Unavailable,
+                Some("no approver is configured".into()),
+            )
+        })
     }
 }
 
@@ -96,7 +107,10 @@ impl Approver for FixedApprover {
             other => format!("fixed:{}", other.as_str()),
         }
     }
-    fn decide<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+    fn decide<'a>(
+        &'a self,
+        _: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
         let o = self.0;
         Box::pin(async move { (o, None) })
     }
@@ -115,24 +129,39 @@ impl Approver for TtyApprover {
     fn name(&self) -> String {
         "tty".into()
     }
-    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
         let request = request.clone();
         let timeout = self.timeout;
         Box::pin(async move {
             let ask = tokio::task::spawn_blocking(move || ask_tty(&request));
             match tokio::time::timeout(timeout, ask).await {
                 Ok(Ok(r)) => r,
-                Ok(Err(_)) => (ApprovalOutcome::Unavailable, Some("the terminal prompt failed".into())),
-                Err(_) => (ApprovalOutcome::Unavailable, Some("no answer before the timeout".into())),
+                Ok(Err(_)) => (
+                    ApprovalOutcome::Unavailable,
+                    Some("the terminal prompt failed".into()),
+                ),
+                Err(_) => (
+                    ApprovalOutcome::Unavailable,
+                    Some("no answer before the timeout".into()),
+                ),
             }
         })
     }
 }
 
 fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
-    let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty");
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty");
     let Ok(mut tty) = tty else {
-        return (ApprovalOutcome::Unavailable, Some("no terminal to ask on".into()));
+        return (
+            ApprovalOutcome::Unavailable,
+            Some("no terminal to ask on".into()),
+        );
     };
     let args = serde_json::to_string_pretty(&request.args).unwrap_or_default();
     let mut prompt = format!(
@@ -142,9 +171,15 @@ fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
     if let Some(j) = &request.justification {
         prompt.push_str(&format!("  justification: {j}\n"));
     }
-    prompt.push_str(&format!("  args:\n{}\nAllow this call once? [y/N] ", indent(&args)));
+    prompt.push_str(&format!(
+        "  args:\n{}\nAllow this call once? [y/N] ",
+        indent(&args)
+    ));
     if tty.write_all(prompt.as_bytes()).is_err() {
-        return (ApprovalOutcome::Unavailable, Some("cannot write to the terminal".into()));
+        return (
+            ApprovalOutcome::Unavailable,
+            Some("cannot write to the terminal".into()),
+        );
     }
     let mut line = String::new();
     let mut reader = std::io::BufReader::new(tty);
@@ -155,12 +190,18 @@ fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
             "" => (ApprovalOutcome::Cancelled, Some("no answer".into())),
             _ => (ApprovalOutcome::Rejected, None),
         },
-        Err(e) => (ApprovalOutcome::Unavailable, Some(format!("cannot read the terminal: {e}"))),
+        Err(e) => (
+            ApprovalOutcome::Unavailable,
+            Some(format!("cannot read the terminal: {e}")),
+        ),
     }
 }
 
 fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    s.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs `PROGRAM` with the request as JSON on stdin and reads a decision on
@@ -182,20 +223,29 @@ impl Approver for CommandApprover {
     fn name(&self) -> String {
         format!("command:{}", self.program)
     }
-    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
         Box::pin(async move {
             match tokio::time::timeout(self.timeout, run_command(&self.program, request)).await {
                 Ok(r) => r,
                 Err(_) => (
                     ApprovalOutcome::Unavailable,
-                    Some(format!("approver {} gave no decision within {:?}", self.program, self.timeout)),
+                    Some(format!(
+                        "approver {} gave no decision within {:?}",
+                        self.program, self.timeout
+                    )),
                 ),
             }
         })
     }
 }
 
-async fn run_command(program: &str, request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
+async fn run_command(
+    program: &str,
+    request: &ApprovalRequest,
+) -> (ApprovalOutcome, Option<String>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let unavailable = |d: String| (ApprovalOutcome::Unavailable, Some(d));
     let child = tokio::process::Command::new(program)
@@ -217,7 +267,10 @@ async fn run_command(program: &str, request: &ApprovalRequest) -> (ApprovalOutco
     }
     let mut out = Vec::new();
     if let Some(stdout) = child.stdout.take()
-        && let Err(e) = stdout.take(MAX_APPROVER_OUTPUT as u64).read_to_end(&mut out).await
+        && let Err(e) = stdout
+            .take(MAX_APPROVER_OUTPUT as u64)
+            .read_to_end(&mut out)
+            .await
     {
         return unavailable(format!("cannot read approver output: {e}"));
     }
@@ -232,7 +285,10 @@ async fn run_command(program: &str, request: &ApprovalRequest) -> (ApprovalOutco
         Some(o) => (o, None),
         None => unavailable(format!(
             "approver {program} answered something that is not a decision: {:?}",
-            String::from_utf8_lossy(&out).chars().take(120).collect::<String>()
+            String::from_utf8_lossy(&out)
+                .chars()
+                .take(120)
+                .collect::<String>()
         )),
     }
 }
@@ -283,9 +339,18 @@ mod tests {
 
     #[test]
     fn decisions_parse_strictly() {
-        assert_eq!(parse_decision(b"allowed-once\n"), Some(ApprovalOutcome::AllowedOnce));
-        assert_eq!(parse_decision(br#"{"decision":"rejected"}"#), Some(ApprovalOutcome::Rejected));
-        assert_eq!(parse_decision(b"cancelled"), Some(ApprovalOutcome::Cancelled));
+        assert_eq!(
+            parse_decision(b"allowed-once\n"),
+            Some(ApprovalOutcome::AllowedOnce)
+        );
+        assert_eq!(
+            parse_decision(br#"{"decision":"rejected"}"#),
+            Some(ApprovalOutcome::Rejected)
+        );
+        assert_eq!(
+            parse_decision(b"cancelled"),
+            Some(ApprovalOutcome::Cancelled)
+        );
         assert_eq!(parse_decision(b"unavailable"), None);
         assert_eq!(parse_decision(b"yes please"), None);
         assert_eq!(parse_decision(b"\xff\xfe"), None);
@@ -299,6 +364,11 @@ mod tests {
         assert!(approver_from_spec("none", t).is_ok());
         assert!(approver_from_spec("command:", t).is_err());
         assert!(approver_from_spec("sometimes", t).is_err());
-        assert_eq!(approver_from_spec("command:/bin/true", t).map(|a| a.name()).ok(), Some("command:/bin/true".into()));
+        assert_eq!(
+            approver_from_spec("command:/bin/true", t)
+                .map(|a| a.name())
+                .ok(),
+            Some("command:/bin/true".into())
+        );
     }
 }

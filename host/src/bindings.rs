@@ -11,7 +11,9 @@ wasmtime::component::bindgen!({
 
 pub(crate) use exports::toolhost::tool::tool::{ToolDescriptor, ToolOutput};
 pub(crate) use toolhost::tool::host::LogLevel;
-pub(crate) use toolhost::tool::types::{ContentBlock, SandboxMode as WitMode, SideEffect as WitSideEffect};
+pub(crate) use toolhost::tool::types::{
+    ContentBlock, SandboxMode as WitMode, SideEffect as WitSideEffect,
+};
 
 impl toolhost::tool::types::Host for CallState {}
 

@@ -59,7 +59,12 @@ impl CompileCache {
     /// The cache key of `bytes` under this engine.
     pub fn key(&self, bytes: &[u8]) -> String {
         let digest = Sha256::digest(bytes);
-        format!("{}-{}-{}", hex::encode(&digest[..16]), self.engine_key, env!("CARGO_PKG_VERSION"))
+        format!(
+            "{}-{}-{}",
+            hex::encode(&digest[..16]),
+            self.engine_key,
+            env!("CARGO_PKG_VERSION")
+        )
     }
 
     /// Loads the component for `bytes`: from a valid cache entry, or by
@@ -110,7 +115,10 @@ impl CompileCache {
 fn write_entry(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let sum = hex::encode(Sha256::digest(artifact));
-    for (name, data) in [(format!("{key}.cwasm"), artifact), (format!("{key}.sum"), sum.as_bytes())] {
+    for (name, data) in [
+        (format!("{key}.cwasm"), artifact),
+        (format!("{key}.sum"), sum.as_bytes()),
+    ] {
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         std::io::Write::write_all(&mut tmp, data)?;
         tmp.persist(dir.join(name)).map_err(|e| e.error)?;

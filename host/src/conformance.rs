@@ -83,17 +83,37 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
             return report;
         }
     };
-    report.push("world", Verdict::Pass, "exports toolhost:tool/tool and links against the host's imports");
-    report.push("describe", Verdict::Pass, format!("{} tool(s): {}", descriptors.len(), names(&descriptors)));
+    report.push(
+        "world",
+        Verdict::Pass,
+        "exports toolhost:tool/tool and links against the host's imports",
+    );
+    report.push(
+        "describe",
+        Verdict::Pass,
+        format!("{} tool(s): {}", descriptors.len(), names(&descriptors)),
+    );
 
     // Names: well-formed (checked by load) and unique.
     let mut seen = BTreeSet::new();
-    let dupes: Vec<_> = descriptors.iter().filter(|d| !seen.insert(d.name.clone())).map(|d| d.name.clone()).collect();
-    let bad: Vec<_> = descriptors.iter().filter(|d| !is_valid_name(&d.name)).map(|d| d.name.clone()).collect();
+    let dupes: Vec<_> = descriptors
+        .iter()
+        .filter(|d| !seen.insert(d.name.clone()))
+        .map(|d| d.name.clone())
+        .collect();
+    let bad: Vec<_> = descriptors
+        .iter()
+        .filter(|d| !is_valid_name(&d.name))
+        .map(|d| d.name.clone())
+        .collect();
     if dupes.is_empty() && bad.is_empty() {
         report.push("names", Verdict::Pass, "unique and well-formed");
     } else {
-        report.push("names", Verdict::Fail, format!("duplicates: {dupes:?}; malformed: {bad:?}"));
+        report.push(
+            "names",
+            Verdict::Fail,
+            format!("duplicates: {dupes:?}; malformed: {bad:?}"),
+        );
     }
 
     // Schemas compile.
@@ -101,7 +121,11 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
     for d in &descriptors {
         match RegisteredTool::new(d.clone(), component.clone()) {
             Ok(t) => {
-                report.push(format!("schemas:{}", d.name), Verdict::Pass, "input and output schemas are valid JSON Schemas");
+                report.push(
+                    format!("schemas:{}", d.name),
+                    Verdict::Pass,
+                    "input and output schemas are valid JSON Schemas",
+                );
                 tools.push(t);
             }
             Err(e) => report.push(format!("schemas:{}", d.name), Verdict::Fail, e),
@@ -129,20 +153,37 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
                 ),
             );
         } else if !network.is_empty() {
-            report.push(row, Verdict::Warn, format!("imports {}: calls that use the network will be refused (network is off)", network.join(", ")));
+            report.push(
+                row,
+                Verdict::Warn,
+                format!(
+                    "imports {}: calls that use the network will be refused (network is off)",
+                    network.join(", ")
+                ),
+            );
         } else {
-            let fs = component.imports.iter().any(|i| i.starts_with("wasi:filesystem/"));
+            let fs = component
+                .imports
+                .iter()
+                .any(|i| i.starts_with("wasi:filesystem/"));
             report.push(
                 row,
                 Verdict::Pass,
-                format!("minimum mode {}, side effect {}; imports filesystem: {fs}; no network imports", d.min_mode, d.side_effect),
+                format!(
+                    "minimum mode {}, side effect {}; imports filesystem: {fs}; no network imports",
+                    d.min_mode, d.side_effect
+                ),
             );
         }
     }
 
     // Calls: invalid args are refused before the body; examples run.
     let Ok(workspace) = tempfile::tempdir() else {
-        report.push("calls", Verdict::Fail, "cannot create a temporary workspace");
+        report.push(
+            "calls",
+            Verdict::Fail,
+            "cannot create a temporary workspace",
+        );
         return report;
     };
     let mut b = HostBuilder::new();
@@ -156,7 +197,11 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
     let host = match b.build().await {
         Ok(h) => h,
         Err(e) => {
-            report.push("calls", Verdict::Fail, format!("the host refuses the component: {e}"));
+            report.push(
+                "calls",
+                Verdict::Fail,
+                format!("the host refuses the component: {e}"),
+            );
             return report;
         }
     };
@@ -164,22 +209,50 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
         let d = &t.descriptor;
         let row = format!("invalid-args:{}", d.name);
         match invalid_args_for(t) {
-            None => report.push(row, Verdict::Warn, "the input schema accepts every value; nothing to refuse"),
+            None => report.push(
+                row,
+                Verdict::Warn,
+                "the input schema accepts every value; nothing to refuse",
+            ),
             Some(bad) => {
-                let r = host.call(CallRequest::new(&d.name, bad.clone()).mode(d.min_mode)).await;
+                let r = host
+                    .call(CallRequest::new(&d.name, bad.clone()).mode(d.min_mode))
+                    .await;
                 if r.code() == Some(ErrorCode::InvalidArgs) && r.receipt.mode.is_none() {
-                    report.push(row, Verdict::Pass, format!("{bad} refused with INVALID_ARGS before the body"));
+                    report.push(
+                        row,
+                        Verdict::Pass,
+                        format!("{bad} refused with INVALID_ARGS before the body"),
+                    );
                 } else {
-                    report.push(row, Verdict::Fail, format!("{bad} was not refused before the body: {:?}", r.code()));
+                    report.push(
+                        row,
+                        Verdict::Fail,
+                        format!("{bad} was not refused before the body: {:?}", r.code()),
+                    );
                 }
             }
         }
-        let examples = d.input_schema.get("examples").and_then(|e| e.as_array()).cloned().unwrap_or_default();
+        let examples = d
+            .input_schema
+            .get("examples")
+            .and_then(|e| e.as_array())
+            .cloned()
+            .unwrap_or_default();
         for (i, example) in examples.iter().enumerate() {
             let row = format!("example:{}[{i}]", d.name);
-            let r = host.call(CallRequest::new(&d.name, example.clone()).mode(d.min_mode.max(SandboxMode::None))).await;
+            let r = host
+                .call(
+                    CallRequest::new(&d.name, example.clone())
+                        .mode(d.min_mode.max(SandboxMode::None)),
+                )
+                .await;
             match &r.error {
-                None => report.push(row, Verdict::Pass, "ran, and its output satisfies the output schema"),
+                None => report.push(
+                    row,
+                    Verdict::Pass,
+                    "ran, and its output satisfies the output schema",
+                ),
                 Some(e) => report.push(row, Verdict::Fail, format!("{}: {}", e.code, e.message)),
             }
         }
@@ -188,7 +261,11 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
 }
 
 fn names(descriptors: &[crate::tool::Descriptor]) -> String {
-    descriptors.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+    descriptors
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A value the tool's input schema rejects, if one of a few probes is.
@@ -200,7 +277,9 @@ fn invalid_args_for(tool: &RegisteredTool) -> Option<serde_json::Value> {
         serde_json::json!(null),
         serde_json::json!({ "__toolhost_conformance_unexpected__": true }),
     ];
-    candidates.into_iter().find(|c| tool.validate_args(c).is_err())
+    candidates
+        .into_iter()
+        .find(|c| tool.validate_args(c).is_err())
 }
 
 /// A runtime for one-off checks: no fuel, a small pool, the default cache.

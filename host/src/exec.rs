@@ -39,18 +39,26 @@ pub async fn run_command(
     if wasmparser::Parser::is_core_wasm(bytes) {
         return Err(LoadError::CoreModule(source.to_string()));
     }
-    let component = runtime.cache().load(runtime.engine(), bytes).map_err(|e| LoadError::Invalid {
-        file: source.to_string(),
-        detail: format!("{e:#}"),
-    })?;
-    let pre = runtime.linker().instantiate_pre(&component).map_err(|e| LoadError::WrongWorld {
-        file: source.to_string(),
-        detail: format!("{e:#}"),
-    })?;
-    let pre = wasmtime_wasi::p2::bindings::CommandPre::new(pre).map_err(|e| LoadError::WrongWorld {
-        file: source.to_string(),
-        detail: format!("not a WASI command (no wasi:cli/run export): {e:#}"),
-    })?;
+    let component =
+        runtime
+            .cache()
+            .load(runtime.engine(), bytes)
+            .map_err(|e| LoadError::Invalid {
+                file: source.to_string(),
+                detail: format!("{e:#}"),
+            })?;
+    let pre = runtime
+        .linker()
+        .instantiate_pre(&component)
+        .map_err(|e| LoadError::WrongWorld {
+            file: source.to_string(),
+            detail: format!("{e:#}"),
+        })?;
+    let pre =
+        wasmtime_wasi::p2::bindings::CommandPre::new(pre).map_err(|e| LoadError::WrongWorld {
+            file: source.to_string(),
+            detail: format!("not a WASI command (no wasi:cli/run export): {e:#}"),
+        })?;
     let mut run = match runtime.prepare_with(spec, interrupt, None, Some(args)) {
         Ok(r) => r,
         Err((code, message)) => return Ok(ExecOutcome::Failed { code, message }),

@@ -5,7 +5,7 @@
 use crate::approval::{Approver, NoApprover};
 use crate::hooks::{Observer, PostExecuteHook};
 use crate::journal::Journal;
-use crate::registry::{Registry, RegisteredTool, ScopeSpec};
+use crate::registry::{RegisteredTool, Registry, ScopeSpec};
 use crate::runtime::{LoadError, Runtime, RuntimeOptions};
 use crate::sandbox::Limits;
 use crate::state::{Interrupt, ProgressSink};
@@ -190,7 +190,10 @@ impl HostBuilder {
     /// Loads the example tools embedded in this binary.
     pub fn embedded_tools(&mut self) -> &mut Self {
         for (name, bytes) in crate::embedded::EMBEDDED_TOOLS {
-            self.sources.push((None, Source::Bytes(format!("embedded:{name}"), bytes.to_vec())));
+            self.sources.push((
+                None,
+                Source::Bytes(format!("embedded:{name}"), bytes.to_vec()),
+            ));
         }
         self
     }
@@ -202,8 +205,13 @@ impl HostBuilder {
     }
 
     /// Loads a component file whose tools belong to `scope` only.
-    pub fn scoped_tool_file(&mut self, scope: impl Into<String>, path: impl Into<PathBuf>) -> &mut Self {
-        self.sources.push((Some(scope.into()), Source::Path(path.into())));
+    pub fn scoped_tool_file(
+        &mut self,
+        scope: impl Into<String>,
+        path: impl Into<PathBuf>,
+    ) -> &mut Self {
+        self.sources
+            .push((Some(scope.into()), Source::Path(path.into())));
         self
     }
 
@@ -278,12 +286,16 @@ impl HostBuilder {
     pub async fn build(&mut self) -> Result<Host, HostError> {
         let workspace = match self.workspace.take() {
             Some(w) => w,
-            None => std::env::current_dir().map_err(|_| HostError::Workspace(PathBuf::from(".")))?,
+            None => {
+                std::env::current_dir().map_err(|_| HostError::Workspace(PathBuf::from(".")))?
+            }
         };
         if !workspace.is_dir() {
             return Err(HostError::Workspace(workspace));
         }
-        let workspace = workspace.canonicalize().map_err(|_| HostError::Workspace(workspace.clone()))?;
+        let workspace = workspace
+            .canonicalize()
+            .map_err(|_| HostError::Workspace(workspace.clone()))?;
         let runtime = match self.runtime.take() {
             Some(r) => r,
             None => Arc::new(Runtime::new(self.runtime_options.clone())?),
@@ -294,21 +306,29 @@ impl HostBuilder {
         let mut registry = Registry::new();
         let sources = std::mem::take(&mut self.sources);
         let scopes = std::mem::take(&mut self.scopes);
-        for (name, _) in sources.iter().filter_map(|(s, src)| s.as_ref().map(|s| (s, src))) {
+        for (name, _) in sources
+            .iter()
+            .filter_map(|(s, src)| s.as_ref().map(|s| (s, src)))
+        {
             if !scopes.iter().any(|(n, _)| n == name) {
-                return Err(HostError::Registry(crate::registry::RegistryError::BadScope {
-                    scope: name.clone(),
-                    detail: "tools are registered for a scope that is not declared".into(),
-                }));
+                return Err(HostError::Registry(
+                    crate::registry::RegistryError::BadScope {
+                        scope: name.clone(),
+                        detail: "tools are registered for a scope that is not declared".into(),
+                    },
+                ));
             }
         }
-        let (global, mut scoped): (Vec<_>, Vec<_>) = sources.into_iter().partition(|(s, _)| s.is_none());
+        let (global, mut scoped): (Vec<_>, Vec<_>) =
+            sources.into_iter().partition(|(s, _)| s.is_none());
         for (_, source) in global {
             load_into(&runtime, &mut registry, None, source).await?;
         }
         for (name, spec) in scopes {
             registry.add_scope(&name, spec)?;
-            let (own, rest): (Vec<_>, Vec<_>) = scoped.into_iter().partition(|(s, _)| s.as_deref() == Some(name.as_str()));
+            let (own, rest): (Vec<_>, Vec<_>) = scoped
+                .into_iter()
+                .partition(|(s, _)| s.as_deref() == Some(name.as_str()));
             scoped = rest;
             for (_, source) in own {
                 load_into(&runtime, &mut registry, Some(&name), source).await?;
@@ -327,7 +347,9 @@ impl HostBuilder {
                 }
                 Arc::new(log)
             }
-            (None, None) => Arc::new(SessionLog::in_memory().map_err(|e| HostError::Log(e.to_string()))?),
+            (None, None) => {
+                Arc::new(SessionLog::in_memory().map_err(|e| HostError::Log(e.to_string()))?)
+            }
         };
         let mut guards = Guards::from_policy(&self.policy);
         for g in std::mem::take(&mut self.guards) {
@@ -351,7 +373,12 @@ impl HostBuilder {
 }
 
 /// Loads one component and registers its tools globally or in `scope`.
-async fn load_into(runtime: &Runtime, registry: &mut Registry, scope: Option<&str>, source: Source) -> Result<(), HostError> {
+async fn load_into(
+    runtime: &Runtime,
+    registry: &mut Registry,
+    scope: Option<&str>,
+    source: Source,
+) -> Result<(), HostError> {
     let (label, bytes) = match source {
         Source::Path(p) => {
             let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
@@ -366,9 +393,13 @@ async fn load_into(runtime: &Runtime, registry: &mut Registry, scope: Option<&st
     let mut seen = std::collections::BTreeSet::new();
     for d in descriptors {
         if !seen.insert(d.name.clone()) {
-            return Err(HostError::Descriptor(format!("{label}: describe lists tool {:?} twice", d.name)));
+            return Err(HostError::Descriptor(format!(
+                "{label}: describe lists tool {:?} twice",
+                d.name
+            )));
         }
-        let tool = RegisteredTool::new(d, component.clone()).map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
+        let tool = RegisteredTool::new(d, component.clone())
+            .map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
         match scope {
             None => registry.add_global(tool)?,
             Some(s) => registry.add_scoped(s, tool)?,
@@ -384,7 +415,9 @@ fn check_state_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
     let abs = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
-        std::env::current_dir().map(|c| c.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
+        std::env::current_dir()
+            .map(|c| c.join(dir))
+            .unwrap_or_else(|_| dir.to_path_buf())
     };
     // Resolve the longest existing prefix, so a state dir that does not
     // exist yet is still compared through symlinks.
@@ -399,7 +432,9 @@ fn check_state_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
             _ => break,
         }
     }
-    let mut resolved = existing.canonicalize().unwrap_or_else(|_| existing.to_path_buf());
+    let mut resolved = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
     for n in rest.into_iter().rev() {
         resolved.push(n);
     }
@@ -418,7 +453,11 @@ fn session_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("{:x}{:04x}", (nanos as u64) & 0xffff_ffff_ffff, std::process::id() & 0xffff)
+    format!(
+        "{:x}{:04x}",
+        (nanos as u64) & 0xffff_ffff_ffff,
+        std::process::id() & 0xffff
+    )
 }
 
 /// A configured host: tools, policy, guards, approver, hooks and the log.

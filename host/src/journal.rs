@@ -30,7 +30,12 @@ impl Journal {
         &self.log
     }
 
-    pub(crate) fn lazy(&self, call_id: &str, kind: EventKind, payload: serde_json::Value) -> Result<(), String> {
+    pub(crate) fn lazy(
+        &self,
+        call_id: &str,
+        kind: EventKind,
+        payload: serde_json::Value,
+    ) -> Result<(), String> {
         self.log
             .append(&[NewEvent::new(call_id, kind, payload)], Durability::Lazy)
             .map(|_| ())
@@ -43,7 +48,10 @@ impl Journal {
             .iter()
             .map(|(id, p)| NewEvent::new(id.clone(), EventKind::ToolIntent, p.clone()))
             .collect();
-        self.log.record_intents(&events).map(|_| ()).map_err(|e| e.to_string())
+        self.log
+            .record_intents(&events)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     pub(crate) fn result(&self, result: &CallResult) -> Result<(), String> {

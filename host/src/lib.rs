@@ -38,19 +38,22 @@ mod state;
 mod tool;
 
 pub use crate::approval::{
-    ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover, NoApprover, TtyApprover,
-    approver_from_spec, parse_decision,
+    ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover,
+    NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
 pub use crate::cache::{CacheStats, CompileCache, default_cache_dir};
-pub use crate::embedded::EMBEDDED_TOOLS;
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
+pub use crate::embedded::EMBEDDED_TOOLS;
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
 pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError};
 pub use crate::orchestrator::MAX_ARGS_BYTES;
 pub use crate::registry::{RegisteredTool, Registry, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
-pub use crate::runtime::{BodyOutcome, LoadError, LoadedComponent, Receipt, Runtime, RuntimeOptions, DESCRIBE_DEADLINE, EPOCH_TICK};
+pub use crate::runtime::{
+    BodyOutcome, DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, LoadedComponent, Receipt, Runtime,
+    RuntimeOptions,
+};
 pub use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, SandboxSpec};
 pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink};
 pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};

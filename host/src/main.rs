@@ -9,10 +9,16 @@ use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use toolhost::{CallRequest, CallResult, Host, HostBuilder, Interrupt, Limits, RuntimeOptions, SandboxMode};
+use toolhost::{
+    CallRequest, CallResult, Host, HostBuilder, Interrupt, Limits, RuntimeOptions, SandboxMode,
+};
 
 #[derive(Parser)]
-#[command(name = "toolhost", version, about = "Run AI-agent tools as sandboxed WebAssembly components behind a governed pipeline")]
+#[command(
+    name = "toolhost",
+    version,
+    about = "Run AI-agent tools as sandboxed WebAssembly components behind a governed pipeline"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -184,12 +190,16 @@ struct UsageError(anyhow::Error);
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -223,9 +233,13 @@ fn workspace_of(state: &StateArgs) -> Result<PathBuf> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     if !ws.is_dir() {
-        bail!("workspace {} does not exist or is not a directory", ws.display());
+        bail!(
+            "workspace {} does not exist or is not a directory",
+            ws.display()
+        );
     }
-    ws.canonicalize().with_context(|| format!("cannot resolve workspace {}", ws.display()))
+    ws.canonicalize()
+        .with_context(|| format!("cannot resolve workspace {}", ws.display()))
 }
 
 /// The state directory: `--state`, else `$TOOLHOST_STATE_DIR`, else one per
@@ -246,8 +260,13 @@ fn state_dir_of(state: &StateArgs) -> Result<PathBuf> {
     };
     let ws = workspace_of(state)?;
     let digest = <sha2::Sha256 as sha2::Digest>::digest(ws.as_os_str().as_encoded_bytes());
-    let name = ws.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
-    Ok(base.join("workspaces").join(format!("{name}-{}", hex::encode(&digest[..6]))))
+    let name = ws
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into());
+    Ok(base
+        .join("workspaces")
+        .join(format!("{name}-{}", hex::encode(&digest[..6]))))
 }
 
 fn is_component_path(tool: &str) -> bool {
@@ -261,7 +280,12 @@ async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
 /// `build_host`, optionally without the embedded tools, with a last say
 /// over the builder (the MCP server installs its approver and shares the
 /// runtime and log across reloads).
-async fn build_host_with(h: &HostArgs, component: Option<&str>, embedded: bool, customize: impl FnOnce(&mut HostBuilder)) -> Result<Host> {
+async fn build_host_with(
+    h: &HostArgs,
+    component: Option<&str>,
+    embedded: bool,
+    customize: impl FnOnce(&mut HostBuilder),
+) -> Result<Host> {
     let mut b = HostBuilder::new();
     let workspace = workspace_of(&h.state)?;
     b.workspace(&workspace);
@@ -282,12 +306,16 @@ async fn build_host_with(h: &HostArgs, component: Option<&str>, embedded: bool, 
     }
     let mut policy = toolhost::policy::Policy::default();
     if let Some(p) = &h.policy {
-        let src = std::fs::read_to_string(p).with_context(|| format!("cannot read policy {}", p.display()))?;
-        policy = toolhost::policy::Policy::from_toml(&src, &p.display().to_string()).map_err(|e| anyhow!("{e}"))?;
+        let src = std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read policy {}", p.display()))?;
+        policy = toolhost::policy::Policy::from_toml(&src, &p.display().to_string())
+            .map_err(|e| anyhow!("{e}"))?;
     }
     let mode = h.mode.unwrap_or_else(|| policy.default_mode());
     b.policy(policy);
-    let approver = toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout)).map_err(|e| anyhow!(e))?;
+    let approver =
+        toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout))
+            .map_err(|e| anyhow!(e))?;
     b.approver(approver);
     b.limits(Limits {
         deadline: Duration::from_millis(h.timeout_ms),
@@ -369,10 +397,19 @@ async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
         eprintln!("warning: the session log could not be flushed: {e}");
     }
     print_result(&result, a.json);
-    Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
-async fn run_batch(host: &Host, a: &RunArgs, file: &Path, interrupt: Interrupt) -> Result<ExitCode, UsageError> {
+async fn run_batch(
+    host: &Host,
+    a: &RunArgs,
+    file: &Path,
+    interrupt: Interrupt,
+) -> Result<ExitCode, UsageError> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Item {
@@ -384,13 +421,22 @@ async fn run_batch(host: &Host, a: &RunArgs, file: &Path, interrupt: Interrupt) 
         .with_context(|| format!("cannot read batch file {}", file.display()))
         .map_err(UsageError)?;
     let items: Vec<Item> = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a JSON array of {{\"tool\", \"args\"}} objects", file.display()))
+        .with_context(|| {
+            format!(
+                "{} is not a JSON array of {{\"tool\", \"args\"}} objects",
+                file.display()
+            )
+        })
         .map_err(UsageError)?;
     let requests = items
         .into_iter()
         .map(|i| CallRequest {
             tool: i.tool,
-            args: if i.args.is_null() { "{}".into() } else { i.args.to_string() },
+            args: if i.args.is_null() {
+                "{}".into()
+            } else {
+                i.args.to_string()
+            },
             scope: a.host.scope.clone(),
             mode: a.host.mode,
             interrupt: Some(interrupt.clone()),
@@ -408,7 +454,11 @@ async fn run_batch(host: &Host, a: &RunArgs, file: &Path, interrupt: Interrupt) 
             print_result(r, false);
         }
     }
-    Ok(if results.iter().all(CallResult::is_ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if results.iter().all(CallResult::is_ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn print_result(result: &CallResult, json: bool) {
@@ -426,7 +476,10 @@ fn print_result(result: &CallResult, json: bool) {
                 }
             }
         }
-        Some(e) => eprintln!("error: {}: {} [{} {}]", e.code, e.message, result.tool, result.call_id),
+        Some(e) => eprintln!(
+            "error: {}: {} [{} {}]",
+            e.code, e.message, result.tool, result.call_id
+        ),
     }
 }
 
@@ -470,13 +523,17 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
 }
 
 async fn exec(a: ExecArgs) -> Result<ExitCode> {
-    let bytes = std::fs::read(&a.program).with_context(|| format!("cannot read {}", a.program.display()))?;
+    let bytes = std::fs::read(&a.program)
+        .with_context(|| format!("cannot read {}", a.program.display()))?;
     let workspace = match &a.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir()?,
     };
     if a.mode != SandboxMode::None && !workspace.is_dir() {
-        bail!("workspace {} does not exist or is not a directory", workspace.display());
+        bail!(
+            "workspace {} does not exist or is not a directory",
+            workspace.display()
+        );
     }
     let runtime = toolhost::Runtime::new(RuntimeOptions {
         fuel: a.fuel.is_some(),
@@ -494,7 +551,12 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             ..Limits::default()
         },
     };
-    let mut argv = vec![a.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()];
+    let mut argv = vec![
+        a.program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    ];
     argv.extend(a.args.iter().cloned());
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
@@ -503,9 +565,16 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             on_ctrl_c.cancel();
         }
     });
-    let outcome = toolhost::exec::run_command(&runtime, &a.program.display().to_string(), &bytes, &argv, &spec, interrupt)
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
+    let outcome = toolhost::exec::run_command(
+        &runtime,
+        &a.program.display().to_string(),
+        &bytes,
+        &argv,
+        &spec,
+        interrupt,
+    )
+    .await
+    .map_err(|e| anyhow!("{e}"))?;
     Ok(match outcome {
         toolhost::exec::ExecOutcome::Exited(code) => ExitCode::from(code.clamp(0, 255) as u8),
         toolhost::exec::ExecOutcome::Failed { code, message } => {
@@ -520,7 +589,8 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
 /// `--tools-only`, and reloaded when it changes.
 async fn serve(a: ServeArgs) -> Result<ExitCode> {
     let timeout = Duration::from_secs(a.host.approval_timeout);
-    let fallback = toolhost::approver_from_spec(&a.host.approver, timeout).map_err(|e| anyhow!(e))?;
+    let fallback =
+        toolhost::approver_from_spec(&a.host.approver, timeout).map_err(|e| anyhow!(e))?;
     let options = toolhost::mcp::ServeOptions {
         scope: a.host.scope.clone(),
         mode: a.host.mode,
@@ -533,9 +603,15 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
     let host_args = std::sync::Arc::new(a.host);
     let factory: toolhost::mcp::HostFactory = std::sync::Arc::new(move |parts| {
         let h = host_args.clone();
-        Box::pin(async move { build_host_with(&h, None, embedded, |b| parts.apply(b)).await.map_err(|e| format!("{e:#}")) })
+        Box::pin(async move {
+            build_host_with(&h, None, embedded, |b| parts.apply(b))
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
     });
-    toolhost::mcp::serve_stdio(factory, options).await.map_err(|e| anyhow!(e))?;
+    toolhost::mcp::serve_stdio(factory, options)
+        .await
+        .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -557,7 +633,13 @@ fn show_log(a: LogArgs) -> Result<ExitCode> {
     } else {
         println!("{:>6}  {:<17} {:<32} summary", "seq", "kind", "call");
         for e in events {
-            println!("{:>6}  {:<17} {:<32} {}", e.seq, e.kind.as_str(), e.call_id, summary(&e.payload));
+            println!(
+                "{:>6}  {:<17} {:<32} {}",
+                e.seq,
+                e.kind.as_str(),
+                e.call_id,
+                summary(&e.payload)
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -592,9 +674,12 @@ fn recover(a: StateArgs) -> Result<ExitCode> {
 }
 
 async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
-    let bytes = std::fs::read(&a.tool).with_context(|| format!("cannot read {}", a.tool.display()))?;
+    let bytes =
+        std::fs::read(&a.tool).with_context(|| format!("cannot read {}", a.tool.display()))?;
     let runtime = toolhost::conformance::runtime_for_checks().map_err(|e| anyhow!("{e}"))?;
-    let report = toolhost::conformance::check_component(runtime, &a.tool.display().to_string(), &bytes).await;
+    let report =
+        toolhost::conformance::check_component(runtime, &a.tool.display().to_string(), &bytes)
+            .await;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -607,8 +692,16 @@ async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
             };
             println!("  {v:<4}  {:<28} {}", c.check, c.detail);
         }
-        let failed = report.checks.iter().filter(|c| c.verdict == toolhost::conformance::Verdict::Fail).count();
+        let failed = report
+            .checks
+            .iter()
+            .filter(|c| c.verdict == toolhost::conformance::Verdict::Fail)
+            .count();
         println!("{} checks, {failed} failed", report.checks.len());
     }
-    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -52,12 +52,17 @@ impl Host {
             Ok(admitted) => {
                 // 6. checkpoint: the intent is durable before the body starts.
                 crate::crashpoint::reached("before-intent");
-                if let Err(e) = self.journal.intents(&[(admitted.call_id.clone(), intent_payload(&admitted))]) {
+                if let Err(e) = self
+                    .journal
+                    .intents(&[(admitted.call_id.clone(), intent_payload(&admitted))])
+                {
                     return self.refuse(
                         &call_id,
                         &tool_name,
                         ErrorCode::AbortedBeforeDispatch,
-                        format!("the intent could not be made durable, so the tool did not run: {e}"),
+                        format!(
+                            "the intent could not be made durable, so the tool did not run: {e}"
+                        ),
                     );
                 }
                 crate::crashpoint::reached("after-intent");
@@ -72,11 +77,18 @@ impl Host {
     }
 
     /// Phases 1-5: everything that decides whether the call may run.
-    pub(crate) async fn admit<'h>(&'h self, call_id: String, req: CallRequest) -> Result<Admitted<'h>, Refusal> {
+    pub(crate) async fn admit<'h>(
+        &'h self,
+        call_id: String,
+        req: CallRequest,
+    ) -> Result<Admitted<'h>, Refusal> {
         let audit = |kind, payload| {
-            self.journal
-                .lazy(&call_id, kind, payload)
-                .map_err(|e| (ErrorCode::AbortedBeforeDispatch, format!("the session log cannot be written: {e}")))
+            self.journal.lazy(&call_id, kind, payload).map_err(|e| {
+                (
+                    ErrorCode::AbortedBeforeDispatch,
+                    format!("the session log cannot be written: {e}"),
+                )
+            })
         };
         audit(
             EventKind::ToolCall,
@@ -99,11 +111,17 @@ impl Host {
                 if !e.mode.is_wider_than(base_mode) {
                     return Err((
                         ErrorCode::EscalationInvalid,
-                        format!("escalation to {} is not wider than the call's mode {base_mode}", e.mode),
+                        format!(
+                            "escalation to {} is not wider than the call's mode {base_mode}",
+                            e.mode
+                        ),
                     ));
                 }
                 if e.justification.trim().is_empty() {
-                    return Err((ErrorCode::EscalationInvalid, "an escalation needs a justification".into()));
+                    return Err((
+                        ErrorCode::EscalationInvalid,
+                        "an escalation needs a justification".into(),
+                    ));
                 }
                 e.mode
             }
@@ -126,7 +144,10 @@ impl Host {
 
         // 4. guards: deny-only; nothing after this can re-allow.
         if let Some(denial) = self.guards.check(&facts) {
-            return Err((ErrorCode::GuardDenied, format!("{} (guard {})", denial.reason, denial.guard)));
+            return Err((
+                ErrorCode::GuardDenied,
+                format!("{} (guard {})", denial.reason, denial.guard),
+            ));
         }
 
         // The sandbox must be able to give the tool what it needs.
@@ -142,15 +163,24 @@ impl Host {
 
         // 5. approval: for `ask`, and for every escalation.
         let reason = match (&ask_reason, &req.escalation) {
-            (Some(r), Some(e)) => Some(format!("{r}; escalation to {}: {}", e.mode, e.justification)),
+            (Some(r), Some(e)) => Some(format!(
+                "{r}; escalation to {}: {}",
+                e.mode, e.justification
+            )),
             (Some(r), None) => Some(r.clone()),
-            (None, Some(e)) => Some(format!("escalation from {base_mode} to {}: {}", e.mode, e.justification)),
+            (None, Some(e)) => Some(format!(
+                "escalation from {base_mode} to {}: {}",
+                e.mode, e.justification
+            )),
             (None, None) => None,
         };
         // Nobody is asked about a call that is already cancelled.
         let interrupt = req.interrupt.unwrap_or_default();
         if interrupt.is_cancelled() {
-            return Err((ErrorCode::Cancelled, "the call was cancelled before it was dispatched".into()));
+            return Err((
+                ErrorCode::Cancelled,
+                "the call was cancelled before it was dispatched".into(),
+            ));
         }
         if let Some(reason) = reason {
             let request = ApprovalRequest {
@@ -165,7 +195,10 @@ impl Host {
             self.approve(request, &interrupt).await?;
         }
         if interrupt.is_cancelled() {
-            return Err((ErrorCode::Cancelled, "the call was cancelled before it was dispatched".into()));
+            return Err((
+                ErrorCode::Cancelled,
+                "the call was cancelled before it was dispatched".into(),
+            ));
         }
         Ok(Admitted {
             call_id,
@@ -180,34 +213,62 @@ impl Host {
 
     fn lookup(&self, scope: Option<&str>, name: &str) -> Result<&RegisteredTool, Refusal> {
         if !self.registry.has_scope(scope) {
-            return Err((ErrorCode::UnknownTool, format!("scope {:?} is not declared", scope.unwrap_or_default())));
+            return Err((
+                ErrorCode::UnknownTool,
+                format!("scope {:?} is not declared", scope.unwrap_or_default()),
+            ));
         }
         self.registry.resolve(scope, name).ok_or_else(|| {
             let visible = self.registry.visible_names(scope);
             (
                 ErrorCode::UnknownTool,
-                format!("no tool named {:?} is available; available tools: {}", truncate(name, 80), visible.join(", ")),
+                format!(
+                    "no tool named {:?} is available; available tools: {}",
+                    truncate(name, 80),
+                    visible.join(", ")
+                ),
             )
         })
     }
 
-    async fn approve(&self, request: ApprovalRequest, interrupt: &Interrupt) -> Result<(), Refusal> {
+    async fn approve(
+        &self,
+        request: ApprovalRequest,
+        interrupt: &Interrupt,
+    ) -> Result<(), Refusal> {
         if self.policy.approval() == ApprovalSetting::Never {
             return Err((
                 ErrorCode::ApprovalUnavailable,
-                format!("approval needed ({}) but the policy never asks (approval = \"never\")", request.reason),
+                format!(
+                    "approval needed ({}) but the policy never asks (approval = \"never\")",
+                    request.reason
+                ),
             ));
         }
         let call_id = request.call_id.as_str();
         let approval_id = request.approval_id.clone();
         let asked = serde_json::to_value(&request).unwrap_or_default();
-        if let Err(e) = self.journal.lazy(call_id, EventKind::ApprovalAsked, json!({ "approver": self.approver.name(), "request": asked })) {
-            return Err((ErrorCode::ApprovalUnavailable, format!("the approval request could not be recorded: {e}")));
+        if let Err(e) = self.journal.lazy(
+            call_id,
+            EventKind::ApprovalAsked,
+            json!({ "approver": self.approver.name(), "request": asked }),
+        ) {
+            return Err((
+                ErrorCode::ApprovalUnavailable,
+                format!("the approval request could not be recorded: {e}"),
+            ));
         }
         // A panic is `unavailable`, whether `decide` panics before returning
         // its future or while it runs; cancelling the call cancels the wait.
-        let panicked = || (ApprovalOutcome::Unavailable, Some("the approver panicked".to_string()));
-        let (outcome, detail) = match std::panic::catch_unwind(AssertUnwindSafe(|| self.approver.decide(&request))) {
+        let panicked = || {
+            (
+                ApprovalOutcome::Unavailable,
+                Some("the approver panicked".to_string()),
+            )
+        };
+        let (outcome, detail) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.approver.decide(&request)
+        })) {
             Err(_) => panicked(),
             Ok(decision) => tokio::select! {
                 r = AssertUnwindSafe(decision).catch_unwind() => r.unwrap_or_else(|_| panicked()),
@@ -218,15 +279,30 @@ impl Host {
             },
         };
         let decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
-        if let Err(e) = self.journal.lazy(call_id, EventKind::ApprovalDecided, decided) {
-            return Err((ErrorCode::ApprovalUnavailable, format!("the approval decision could not be recorded: {e}")));
+        if let Err(e) = self
+            .journal
+            .lazy(call_id, EventKind::ApprovalDecided, decided)
+        {
+            return Err((
+                ErrorCode::ApprovalUnavailable,
+                format!("the approval decision could not be recorded: {e}"),
+            ));
         }
         let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
         match outcome {
             ApprovalOutcome::AllowedOnce => Ok(()),
-            ApprovalOutcome::Rejected => Err((ErrorCode::ApprovalRejected, format!("the approver rejected the call{detail}"))),
-            ApprovalOutcome::Cancelled => Err((ErrorCode::ApprovalCancelled, format!("the approval was cancelled{detail}"))),
-            ApprovalOutcome::Unavailable => Err((ErrorCode::ApprovalUnavailable, format!("no approval could be obtained{detail}"))),
+            ApprovalOutcome::Rejected => Err((
+                ErrorCode::ApprovalRejected,
+                format!("the approver rejected the call{detail}"),
+            )),
+            ApprovalOutcome::Cancelled => Err((
+                ErrorCode::ApprovalCancelled,
+                format!("the approval was cancelled{detail}"),
+            )),
+            ApprovalOutcome::Unavailable => Err((
+                ErrorCode::ApprovalUnavailable,
+                format!("no approval could be obtained{detail}"),
+            )),
         }
     }
 
@@ -243,7 +319,13 @@ impl Host {
     pub(crate) async fn execute(&self, a: &Admitted<'_>) -> CallResult {
         let name = a.tool.descriptor.name.clone();
         if a.interrupt.is_cancelled() {
-            return CallResult::error(a.call_id.clone(), name, ErrorCode::Cancelled, "the call was cancelled before the tool started", Receipt::default());
+            return CallResult::error(
+                a.call_id.clone(),
+                name,
+                ErrorCode::Cancelled,
+                "the call was cancelled before the tool started",
+                Receipt::default(),
+            );
         }
         // 7. sandbox + body.
         let spec = SandboxSpec {
@@ -254,34 +336,73 @@ impl Host {
         crate::crashpoint::announce("during-body");
         let (outcome, receipt) = self
             .runtime
-            .invoke(&a.tool.component, &name, &a.args_text, &spec, a.interrupt.clone(), a.progress.clone())
+            .invoke(
+                &a.tool.component,
+                &name,
+                &a.args_text,
+                &spec,
+                a.interrupt.clone(),
+                a.progress.clone(),
+            )
             .await;
         let (canonical, content, meta) = match outcome {
-            BodyOutcome::Err { code, message } => return CallResult::error(a.call_id.clone(), name, code, message, receipt),
-            BodyOutcome::Ok { canonical, content, meta } => (canonical, content, meta),
+            BodyOutcome::Err { code, message } => {
+                return CallResult::error(a.call_id.clone(), name, code, message, receipt);
+            }
+            BodyOutcome::Ok {
+                canonical,
+                content,
+                meta,
+            } => (canonical, content, meta),
         };
         // 8. output validation.
         if let Err(e) = a.tool.validate_output(&canonical) {
-            return CallResult::error(a.call_id.clone(), name, ErrorCode::OutputInvalid, format!("the tool's output does not match its output schema: {e}"), receipt);
+            return CallResult::error(
+                a.call_id.clone(),
+                name,
+                ErrorCode::OutputInvalid,
+                format!("the tool's output does not match its output schema: {e}"),
+                receipt,
+            );
         }
         let mut result = CallResult::ok(a.call_id.clone(), name, canonical, content, meta, receipt);
         // 8. post-execute: the policy file's rules, then library hooks.
         if let Err(blocked) = self.post_execute(a.tool, &mut result) {
-            return CallResult::error(result.call_id, result.tool, ErrorCode::PostExecuteBlocked, blocked, result.receipt);
+            return CallResult::error(
+                result.call_id,
+                result.tool,
+                ErrorCode::PostExecuteBlocked,
+                blocked,
+                result.receipt,
+            );
         }
         result
     }
 
     fn post_execute(&self, tool: &RegisteredTool, result: &mut CallResult) -> Result<(), String> {
-        let mut texts: Vec<String> = result.content.iter().map(|c| c.as_text().to_string()).collect();
-        match self.policy.post_execute().apply(&mut texts, &result.canonical) {
+        let mut texts: Vec<String> = result
+            .content
+            .iter()
+            .map(|c| c.as_text().to_string())
+            .collect();
+        match self
+            .policy
+            .post_execute()
+            .apply(&mut texts, &result.canonical)
+        {
             PostVerdict::Blocked { reason } => return Err(format!("blocked by policy: {reason}")),
-            PostVerdict::Changed => result.content = texts.into_iter().map(ContentItem::text).collect(),
+            PostVerdict::Changed => {
+                result.content = texts.into_iter().map(ContentItem::text).collect()
+            }
             PostVerdict::Keep => {}
         }
         for hook in &self.post_hooks {
-            let action = std::panic::catch_unwind(AssertUnwindSafe(|| hook.inspect(&tool.descriptor, result)))
-                .unwrap_or_else(|_| PostAction::Block(format!("post-execute hook {} panicked", hook.name())));
+            let action = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                hook.inspect(&tool.descriptor, result)
+            }))
+            .unwrap_or_else(|_| {
+                PostAction::Block(format!("post-execute hook {} panicked", hook.name()))
+            });
             match action {
                 PostAction::Keep => {}
                 PostAction::ReplaceContent(c) => result.content = c,
@@ -290,7 +411,9 @@ impl Host {
                         .map_err(|e| format!("hook {} replaced the canonical value with one that breaks the output schema: {e}", hook.name()))?;
                     result.canonical = v;
                 }
-                PostAction::Block(reason) => return Err(format!("blocked by {}: {reason}", hook.name())),
+                PostAction::Block(reason) => {
+                    return Err(format!("blocked by {}: {reason}", hook.name()));
+                }
             }
         }
         Ok(())
@@ -310,8 +433,20 @@ impl Host {
     }
 
     /// A refusal before dispatch: recorded and observed like any result.
-    pub(crate) fn refuse(&self, call_id: &str, tool: &str, code: ErrorCode, message: String) -> CallResult {
-        self.commit(CallResult::error(call_id.to_string(), tool.to_string(), code, message, Receipt::default()))
+    pub(crate) fn refuse(
+        &self,
+        call_id: &str,
+        tool: &str,
+        code: ErrorCode,
+        message: String,
+    ) -> CallResult {
+        self.commit(CallResult::error(
+            call_id.to_string(),
+            tool.to_string(),
+            code,
+            message,
+            Receipt::default(),
+        ))
     }
 }
 
@@ -324,12 +459,29 @@ async fn wait_cancelled(interrupt: &Interrupt) {
 
 fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Refusal> {
     if text.len() > MAX_ARGS_BYTES {
-        return Err((ErrorCode::InvalidArgs, format!("the arguments are {} bytes; the limit is {MAX_ARGS_BYTES}", text.len())));
+        return Err((
+            ErrorCode::InvalidArgs,
+            format!(
+                "the arguments are {} bytes; the limit is {MAX_ARGS_BYTES}",
+                text.len()
+            ),
+        ));
     }
-    let args: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| (ErrorCode::InvalidArgs, format!("the arguments are not valid JSON: {e}")))?;
-    tool.validate_args(&args)
-        .map_err(|e| (ErrorCode::InvalidArgs, format!("the arguments do not match the input schema of {}: {e}", tool.descriptor.name)))?;
+    let args: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        (
+            ErrorCode::InvalidArgs,
+            format!("the arguments are not valid JSON: {e}"),
+        )
+    })?;
+    tool.validate_args(&args).map_err(|e| {
+        (
+            ErrorCode::InvalidArgs,
+            format!(
+                "the arguments do not match the input schema of {}: {e}",
+                tool.descriptor.name
+            ),
+        )
+    })?;
     Ok(args)
 }
 

@@ -45,7 +45,10 @@ impl CapturedOutput {
     /// The kept bytes (lossy UTF-8) and how many bytes were dropped.
     pub fn snapshot(&self) -> (String, u64) {
         match self.inner.lock() {
-            Ok(inner) => (String::from_utf8_lossy(&inner.kept).into_owned(), inner.dropped),
+            Ok(inner) => (
+                String::from_utf8_lossy(&inner.kept).into_owned(),
+                inner.dropped,
+            ),
             Err(_) => (String::new(), 0),
         }
     }
@@ -96,7 +99,11 @@ impl OutputStream for CapturedOutput {
 }
 
 impl tokio::io::AsyncWrite for CapturedOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -37,9 +37,9 @@ impl RegisteredTool {
         let input = compile_schema(&descriptor.input_schema)
             .map_err(|e| format!("tool {}: invalid input schema: {e}", descriptor.name))?;
         let output = match &descriptor.output_schema {
-            Some(s) => Some(Arc::new(
-                compile_schema(s).map_err(|e| format!("tool {}: invalid output schema: {e}", descriptor.name))?,
-            )),
+            Some(s) => Some(Arc::new(compile_schema(s).map_err(|e| {
+                format!("tool {}: invalid output schema: {e}", descriptor.name)
+            })?)),
             None => None,
         };
         Ok(RegisteredTool {
@@ -76,11 +76,19 @@ fn validate(v: &jsonschema::Validator, value: &serde_json::Value) -> Result<(), 
         .take(8)
         .map(|e| {
             let path = e.instance_path().to_string();
-            let path = if path.is_empty() { "/".to_string() } else { path };
+            let path = if path.is_empty() {
+                "/".to_string()
+            } else {
+                path
+            };
             format!("at {path}: {e}")
         })
         .collect();
-    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 /// A named scope (an agent, a sub-agent): its own tools plus a restriction
@@ -100,7 +108,9 @@ pub struct ScopeSpec {
 #[non_exhaustive]
 pub enum RegistryError {
     /// Two components offer the same tool name.
-    #[error("tool name {name:?} is offered by both {first} and {second}; rename one or load only one")]
+    #[error(
+        "tool name {name:?} is offered by both {first} and {second}; rename one or load only one"
+    )]
     Collision {
         /// The tool name.
         name: String,
@@ -168,7 +178,10 @@ impl Registry {
                 detail: "declared twice".into(),
             });
         }
-        let inherited: BTreeSet<String> = self.visible_names(spec.parent.as_deref()).into_iter().collect();
+        let inherited: BTreeSet<String> = self
+            .visible_names(spec.parent.as_deref())
+            .into_iter()
+            .collect();
         for n in spec.allow.iter().flatten().chain(spec.deny.iter()) {
             if !inherited.contains(n) {
                 return Err(RegistryError::UnknownRestriction {
@@ -177,7 +190,8 @@ impl Registry {
                 });
             }
         }
-        self.scopes.insert(name.to_string(), (spec, BTreeMap::new()));
+        self.scopes
+            .insert(name.to_string(), (spec, BTreeMap::new()));
         Ok(())
     }
 
@@ -257,7 +271,10 @@ impl Registry {
     }
 }
 
-fn insert(map: &mut BTreeMap<String, RegisteredTool>, tool: RegisteredTool) -> Result<(), RegistryError> {
+fn insert(
+    map: &mut BTreeMap<String, RegisteredTool>,
+    tool: RegisteredTool,
+) -> Result<(), RegistryError> {
     if let Some(existing) = map.get(&tool.descriptor.name) {
         return Err(RegistryError::Collision {
             name: tool.descriptor.name.clone(),

@@ -74,7 +74,13 @@ impl CallResult {
 
     /// A refusal or failure: `content` carries the code and message so that
     /// the model sees them too.
-    pub fn error(call_id: String, tool: String, code: ErrorCode, message: impl Into<String>, receipt: Receipt) -> Self {
+    pub fn error(
+        call_id: String,
+        tool: String,
+        code: ErrorCode,
+        message: impl Into<String>,
+        receipt: Receipt,
+    ) -> Self {
         let message = message.into();
         CallResult {
             call_id,

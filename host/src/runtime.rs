@@ -36,6 +36,11 @@ pub struct RuntimeOptions {
     pub max_concurrent_calls: u32,
     /// The compile cache directory; `None` disables the disk cache.
     pub cache_dir: Option<PathBuf>,
+    /// Turns epoch interruption off. Only the benchmarks do this, to measure
+    /// what it costs: without it a CPU-bound guest cannot be stopped at its
+    /// deadline, so never turn it off in a host that runs calls.
+    #[doc(hidden)]
+    pub unmetered_for_benchmarks: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -45,6 +50,7 @@ impl Default for RuntimeOptions {
             pooling: true,
             max_concurrent_calls: 64,
             cache_dir: crate::cache::default_cache_dir(),
+            unmetered_for_benchmarks: false,
         }
     }
 }
@@ -65,7 +71,9 @@ pub enum LoadError {
     #[error("{0} is not a WebAssembly file")]
     NotWasm(String),
     /// A core module where a component is expected.
-    #[error("{0} is a core WebAssembly module, not a component (build it for wasm32-wasip2, or wrap it with `wasm-tools component new`)")]
+    #[error(
+        "{0} is a core WebAssembly module, not a component (build it for wasm32-wasip2, or wrap it with `wasm-tools component new`)"
+    )]
     CoreModule(String),
     /// The component failed to compile or validate.
     #[error("{file} is not a valid component: {detail}")]
@@ -109,7 +117,9 @@ pub struct LoadedComponent {
 
 impl std::fmt::Debug for LoadedComponent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedComponent").field("source", &self.source).finish_non_exhaustive()
+        f.debug_struct("LoadedComponent")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
     }
 }
 
@@ -168,7 +178,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("options", &self.options).finish_non_exhaustive()
+        f.debug_struct("Runtime")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -186,7 +198,7 @@ impl Runtime {
     /// epoch ticker.
     pub fn new(options: RuntimeOptions) -> Result<Runtime, LoadError> {
         let mut config = Config::new();
-        config.epoch_interruption(true);
+        config.epoch_interruption(!options.unmetered_for_benchmarks);
         config.consume_fuel(options.fuel);
         config.wasm_component_model(true);
         if options.pooling {
@@ -204,7 +216,8 @@ impl Runtime {
         }
         let engine = Engine::new(&config).map_err(|e| LoadError::Runtime(e.to_string()))?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| LoadError::Runtime(e.to_string()))?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| LoadError::Runtime(e.to_string()))?;
         ToolProvider::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Runtime(e.to_string()))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
@@ -249,7 +262,11 @@ impl Runtime {
 
     /// Compiles (or loads from the cache) and links `bytes`, then asks the
     /// component to describe its tools.
-    pub async fn load(&self, source: &str, bytes: &[u8]) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+    pub async fn load(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError::NotWasm(source.to_string()));
         }
@@ -259,19 +276,25 @@ impl Runtime {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
         }
-        let component: Component = self.cache.load(&self.engine, bytes).map_err(|e| LoadError::Invalid {
-            file: source.to_string(),
-            detail: format!("{e:#}"),
-        })?;
+        let component: Component =
+            self.cache
+                .load(&self.engine, bytes)
+                .map_err(|e| LoadError::Invalid {
+                    file: source.to_string(),
+                    detail: format!("{e:#}"),
+                })?;
         let imports = component
             .component_type()
             .imports(&self.engine)
             .map(|(name, _)| name.to_string())
             .collect();
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld {
-            file: source.to_string(),
-            detail: format!("{e:#}"),
-        })?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::WrongWorld {
+                    file: source.to_string(),
+                    detail: format!("{e:#}"),
+                })?;
         let pre = ToolProviderPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             file: source.to_string(),
             detail: format!("{e:#}"),
@@ -299,13 +322,18 @@ impl Runtime {
                 ..Limits::default()
             },
         };
-        let mut run = self.prepare(&spec, Interrupt::default(), None).map_err(|(_, m)| err(m))?;
+        let mut run = self
+            .prepare(&spec, Interrupt::default(), None)
+            .map_err(|(_, m)| err(m))?;
         let (deadline, interrupt) = run.deadline();
         let store = &mut run.store;
         let raced = race(
             async {
                 let bindings = component.pre.instantiate_async(&mut *store).await?;
-                bindings.toolhost_tool_tool().call_describe(&mut *store).await
+                bindings
+                    .toolhost_tool_tool()
+                    .call_describe(&mut *store)
+                    .await
             },
             deadline,
             &interrupt,
@@ -319,7 +347,29 @@ impl Runtime {
         if raw.is_empty() {
             return Err(err("the component offers no tools".into()));
         }
-        raw.into_iter().map(|d| Descriptor::from_wit(d).map_err(&err)).collect()
+        raw.into_iter()
+            .map(|d| Descriptor::from_wit(d).map_err(&err))
+            .collect()
+    }
+
+    /// Builds a fresh store and instantiates `component` in it, without
+    /// calling anything: what the benchmarks time as "instantiation".
+    #[doc(hidden)]
+    pub async fn bench_instantiate(&self, component: &LoadedComponent) -> Result<(), String> {
+        let spec = SandboxSpec {
+            mode: SandboxMode::None,
+            workspace: PathBuf::from("/"),
+            limits: Limits::default(),
+        };
+        let mut run = self
+            .prepare(&spec, Interrupt::default(), None)
+            .map_err(|(_, m)| m)?;
+        component
+            .pre
+            .instantiate_async(&mut run.store)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// Runs the body of `tool` once, in a fresh store built for `spec`.
@@ -344,7 +394,10 @@ impl Runtime {
         let raced = race(
             async {
                 let bindings = component.pre.instantiate_async(&mut *store).await?;
-                bindings.toolhost_tool_tool().call_invoke(&mut *store, tool, args_json).await
+                bindings
+                    .toolhost_tool_tool()
+                    .call_invoke(&mut *store, tool, args_json)
+                    .await
             },
             deadline,
             &interrupt,
@@ -388,7 +441,10 @@ impl Runtime {
         if spec.limits.max_memory > POOL_MAX_MEMORY && self.options.pooling {
             return Err((
                 ErrorCode::SandboxUnavailable,
-                format!("memory limit {} exceeds the pool's {} bytes", spec.limits.max_memory, POOL_MAX_MEMORY),
+                format!(
+                    "memory limit {} exceeds the pool's {} bytes",
+                    spec.limits.max_memory, POOL_MAX_MEMORY
+                ),
             ));
         }
         if spec.limits.fuel.is_some() && !self.options.fuel {
@@ -397,7 +453,8 @@ impl Runtime {
                 "a fuel budget was requested but this runtime does not meter fuel".into(),
             ));
         }
-        let built = sandbox::build_wasi(spec, command).map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        let built = sandbox::build_wasi(spec, command)
+            .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
         let state = CallState {
             wasi: built.wasi,
             table: wasmtime::component::ResourceTable::new(),
@@ -462,13 +519,20 @@ impl Run {
     /// failures. Called after the body's future is gone: the body has
     /// stopped (completed, trapped, or dropped while it waited in a host
     /// call).
-    pub(crate) fn finish<R>(&mut self, raced: Option<wasmtime::Result<R>>) -> Result<R, (ErrorCode, String)> {
+    pub(crate) fn finish<R>(
+        &mut self,
+        raced: Option<wasmtime::Result<R>>,
+    ) -> Result<R, (ErrorCode, String)> {
         let state = self.store.data_mut();
         match raced {
             Some(Ok(r)) => Ok(r),
             Some(Err(e)) => Err(classify(&e, state)),
             None => {
-                let code = if state.interrupt.is_cancelled() { ErrorCode::Cancelled } else { ErrorCode::Timeout };
+                let code = if state.interrupt.is_cancelled() {
+                    ErrorCode::Cancelled
+                } else {
+                    ErrorCode::Timeout
+                };
                 state.stopped_by = Some(code);
                 Err((code, stop_message(code)))
             }
@@ -477,13 +541,19 @@ impl Run {
 
     pub(crate) fn deadline(&self) -> (tokio::time::Instant, Interrupt) {
         let state = self.store.data();
-        (tokio::time::Instant::from_std(state.deadline), state.interrupt.clone())
+        (
+            tokio::time::Instant::from_std(state.deadline),
+            state.interrupt.clone(),
+        )
     }
 
     pub(crate) fn receipt(&self, mode: SandboxMode, metered: bool) -> Receipt {
         let state = self.store.data();
         let fuel_used = if metered {
-            self.store.get_fuel().ok().map(|left| self.fuel_budget.saturating_sub(left))
+            self.store
+                .get_fuel()
+                .ok()
+                .map(|left| self.fuel_budget.saturating_sub(left))
         } else {
             None
         };
@@ -538,28 +608,50 @@ fn classify(err: &wasmtime::Error, state: &CallState) -> (ErrorCode, String) {
     }
     let trap = err.downcast_ref::<Trap>().copied();
     if trap == Some(Trap::OutOfFuel) {
-        return (ErrorCode::OutOfFuel, "the call used up its fuel budget".into());
+        return (
+            ErrorCode::OutOfFuel,
+            "the call used up its fuel budget".into(),
+        );
     }
     if let Some(what) = state.limiter.hit {
         return (
             ErrorCode::MemoryLimit,
-            format!("the tool tried to grow its {what} past the limit ({} bytes of memory)", state.limiter.max_memory),
+            format!(
+                "the tool tried to grow its {what} past the limit ({} bytes of memory)",
+                state.limiter.max_memory
+            ),
         );
     }
     let (stderr, _) = state.stderr.snapshot();
-    let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let tail: String = stderr
+        .lines()
+        .rev()
+        .take(5)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
     let what = match trap {
         Some(t) => t.to_string(),
         None => format!("{err:#}"),
     };
-    let message = if tail.is_empty() { format!("the tool trapped: {what}") } else { format!("the tool trapped: {what}\n{tail}") };
+    let message = if tail.is_empty() {
+        format!("the tool trapped: {what}")
+    } else {
+        format!("the tool trapped: {what}\n{tail}")
+    };
     (ErrorCode::Trap, message)
 }
 
 fn lift_output(out: crate::bindings::ToolOutput, max_output: usize) -> BodyOutcome {
     let size = out.canonical.len()
         + out.meta.as_ref().map_or(0, |m| m.len())
-        + out.content.iter().map(|ContentBlock::Text(t)| t.len()).sum::<usize>();
+        + out
+            .content
+            .iter()
+            .map(|ContentBlock::Text(t)| t.len())
+            .sum::<usize>();
     if size > max_output {
         return BodyOutcome::Err {
             code: ErrorCode::OutputTooLarge,
@@ -584,8 +676,16 @@ fn lift_output(out: crate::bindings::ToolOutput, max_output: usize) -> BodyOutco
             };
         }
     };
-    let content = out.content.into_iter().map(|ContentBlock::Text(text)| ContentItem::text(text)).collect();
-    BodyOutcome::Ok { canonical, content, meta }
+    let content = out
+        .content
+        .into_iter()
+        .map(|ContentBlock::Text(text)| ContentItem::text(text))
+        .collect();
+    BodyOutcome::Ok {
+        canonical,
+        content,
+        meta,
+    }
 }
 
 pub(crate) fn mode_from_wit(m: WitMode) -> SandboxMode {

@@ -101,7 +101,10 @@ pub enum SandboxError {
 ///
 /// Opens host directories by path (the workspace, the scratch directory and,
 /// in `danger-full-access`, `/`). This is the one place that does.
-pub(crate) fn build_wasi(spec: &SandboxSpec, command: Option<&[String]>) -> Result<Built, SandboxError> {
+pub(crate) fn build_wasi(
+    spec: &SandboxSpec,
+    command: Option<&[String]>,
+) -> Result<Built, SandboxError> {
     let stdout = CapturedOutput::new(spec.limits.max_stdio);
     let stderr = CapturedOutput::new(spec.limits.max_stdio);
     let denied: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -119,7 +122,9 @@ pub(crate) fn build_wasi(spec: &SandboxSpec, command: Option<&[String]>) -> Resu
     }
     // Network: off. TCP/UDP are refused at the first use, and every address
     // check that reaches us is recorded as a denied attempt.
-    b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
     let seen = denied.clone();
     b.socket_addr_check(move |addr, _use| {
         if let Ok(mut d) = seen.lock() {
@@ -182,7 +187,12 @@ pub(crate) fn check_workspace(workspace: &Path) -> Result<(), SandboxError> {
     }
 }
 
-fn preopen(b: &mut WasiCtxBuilder, host: &Path, guest: &str, perms: FsPerms) -> Result<(), SandboxError> {
+fn preopen(
+    b: &mut WasiCtxBuilder,
+    host: &Path,
+    guest: &str,
+    perms: FsPerms,
+) -> Result<(), SandboxError> {
     b.preopened_dir(host, guest, perms)
         .map(|_| ())
         .map_err(|e| SandboxError::Preopen {

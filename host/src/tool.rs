@@ -51,15 +51,21 @@ impl Descriptor {
         let input_schema: serde_json::Value = serde_json::from_str(&d.input_schema)
             .map_err(|e| format!("tool {}: input schema is not JSON: {e}", d.name))?;
         if !(input_schema.is_object() || input_schema.is_boolean()) {
-            return Err(format!("tool {}: input schema must be a JSON object", d.name));
+            return Err(format!(
+                "tool {}: input schema must be a JSON object",
+                d.name
+            ));
         }
         let output_schema = match d.output_schema.as_deref() {
             None => None,
             Some(s) => {
-                let v: serde_json::Value =
-                    serde_json::from_str(s).map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?;
+                let v: serde_json::Value = serde_json::from_str(s)
+                    .map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?;
                 if !(v.is_object() || v.is_boolean()) {
-                    return Err(format!("tool {}: output schema must be a JSON object", d.name));
+                    return Err(format!(
+                        "tool {}: output schema must be a JSON object",
+                        d.name
+                    ));
                 }
                 Some(v)
             }

@@ -7,11 +7,18 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn example_tools() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm-tools/wasm32-wasip2/release");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm-tools/wasm32-wasip2/release");
     let mut tools: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("the build script built the example tools")
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("tool_") && p.extension().is_some_and(|x| x == "wasm"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("tool_")
+                && p.extension().is_some_and(|x| x == "wasm")
+        })
         .collect();
     tools.sort();
     tools
@@ -37,9 +44,23 @@ fn every_example_tool_passes() {
         let (code, report) = conformance(&t);
         assert_eq!(code, 0, "{}: {report:#}", t.display());
         let checks = report["checks"].as_array().unwrap();
-        let names: Vec<&str> = checks.iter().map(|c| c["check"].as_str().unwrap()).collect();
-        for prefix in ["world", "describe", "names", "schemas:", "capabilities:", "invalid-args:"] {
-            assert!(names.iter().any(|n| n.starts_with(prefix)), "{} lacks {prefix}: {names:?}", t.display());
+        let names: Vec<&str> = checks
+            .iter()
+            .map(|c| c["check"].as_str().unwrap())
+            .collect();
+        for prefix in [
+            "world",
+            "describe",
+            "names",
+            "schemas:",
+            "capabilities:",
+            "invalid-args:",
+        ] {
+            assert!(
+                names.iter().any(|n| n.starts_with(prefix)),
+                "{} lacks {prefix}: {names:?}",
+                t.display()
+            );
         }
         assert!(checks.iter().all(|c| c["verdict"] != "fail"), "{report:#}");
     }
@@ -54,7 +75,13 @@ fn a_core_module_fails_the_world_check() {
     assert_eq!(code, 1, "{report:#}");
     let first = &report["checks"][0];
     assert_eq!(first["verdict"], "fail");
-    assert!(first["detail"].as_str().unwrap().contains("core WebAssembly module"), "{report:#}");
+    assert!(
+        first["detail"]
+            .as_str()
+            .unwrap()
+            .contains("core WebAssembly module"),
+        "{report:#}"
+    );
 }
 
 #[test]
@@ -64,5 +91,11 @@ fn a_file_that_is_not_wasm_fails() {
     std::fs::write(&path, b"hello").unwrap();
     let (code, report) = conformance(&path);
     assert_eq!(code, 1);
-    assert!(report["checks"][0]["detail"].as_str().unwrap().contains("not a WebAssembly file"), "{report:#}");
+    assert!(
+        report["checks"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not a WebAssembly file"),
+        "{report:#}"
+    );
 }

@@ -1152,7 +1152,11 @@ async fn a_scope_shows_and_resolves_only_its_tools() {
     let msg = &hidden.error.as_ref().unwrap().message;
     // The message may echo the name asked for, but lists only visible tools.
     let listed = msg.split("available tools:").nth(1).unwrap_or_default();
-    assert_eq!(listed.trim(), "read_file", "the refusal lists a hidden tool: {msg}");
+    assert_eq!(
+        listed.trim(),
+        "read_file",
+        "the refusal lists a hidden tool: {msg}"
+    );
     assert!(!ws.path().join("out.txt").exists(), "a hidden tool ran");
 
     let visible = host

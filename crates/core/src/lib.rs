@@ -97,7 +97,12 @@ pub enum SideEffect {
 
 impl SideEffect {
     /// Every side-effect class, weakest first.
-    pub const ALL: [SideEffect; 4] = [SideEffect::None, SideEffect::Read, SideEffect::Write, SideEffect::External];
+    pub const ALL: [SideEffect; 4] = [
+        SideEffect::None,
+        SideEffect::Read,
+        SideEffect::Write,
+        SideEffect::External,
+    ];
 
     /// The class's name as written in policy files.
     pub fn as_str(self) -> &'static str {
@@ -123,7 +128,9 @@ impl FromStr for SideEffect {
         SideEffect::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown side effect {s:?} (expected none, read, write or external)"))
+            .ok_or_else(|| {
+                format!("unknown side effect {s:?} (expected none, read, write or external)")
+            })
     }
 }
 
@@ -213,7 +220,10 @@ mod tests {
         assert!(!SandboxMode::ReadOnly.is_wider_than(SandboxMode::ReadOnly));
         for m in SandboxMode::ALL {
             assert_eq!(m.as_str().parse::<SandboxMode>(), Ok(m));
-            assert_eq!(serde_json::to_string(&m).ok(), Some(format!("\"{}\"", m.as_str())));
+            assert_eq!(
+                serde_json::to_string(&m).ok(),
+                Some(format!("\"{}\"", m.as_str()))
+            );
         }
         assert!("full".parse::<SandboxMode>().is_err());
     }
@@ -224,7 +234,10 @@ mod tests {
             let json = serde_json::to_string(code).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
         }
-        assert_eq!(ErrorCode::ToolOutcomeUnknown.as_str(), "TOOL_OUTCOME_UNKNOWN");
+        assert_eq!(
+            ErrorCode::ToolOutcomeUnknown.as_str(),
+            "TOOL_OUTCOME_UNKNOWN"
+        );
         assert_eq!(ErrorCode::ALL.len(), 20);
     }
 }

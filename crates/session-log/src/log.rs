@@ -388,13 +388,18 @@ fn create_atomically(state_dir: &Path, path: &Path) -> Result<(), LogError> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let tmp = state_dir.join(format!("{FILE_NAME}{CREATING}{}-{nanos}", std::process::id()));
+    let tmp = state_dir.join(format!(
+        "{FILE_NAME}{CREATING}{}-{nanos}",
+        std::process::id()
+    ));
     let io = |e: std::io::Error| from_open_io(&e, path.to_path_buf());
     {
         let log = SessionLog::open_with_backend(FileStorage::open(&tmp)?)?;
         drop(log);
     }
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
     // `hard_link` fails if another process created the log meanwhile: then
     // that one is used and ours is discarded.
     let linked = std::fs::hard_link(&tmp, path);
@@ -404,7 +409,9 @@ fn create_atomically(state_dir: &Path, path: &Path) -> Result<(), LogError> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io(e)),
     }
-    std::fs::File::open(state_dir).and_then(|d| d.sync_all()).map_err(io)?;
+    std::fs::File::open(state_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
     Ok(())
 }
 
@@ -419,7 +426,9 @@ fn remove_stale_creations(state_dir: &Path) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let is_ours = name.to_str().is_some_and(|n| n.starts_with(FILE_NAME) && n.contains(CREATING));
+        let is_ours = name
+            .to_str()
+            .is_some_and(|n| n.starts_with(FILE_NAME) && n.contains(CREATING));
         if is_ours && FileStorage::open(&entry.path()).is_ok() {
             let _ = std::fs::remove_file(entry.path());
         }

@@ -373,9 +373,14 @@ fn a_creation_interrupted_by_a_kill_leaves_an_openable_state() {
     let log = SessionLog::open(&state).unwrap();
     assert!(log.events().unwrap().is_empty());
     drop(log);
-    assert!(!leftover.exists(), "the leftover of a dead creation is removed");
-    let names: Vec<String> =
-        std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(
+        !leftover.exists(),
+        "the leftover of a dead creation is removed"
+    );
+    let names: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, ["session.redb"], "{names:?}");
     // And it opens again.
     SessionLog::open(&state).unwrap();

@@ -53,7 +53,10 @@ impl Tool for Grep {
     fn run(args: Args) -> Result<Output, ToolError> {
         let re = regex::Regex::new(&args.pattern)
             .map_err(|e| ToolError::new("invalid-pattern", e.to_string()))?;
-        let mut out = Output { matches: Vec::new(), truncated: false };
+        let mut out = Output {
+            matches: Vec::new(),
+            truncated: false,
+        };
         let root = std::path::PathBuf::from(&args.path);
         let mut stack = vec![root];
         while let Some(path) = stack.pop() {
@@ -65,7 +68,9 @@ impl Tool for Grep {
                 children.sort();
                 stack.extend(children.into_iter().rev());
             } else if meta.is_file() {
-                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
                 for (i, line) in text.lines().enumerate() {
                     if re.is_match(line) {
                         if out.matches.len() == MAX_MATCHES {

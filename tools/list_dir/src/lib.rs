@@ -60,11 +60,22 @@ impl Tool for ListDir {
             } else {
                 "other"
             };
-            let bytes = if file_type.is_file() { entry.metadata().ok().map(|m| m.len()) } else { None };
-            entries.push(Entry { name: entry.file_name().to_string_lossy().into_owned(), kind: kind.to_string(), bytes });
+            let bytes = if file_type.is_file() {
+                entry.metadata().ok().map(|m| m.len())
+            } else {
+                None
+            };
+            entries.push(Entry {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                kind: kind.to_string(),
+                bytes,
+            });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Output { path: args.path, entries })
+        Ok(Output {
+            path: args.path,
+            entries,
+        })
     }
 
     fn content(output: &Output) -> Vec<toolhost_guest::Content> {

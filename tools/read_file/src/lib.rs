@@ -28,8 +28,7 @@ pub struct ReadFile;
 
 impl Tool for ReadFile {
     const NAME: &'static str = "read_file";
-    const DESCRIPTION: &'static str =
-        "Reads a UTF-8 text file in the workspace and returns its content. `path` is relative to the workspace.";
+    const DESCRIPTION: &'static str = "Reads a UTF-8 text file in the workspace and returns its content. `path` is relative to the workspace.";
     const MIN_MODE: SandboxMode = SandboxMode::ReadOnly;
     const SIDE_EFFECT: SideEffect = SideEffect::Read;
     const CONCURRENCY_SAFE: bool = true;
@@ -41,7 +40,11 @@ impl Tool for ReadFile {
         let bytes = std::fs::read(&args.path)?;
         let content = String::from_utf8(bytes)
             .map_err(|_| ToolError::new("not-text", format!("{} is not UTF-8 text", args.path)))?;
-        Ok(Output { bytes: content.len() as u64, path: args.path, content })
+        Ok(Output {
+            bytes: content.len() as u64,
+            path: args.path,
+            content,
+        })
     }
 
     fn content(output: &Output) -> Vec<toolhost_guest::Content> {

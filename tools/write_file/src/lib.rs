@@ -28,8 +28,7 @@ pub struct WriteFile;
 
 impl Tool for WriteFile {
     const NAME: &'static str = "write_file";
-    const DESCRIPTION: &'static str =
-        "Creates or replaces a text file in the workspace with `content`. `path` is relative to the workspace.";
+    const DESCRIPTION: &'static str = "Creates or replaces a text file in the workspace with `content`. `path` is relative to the workspace.";
     const MIN_MODE: SandboxMode = SandboxMode::WorkspaceWrite;
     const SIDE_EFFECT: SideEffect = SideEffect::Write;
     const IDEMPOTENT: bool = true;
@@ -38,11 +37,17 @@ impl Tool for WriteFile {
 
     fn run(args: Args) -> Result<Output, ToolError> {
         std::fs::write(&args.path, args.content.as_bytes())?;
-        Ok(Output { bytes: args.content.len() as u64, path: args.path })
+        Ok(Output {
+            bytes: args.content.len() as u64,
+            path: args.path,
+        })
     }
 
     fn content(output: &Output) -> Vec<toolhost_guest::Content> {
-        vec![toolhost_guest::Content::text(format!("wrote {} bytes to {}", output.bytes, output.path))]
+        vec![toolhost_guest::Content::text(format!(
+            "wrote {} bytes to {}",
+            output.bytes, output.path
+        ))]
     }
 }
 

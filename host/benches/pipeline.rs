@@ -1,0 +1,476 @@
+//! The toolhost benchmark: every cost of a governed call, and the
+//! alternatives users would otherwise pick, measured in one run.
+//!
+//! Run: `cargo bench -p toolhost --bench pipeline` (add `-- --json` for one
+//! JSON object; `-- --quick` for fewer iterations). Figures are medians and
+//! percentiles of many iterations, reported with their targets; nothing here
+//! asserts a timing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolhost::log::{CountingStorage, FileStorage, SessionLog};
+use toolhost::{CallRequest, Host, HostBuilder, Limits, Runtime, RuntimeOptions, SandboxMode};
+
+struct Stats {
+    p50: f64,
+    p99: f64,
+    mean: f64,
+    n: usize,
+}
+
+fn stats(mut us: Vec<f64>) -> Stats {
+    us.sort_by(|a, b| a.total_cmp(b));
+    let n = us.len();
+    let pct = |p: f64| us[((n as f64 - 1.0) * p).round() as usize];
+    Stats {
+        p50: pct(0.5),
+        p99: pct(0.99),
+        mean: us.iter().sum::<f64>() / n as f64,
+        n,
+    }
+}
+
+fn js(s: &Stats) -> Value {
+    json!({ "p50_us": round(s.p50), "p99_us": round(s.p99), "mean_us": round(s.mean), "n": s.n })
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+struct Ctx {
+    quick: bool,
+    cache: PathBuf,
+    workspace: tempfile::TempDir,
+}
+
+impl Ctx {
+    fn iters(&self, full: usize) -> usize {
+        if self.quick {
+            (full / 10).max(20)
+        } else {
+            full
+        }
+    }
+
+    fn options(&self) -> RuntimeOptions {
+        RuntimeOptions {
+            cache_dir: Some(self.cache.clone()),
+            max_concurrent_calls: 64,
+            ..RuntimeOptions::default()
+        }
+    }
+
+    async fn host(&self, runtime: Arc<Runtime>, log: Option<Arc<SessionLog>>) -> Host {
+        let mut b = HostBuilder::new();
+        b.runtime(runtime)
+            .embedded_tools()
+            .tool_file(toolhost::BENCH_GUEST_PATH)
+            .workspace(self.workspace.path());
+        if let Some(log) = log {
+            b.session_log(log);
+        }
+        b.build().await.unwrap()
+    }
+}
+
+fn noop() -> CallRequest {
+    CallRequest::new("noop", json!({})).mode(SandboxMode::None)
+}
+
+fn read4k() -> CallRequest {
+    CallRequest::new("read_file", json!({"path": "file4k.txt"})).mode(SandboxMode::ReadOnly)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let as_json = args.iter().any(|a| a == "--json");
+    let quick = args.iter().any(|a| a == "--quick");
+    let cache = tempfile::tempdir().unwrap();
+    let ctx = Ctx {
+        quick,
+        cache: cache.path().to_path_buf(),
+        workspace: tempfile::tempdir().unwrap(),
+    };
+    let text: String = "toolhost benchmark line of text.\n".repeat(4096 / 32);
+    std::fs::write(ctx.workspace.path().join("file4k.txt"), &text[..4096]).unwrap();
+
+    let mut report = serde_json::Map::new();
+    report.insert("machine".into(), machine());
+
+    let runtime = Arc::new(Runtime::new(ctx.options()).unwrap());
+    let host = ctx.host(runtime.clone(), None).await;
+
+    // 1. Instantiation of a pre-compiled tool.
+    let noop_component = host
+        .tools(None)
+        .into_iter()
+        .find(|t| t.descriptor.name == "noop")
+        .unwrap()
+        .component
+        .clone();
+    let mut samples = Vec::new();
+    for i in 0..ctx.iters(5000) + 200 {
+        let t = Instant::now();
+        runtime.bench_instantiate(&noop_component).await.unwrap();
+        if i >= 200 {
+            samples.push(us(t.elapsed()));
+        }
+    }
+    let inst = stats(samples);
+    report.insert(
+        "instantiate".into(),
+        json!({ "stats": js(&inst), "target_p50_us": 15.0, "met": inst.p50 <= 15.0 }),
+    );
+
+    // 2. A warm governed call through the whole pipeline, non-durable log.
+    let warm = timed_calls(&host, &ctx, noop, ctx.iters(5000)).await;
+    report.insert(
+        "governed_call_in_memory_log".into(),
+        json!({ "tool": "noop", "stats": js(&warm), "target_p50_us": 100.0, "target_p99_us": 250.0,
+                "met": warm.p50 <= 100.0 && warm.p99 <= 250.0 }),
+    );
+
+    // 3. A durable call: fdatasyncs per call and latency against a raw
+    //    write + fdatasync of the same size, in the same run.
+    let state = tempfile::tempdir().unwrap();
+    let storage =
+        CountingStorage::new(FileStorage::open(&state.path().join("session.redb")).unwrap());
+    let counter = storage.counter();
+    let log = Arc::new(SessionLog::open_with_backend(storage).unwrap());
+    let durable_host = ctx.host(runtime.clone(), Some(log.clone())).await;
+    let n = ctx.iters(1000);
+    for _ in 0..50 {
+        durable_host.call(noop()).await;
+    }
+    let (f0, g0) = (counter.fsyncs(), counter.grows());
+    let durable = timed_calls(&durable_host, &ctx, noop, n).await;
+    let (f1, g1) = (counter.fsyncs(), counter.grows());
+    let fsyncs_per_call = (f1 - f0) as f64 / n as f64;
+    let grows = g1 - g0;
+    let raw = raw_fdatasync(state.path(), intent_size(&log), n);
+    report.insert(
+        "durable_call".into(),
+        json!({ "tool": "noop", "stats": js(&durable), "fsyncs_per_call": round(fsyncs_per_call * 100.0) / 100.0,
+                "file_growths": grows, "raw_write_fdatasync": js(&raw),
+                "p50_over_raw_us": round(durable.p50 - raw.p50), "target_over_raw_us": 150.0,
+                "met": durable.p50 - raw.p50 <= 150.0 && (f1 - f0) <= n as u64 + grows }),
+    );
+
+    // 4. A batch of 16 concurrency-safe calls: fsyncs and throughput against
+    //    16 sequential durable calls.
+    let rounds = ctx.iters(100);
+    let mut batch_us = Vec::new();
+    let mut seq_us = Vec::new();
+    let mut batch_fsyncs = Vec::new();
+    for _ in 0..rounds {
+        let f = counter.fsyncs();
+        let t = Instant::now();
+        let results = durable_host
+            .call_batch((0..16).map(|_| read4k()).collect())
+            .await;
+        batch_us.push(us(t.elapsed()));
+        batch_fsyncs.push(counter.fsyncs() - f);
+        assert!(
+            results.iter().all(|r| r.is_ok()),
+            "{:?}",
+            results.iter().find(|r| !r.is_ok())
+        );
+        let t = Instant::now();
+        for _ in 0..16 {
+            assert!(durable_host.call(read4k()).await.is_ok());
+        }
+        seq_us.push(us(t.elapsed()));
+    }
+    let b = stats(batch_us);
+    let s = stats(seq_us);
+    let max_fsyncs = batch_fsyncs.iter().copied().max().unwrap_or(0);
+    batch_fsyncs.sort_unstable();
+    report.insert(
+        "batch16".into(),
+        json!({ "tool": "read_file (4 KiB)", "batch": js(&b), "sequential": js(&s),
+                "fsyncs_per_batch_median": batch_fsyncs[batch_fsyncs.len() / 2], "fsyncs_per_batch_max": max_fsyncs,
+                "throughput_ratio": round(s.p50 / b.p50 * 100.0) / 100.0, "target_fsyncs": 2, "met": max_fsyncs <= 2 }),
+    );
+
+    // 5. Loading 10 tools from the compile cache vs compiling them.
+    let tools: Vec<(String, Vec<u8>)> = toolhost::EMBEDDED_TOOLS
+        .iter()
+        .map(|(n, b)| (n.to_string(), b.to_vec()))
+        .cycle()
+        .take(10)
+        .collect();
+    let cold = load_all(&tools, None).await;
+    let warm_dir = tempfile::tempdir().unwrap();
+    load_all(&tools, Some(warm_dir.path())).await; // fill the cache
+    let (cached, compiles_when_cached) = {
+        let rt = Runtime::new(RuntimeOptions {
+            cache_dir: Some(warm_dir.path().to_path_buf()),
+            ..RuntimeOptions::default()
+        })
+        .unwrap();
+        let t = Instant::now();
+        for (name, bytes) in &tools {
+            rt.load(name, bytes).await.unwrap();
+        }
+        (t.elapsed(), rt.cache().compiles())
+    };
+    let calls_compiles = {
+        let before = runtime.cache().compiles();
+        for _ in 0..100 {
+            host.call(noop()).await;
+        }
+        runtime.cache().compiles() - before
+    };
+    report.insert(
+        "load10".into(),
+        json!({ "compile_ms_per_tool": round(cold.as_secs_f64() * 1e3 / 10.0), "cached_ms_per_tool": round(cached.as_secs_f64() * 1e3 / 10.0),
+                "compiles_when_cached": compiles_when_cached, "compiles_on_call_path_per_100_calls": calls_compiles,
+                "speedup": round(cold.as_secs_f64() / cached.as_secs_f64()), "target_ms_per_tool": 1.0,
+                "met": cached.as_secs_f64() * 1e3 / 10.0 <= 1.0 && calls_compiles == 0 }),
+    );
+
+    // 6. Epoch-only and fuel+epoch overhead against an unmetered run.
+    let workloads = [("fib", 27u64), ("hash", 20_000_000), ("sort", 400_000)];
+    let mut overhead = serde_json::Map::new();
+    let unmetered = metered_host(&ctx, false, true).await;
+    let epoch = metered_host(&ctx, false, false).await;
+    let fuel = metered_host(&ctx, true, false).await;
+    for (tool, n) in workloads {
+        let req = move || CallRequest::new(tool, json!({ "n": n })).mode(SandboxMode::None);
+        let k = ctx.iters(30).min(30);
+        let u = timed_calls(&unmetered, &ctx, req, k).await;
+        let e = timed_calls(&epoch, &ctx, req, k).await;
+        let f = timed_calls(&fuel, &ctx, req, k).await;
+        overhead.insert(
+            tool.into(),
+            json!({ "n": n, "unmetered_ms": round(u.p50 / 1e3), "epoch_ms": round(e.p50 / 1e3), "fuel_epoch_ms": round(f.p50 / 1e3),
+                    "epoch_overhead_pct": round((e.p50 / u.p50 - 1.0) * 100.0), "fuel_overhead_pct": round((f.p50 / u.p50 - 1.0) * 100.0) }),
+        );
+    }
+    report.insert("metering".into(), Value::Object(overhead));
+
+    // 7. Memory: resident memory with 10 tools loaded and idle, and per
+    //    concurrent call.
+    drop(durable_host);
+    let idle = {
+        let rt = Arc::new(Runtime::new(ctx.options()).unwrap());
+        let mut b = HostBuilder::new();
+        b.runtime(rt.clone()).workspace(ctx.workspace.path());
+        for (name, bytes) in toolhost::EMBEDDED_TOOLS {
+            b.tool_bytes(format!("a:{name}"), bytes.to_vec());
+        }
+        let before = rss_bytes();
+        let h = b.build().await.unwrap();
+        let idle_rss = rss_bytes();
+        // Concurrent calls: 32 sleeps of 300 ms at once.
+        let sampler = tokio::spawn(async {
+            let mut peak = 0;
+            for _ in 0..30 {
+                peak = peak.max(rss_bytes());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            peak
+        });
+        let calls: Vec<_> = (0..32)
+            .map(|_| CallRequest::new("sleep", json!({"ms": 300})).mode(SandboxMode::None))
+            .collect();
+        let results = h.call_batch(calls).await;
+        assert!(results.iter().all(|r| r.is_ok()));
+        let peak = sampler.await.unwrap();
+        json!({ "rss_before_load_mib": mib(before), "rss_5_tools_loaded_idle_mib": mib(idle_rss),
+                "rss_peak_32_concurrent_calls_mib": mib(peak), "per_concurrent_call_kib": ((peak.saturating_sub(idle_rss)) / 32 / 1024) })
+    };
+    report.insert("memory".into(), idle);
+
+    // 8. The alternatives, on the same work: read a 4 KiB file and return it.
+    let th = timed_calls(&host, &ctx, read4k, ctx.iters(2000)).await;
+    let file = ctx.workspace.path().join("file4k.txt");
+    let cat = spawn_stats(&ctx, ctx.iters(500), || {
+        let mut c = std::process::Command::new("/bin/cat");
+        c.arg(&file);
+        c
+    });
+    let bwrap_path = which("bwrap");
+    let bwrap = bwrap_path.as_ref().map(|bw| {
+        spawn_stats(&ctx, ctx.iters(500), || {
+            let mut c = std::process::Command::new(bw);
+            c.args([
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--ro-bind",
+                "/lib",
+                "/lib",
+                "--ro-bind",
+                "/lib64",
+                "/lib64",
+                "--ro-bind",
+                "/bin",
+                "/bin",
+            ])
+            .arg("--ro-bind")
+            .arg(ctx.workspace.path())
+            .arg("/work")
+            .args([
+                "--unshare-all",
+                "--die-with-parent",
+                "/bin/cat",
+                "/work/file4k.txt",
+            ]);
+            c
+        })
+    });
+    report.insert(
+        "alternatives".into(),
+        json!({ "toolhost_read_file": js(&th), "spawn_cat": js(&cat), "spawn_bwrap_cat": bwrap.as_ref().map(js),
+                "cat_over_toolhost": round(cat.p50 / th.p50 * 100.0) / 100.0,
+                "bwrap_over_toolhost": bwrap.as_ref().map(|b| round(b.p50 / th.p50 * 100.0) / 100.0),
+                "bwrap_available": bwrap.is_some() }),
+    );
+
+    let report = Value::Object(report);
+    if as_json {
+        println!("{report}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    }
+}
+
+fn mib(b: u64) -> f64 {
+    round(b as f64 / (1 << 20) as f64)
+}
+
+async fn timed_calls(host: &Host, ctx: &Ctx, req: impl Fn() -> CallRequest, n: usize) -> Stats {
+    let _ = ctx;
+    for _ in 0..(n / 10).clamp(3, 200) {
+        let r = host.call(req()).await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = host.call(req()).await;
+        samples.push(us(t.elapsed()));
+        assert!(r.is_ok(), "{r:?}");
+    }
+    stats(samples)
+}
+
+async fn metered_host(ctx: &Ctx, fuel: bool, unmetered: bool) -> Host {
+    let rt = Arc::new(
+        Runtime::new(RuntimeOptions {
+            fuel,
+            unmetered_for_benchmarks: unmetered,
+            ..ctx.options()
+        })
+        .unwrap(),
+    );
+    let mut b = HostBuilder::new();
+    b.runtime(rt)
+        .tool_file(toolhost::BENCH_GUEST_PATH)
+        .workspace(ctx.workspace.path())
+        .limits(Limits {
+            deadline: Duration::from_secs(120),
+            fuel: if fuel { Some(u64::MAX / 2) } else { None },
+            ..Limits::default()
+        });
+    b.build().await.unwrap()
+}
+
+async fn load_all(tools: &[(String, Vec<u8>)], cache: Option<&Path>) -> Duration {
+    let rt = Runtime::new(RuntimeOptions {
+        cache_dir: cache.map(Path::to_path_buf),
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let t = Instant::now();
+    for (name, bytes) in tools {
+        rt.load(name, bytes).await.unwrap();
+    }
+    t.elapsed()
+}
+
+/// The size of one intent record, to time a raw write of the same size.
+fn intent_size(log: &SessionLog) -> usize {
+    log.events()
+        .ok()
+        .and_then(|e| {
+            e.iter()
+                .rev()
+                .find(|e| e.kind == toolhost::log::EventKind::ToolIntent)
+                .map(|e| e.payload.to_string().len())
+        })
+        .unwrap_or(256)
+}
+
+fn raw_fdatasync(dir: &Path, size: usize, n: usize) -> Stats {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("raw.bin"))
+        .unwrap();
+    let buf = vec![b'x'; size];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f.write_all(&buf).unwrap();
+        f.sync_data().unwrap();
+        samples.push(us(t.elapsed()));
+    }
+    stats(samples)
+}
+
+fn spawn_stats(ctx: &Ctx, n: usize, cmd: impl Fn() -> std::process::Command) -> Stats {
+    let _ = ctx;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = cmd().output().unwrap();
+        samples.push(us(t.elapsed()));
+        assert!(
+            out.status.success() && out.stdout.len() == 4096,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    stats(samples)
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        .unwrap_or_default();
+    json!({ "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "cpu": cpu, "os": std::env::consts::OS })
+}
