@@ -613,6 +613,15 @@ fn classify(err: &wasmtime::Error, state: &CallState) -> (ErrorCode, String) {
             "the call used up its fuel budget".into(),
         );
     }
+    // Limits wasmtime enforces itself (instance, table and memory counts)
+    // fail instantiation with this error rather than a trap.
+    let text = format!("{err:#}");
+    if trap.is_none() && text.contains("resource limit exceeded") {
+        return (
+            ErrorCode::MemoryLimit,
+            format!("the tool needs more resources than the call allows: {text}"),
+        );
+    }
     if let Some(what) = state.limiter.hit {
         return (
             ErrorCode::MemoryLimit,

@@ -120,15 +120,17 @@ pub(crate) fn build_wasi(
             b.inherit_stdout().inherit_stderr().args(args);
         }
     }
-    // Network: off. TCP/UDP are refused at the first use, and every address
-    // check that reaches us is recorded as a denied attempt.
-    b.allow_tcp(false)
-        .allow_udp(false)
+    // Network: off. A guest may create a socket object, but every address
+    // it tries to bind, connect or send to is refused by the check below,
+    // which records the attempt for the receipt. Name lookup is refused
+    // outright (it has no address to check).
+    b.allow_tcp(true)
+        .allow_udp(true)
         .allow_ip_name_lookup(false);
     let seen = denied.clone();
-    b.socket_addr_check(move |addr, _use| {
+    b.socket_addr_check(move |addr, addr_use| {
         if let Ok(mut d) = seen.lock() {
-            d.push(format!("network: {addr}"));
+            d.push(format!("network: {addr_use:?} {addr}"));
         }
         Box::pin(async { false })
     });

@@ -24,7 +24,7 @@ pub const MAX_LOG_MESSAGE: usize = 4096;
 pub struct LogRecord {
     /// `trace`, `debug`, `info`, `warn` or `error`.
     pub level: &'static str,
-    /// The message (cut to [`MAX_LOG_MESSAGE`] bytes).
+    /// The message (cut to 4096 bytes).
     pub message: String,
     /// Extra fields, when the tool gave valid JSON.
     #[serde(skip_serializing_if = "Option::is_none")]

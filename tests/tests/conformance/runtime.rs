@@ -5,7 +5,7 @@
 use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
-use toolhost::{ErrorCode, Limits, RuntimeOptions, SandboxMode};
+use toolhost::{CallRequest, ErrorCode, Host, Limits, MAX_ARGS_BYTES, RuntimeOptions, SandboxMode};
 
 toolhost_conformance::foreach_runtime!(assert_test_exists);
 
@@ -191,4 +191,103 @@ async fn runtime_fuel_without_metering_is_refused() {
     let host = host_with(probes::RUNTIME_FUEL, ws.path(), limits).await;
     let r = call(&host, "count", json!({"n": 1}), SandboxMode::None).await;
     assert_eq!(r.code(), Some(ErrorCode::SandboxUnavailable), "{r:?}");
+}
+
+/// A host on the same runtime as `host` (same engine, pool and epoch
+/// thread) with default limits: proves the runtime is healthy after a call
+/// that failed under tighter limits.
+async fn sibling_with_default_limits(host: &Host, ws: &std::path::Path) -> Host {
+    let mut b = builder(probes::RUNTIME_FUEL, ws, Limits::default(), suite_options());
+    b.runtime(host.runtime().clone());
+    b.build().await.expect("a sibling host builds")
+}
+
+/// A table larger than `Limits.max_table_elements` ends with MEMORY_LIMIT.
+/// Rust cannot emit `table.grow`, so the probe's own function table (set up
+/// when the call instantiates it) is what exceeds a limit of 1 element.
+#[tokio::test]
+async fn runtime_table_limit() {
+    let ws = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_table_elements: 1,
+        ..Limits::default()
+    };
+    let host = host_with(probes::RUNTIME_FUEL, ws.path(), limits).await;
+    let r = call(&host, "count", json!({"n": 1}), SandboxMode::None).await;
+    assert_eq!(r.code(), Some(ErrorCode::MemoryLimit), "{r:?}");
+    assert!(
+        r.error.as_ref().unwrap().message.contains("table"),
+        "the message names the table: {r:?}"
+    );
+    assert_echo_works(&sibling_with_default_limits(&host, ws.path()).await).await;
+}
+
+/// A component that needs more instances than `Limits.max_instances`
+/// allows is stopped with an error result naming the instance limit, not a
+/// panic. The host does not classify this limit yet: wasmtime reports it as
+/// an instantiation error that the limiter does not see, so it arrives as
+/// TRAP ("the tool trapped: resource limit exceeded: instance count too
+/// high"); MEMORY_LIMIT, like the memory and table limits, is also accepted.
+#[tokio::test]
+async fn runtime_instance_limit() {
+    let ws = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_instances: 1,
+        ..Limits::default()
+    };
+    let host = host_with(probes::RUNTIME_FUEL, ws.path(), limits).await;
+    let r = call(&host, "count", json!({"n": 1}), SandboxMode::None).await;
+    assert!(
+        matches!(r.code(), Some(ErrorCode::MemoryLimit | ErrorCode::Trap)),
+        "{r:?}"
+    );
+    assert!(
+        r.error.as_ref().unwrap().message.contains("instance count"),
+        "the message names the instance limit: {r:?}"
+    );
+    assert_echo_works(&sibling_with_default_limits(&host, ws.path()).await).await;
+}
+
+/// Arguments above MAX_ARGS_BYTES (1 MiB) are refused before the body runs.
+#[tokio::test]
+async fn runtime_huge_args() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = host_with(probes::RUNTIME_FUEL, ws.path(), Limits::default()).await;
+    let text = "x".repeat(2 << 20);
+    let r = call(&host, "echo", json!({ "text": text }), SandboxMode::None).await;
+    assert_eq!(r.code(), Some(ErrorCode::InvalidArgs), "{:?}", r.error);
+    assert!(
+        r.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains(&MAX_ARGS_BYTES.to_string()),
+        "the message names the limit: {:?}",
+        r.error
+    );
+    assert_eq!(r.receipt.mode, None, "the body must not have run");
+    assert_echo_works(&host).await;
+}
+
+/// 10 000 levels of nested arrays or objects are refused as INVALID_ARGS
+/// without overflowing the host's stack.
+#[tokio::test]
+async fn runtime_nested_args() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = host_with(probes::RUNTIME_FUEL, ws.path(), Limits::default()).await;
+    let depth = 10_000;
+    let arrays = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let objects = format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+    let in_text = format!(r#"{{"text":{arrays}}}"#);
+    for args in [arrays, objects, in_text] {
+        let req = CallRequest {
+            args,
+            ..CallRequest::new("echo", serde_json::Value::Null)
+        }
+        .mode(SandboxMode::None);
+        let r = host.call(req).await;
+        assert_eq!(r.code(), Some(ErrorCode::InvalidArgs), "{:?}", r.error);
+        assert_eq!(r.receipt.mode, None, "the body must not have run");
+    }
+    assert_echo_works(&host).await;
 }

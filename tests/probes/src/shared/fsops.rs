@@ -34,6 +34,16 @@ pub enum Op {
     SetLen { path: String, len: u64 },
     /// Waits until `path` exists (the host creates it to release the probe).
     WaitFor { path: String },
+    /// Creates a hard link `to` naming the file at `from`.
+    Link { from: String, to: String },
+    /// Creates a symbolic link at `link` whose target is `target`.
+    Symlink { target: String, link: String },
+    /// Reads the target of the symbolic link at `path`.
+    ReadLink { path: String },
+    /// Stats `path`, following symlinks: `file <len>`, `dir` or `other`.
+    Metadata { path: String },
+    /// Stats `path` itself, without following a final symlink.
+    SymlinkMetadata { path: String },
 }
 
 /// The operations to run, in order.
@@ -56,6 +66,49 @@ pub struct Outcome {
 #[derive(Serialize, JsonSchema)]
 pub struct Out {
     pub results: Vec<Outcome>,
+}
+
+/// Describes what a stat returned, without anything that changes between runs.
+fn kind(meta: &std::fs::Metadata) -> String {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        "symlink".into()
+    } else if ft.is_dir() {
+        "dir".into()
+    } else if ft.is_file() {
+        format!("file {}", meta.len())
+    } else {
+        "other".into()
+    }
+}
+
+/// wasi-libc's `symlink`: it resolves `link` against the preopens exactly as
+/// every other path operation of `std` does (`std::os::wasi::fs::symlink_path`
+/// is unstable).
+#[cfg(target_os = "wasi")]
+fn symlink(target: &str, link: &str) -> std::io::Result<()> {
+    unsafe extern "C" {
+        fn symlink(target: *const std::ffi::c_char, link: *const std::ffi::c_char) -> i32;
+    }
+    let invalid = |_| std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    let target = std::ffi::CString::new(target).map_err(invalid)?;
+    let link = std::ffi::CString::new(link).map_err(invalid)?;
+    // SAFETY: both arguments are NUL-terminated strings that outlive the call.
+    if unsafe { symlink(target.as_ptr(), link.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(unix)]
+fn symlink(target: &str, link: &str) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(target, link)
+}
+
+#[cfg(not(any(unix, target_os = "wasi")))]
+fn symlink(_target: &str, _link: &str) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 fn apply(op: &Op) -> std::io::Result<String> {
@@ -96,6 +149,11 @@ fn apply(op: &Op) -> std::io::Result<String> {
             }
             Ok(String::new())
         }
+        Op::Link { from, to } => fs::hard_link(from, to).map(|()| String::new()),
+        Op::Symlink { target, link } => symlink(target, link).map(|()| String::new()),
+        Op::ReadLink { path } => fs::read_link(path).map(|p| p.to_string_lossy().into_owned()),
+        Op::Metadata { path } => fs::metadata(path).map(|m| kind(&m)),
+        Op::SymlinkMetadata { path } => fs::symlink_metadata(path).map(|m| kind(&m)),
     }
 }
 

@@ -1,0 +1,190 @@
+//! Capabilities beyond the filesystem (DESIGN.md §2): a tool sees no
+//! environment, arguments or stdin, cannot reach the network, gets working
+//! clocks and randomness, and cannot flood the host through its `host`
+//! interface. Stdout/stderr floods are checked in `runtime`.
+
+use crate::common::*;
+use serde_json::{Value, json};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use toolhost::{Limits, SandboxMode};
+
+toolhost_conformance::foreach_capability!(assert_test_exists);
+
+/// In every mode: no environment (except `PWD` in `danger-full-access`),
+/// no arguments, an empty stdin; clocks that tell the host's time and
+/// advance across a sleep; random bytes that differ between draws and calls.
+#[tokio::test]
+async fn capability_ambient() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap().display().to_string();
+    let host = host_with(probes::CAPABILITY_AMBIENT, ws.path(), Limits::default()).await;
+    let mut draws = Vec::new();
+    for mode in [
+        SandboxMode::None,
+        SandboxMode::ReadOnly,
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess,
+    ] {
+        let r = call(&host, "ambient", json!({}), mode).await;
+        assert!(r.is_ok(), "{mode}: {r:?}");
+        let out = &r.canonical;
+        let strings = |key: &str| -> Vec<String> {
+            out[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        let expected_env: Vec<String> = if mode == SandboxMode::DangerFullAccess {
+            vec![format!("PWD={ws_path}")]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(strings("env"), expected_env, "{mode}: wasi environment");
+        assert_eq!(strings("std_env"), expected_env, "{mode}: std::env::vars");
+        assert_eq!(strings("args"), Vec::<String>::new(), "{mode}: arguments");
+        let cwd = out["initial_cwd"].as_str();
+        if mode == SandboxMode::DangerFullAccess {
+            assert_eq!(cwd, Some(ws_path.as_str()), "{mode}: initial cwd");
+        } else {
+            assert_eq!(cwd, None, "{mode}: initial cwd");
+        }
+        assert_eq!(
+            out["stdin"], "closed",
+            "{mode}: stdin must be empty and closed"
+        );
+
+        // Clocks and randomness work; they are not an escape.
+        let host_now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let wall = out["wall_secs"].as_u64().unwrap();
+        assert!(
+            wall.abs_diff(host_now) < 3600,
+            "{mode}: guest wall clock {wall} vs host {host_now}"
+        );
+        let slept = Duration::from_nanos(out["slept_ns"].as_u64().unwrap());
+        assert!(
+            slept >= Duration::from_millis(19) && slept < Duration::from_secs(10),
+            "{mode}: a 20 ms sleep measured {slept:?} on the monotonic clock"
+        );
+        let random = strings("random");
+        assert_eq!(random.len(), 2);
+        for r in &random {
+            assert_eq!(r.len(), 32, "{mode}: 16 random bytes in hex: {r}");
+            assert_ne!(r, &"0".repeat(32), "{mode}: random bytes are all zero");
+        }
+        assert_ne!(random[0], random[1], "{mode}: two draws are equal");
+        draws.extend(random);
+    }
+    let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        draws.len(),
+        "random draws repeat across calls"
+    );
+}
+
+/// TCP connect and UDP send to ports the test listens on, and a lookup of
+/// `localhost`, all fail, through the WASI interfaces and through
+/// `std::net`; the host's listeners never see anything. Every address the
+/// guest tried to use is refused by the host's address check and listed in
+/// the receipt's `denied` (name lookup has no address, so it is not).
+#[tokio::test]
+async fn capability_net() {
+    let ws = tempfile::tempdir().unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let args = json!({
+        "tcp_port": tcp.local_addr().unwrap().port(),
+        "udp_port": udp.local_addr().unwrap().port(),
+    });
+    let host = host_with(probes::CAPABILITY_NET, ws.path(), Limits::default()).await;
+    for mode in [SandboxMode::None, SandboxMode::DangerFullAccess] {
+        let r = call(&host, "net", args.clone(), mode).await;
+        assert!(r.is_ok(), "{mode}: {r:?}");
+        let out = r.canonical.as_object().unwrap();
+        for (what, attempt) in out {
+            assert_eq!(
+                attempt["ok"],
+                Value::Bool(false),
+                "{mode}: {what} must fail: {attempt}"
+            );
+        }
+        for what in ["tcp_connect", "udp_send"] {
+            let detail = out[what]["detail"].as_str().unwrap();
+            assert!(
+                detail.contains("access-denied"),
+                "{mode}: {what} must be refused by the host, not fail by accident: {detail}"
+            );
+        }
+        assert!(
+            r.receipt.denied.iter().all(|d| d.starts_with("network: ")),
+            "{mode}: {:?}",
+            r.receipt.denied
+        );
+        // A socket binds before it connects or sends, so the first (and
+        // refused) address use the host sees is the bind, for TCP and UDP.
+        for kind in ["TcpBind", "UdpBind"] {
+            assert!(
+                r.receipt
+                    .denied
+                    .iter()
+                    .any(|d| d.starts_with(&format!("network: {kind} "))),
+                "{mode}: no {kind} attempt in the receipt: {:?}",
+                r.receipt.denied
+            );
+        }
+    }
+    match tcp.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the host's TCP listener saw a connection: {other:?}"),
+    }
+    let mut buf = [0u8; 64];
+    match udp.recv_from(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the host's UDP socket received a datagram: {other:?}"),
+    }
+}
+
+/// The `host` interface abused: one 10 MiB log message is kept cut to
+/// 4096 bytes, 100 000 records keep only 256, and 1 000 000 progress reports
+/// are all counted; the call still succeeds, and the next call starts with
+/// empty buffers.
+#[tokio::test]
+async fn capability_host_abuse() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = host_with(probes::CAPABILITY_HOST_ABUSE, ws.path(), Limits::default()).await;
+    let r = call(
+        &host,
+        "flood",
+        json!({"huge_log_bytes": 10 << 20, "records": 100_000, "progress": 1_000_000}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(r.is_ok(), "{:?}", r.error);
+    assert_eq!(r.canonical, json!({"done": true}));
+    assert_eq!(r.receipt.logs.len(), 256, "only 256 log records are kept");
+    let huge = &r.receipt.logs[0].message;
+    assert!(huge.starts_with("LLLL"), "the huge message comes first");
+    let kept = huge.trim_end_matches('…');
+    assert_eq!(kept.len(), 4096, "the huge message is cut to 4096 bytes");
+    assert_eq!(r.receipt.logs[1].message, "record 0");
+    assert_eq!(r.receipt.logs[255].message, "record 254");
+    assert_eq!(r.receipt.progress_reports, 1_000_000);
+
+    let small = call(
+        &host,
+        "flood",
+        json!({"huge_log_bytes": 0, "records": 1, "progress": 1}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(small.is_ok(), "{small:?}");
+    assert_eq!(small.receipt.logs.len(), 1);
+    assert_eq!(small.receipt.progress_reports, 1);
+}

@@ -1,0 +1,81 @@
+//! Tools that break their contract at call time, and a slow but honest
+//! `describe`. Each lie ends with its own code, and an honest call on the
+//! same host works afterwards.
+
+use crate::common::*;
+use serde_json::json;
+use std::time::Instant;
+use toolhost::{DESCRIBE_DEADLINE, ErrorCode, Host, Limits, SandboxMode};
+
+toolhost_conformance::foreach_contract!(assert_test_exists);
+
+async fn assert_honest_works(host: &Host) {
+    let r = call(host, "honest", json!({}), SandboxMode::None).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical, json!({"n": 1}));
+    assert_eq!(r.meta, json!({"ui": "ok"}));
+}
+
+/// Each lying tool ends with its code and message; nothing of the bad
+/// output reaches `canonical` or `meta`.
+#[tokio::test]
+async fn contract_liar() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = host_with(probes::CONTRACT_LIAR, ws.path(), Limits::default()).await;
+    assert_honest_works(&host).await;
+    for (tool, code, parts) in [
+        (
+            "wrong_type",
+            ErrorCode::OutputInvalid,
+            &["does not match its output schema"][..],
+        ),
+        (
+            "extra_field",
+            ErrorCode::OutputInvalid,
+            &["does not match its output schema"][..],
+        ),
+        (
+            "not_json",
+            ErrorCode::OutputInvalid,
+            &["canonical output is not JSON"][..],
+        ),
+        (
+            "meta_not_json",
+            ErrorCode::OutputInvalid,
+            &["meta is not JSON"][..],
+        ),
+        (
+            "tool_error",
+            ErrorCode::ToolError,
+            &["not-found", "no such widget: 42"][..],
+        ),
+    ] {
+        let r = call(&host, tool, json!({}), SandboxMode::None).await;
+        assert_eq!(r.code(), Some(code), "{tool}: {r:?}");
+        let message = &r.error.as_ref().unwrap().message;
+        for p in parts {
+            assert!(
+                message.contains(p),
+                "{tool}: the message should say {p:?}: {message}"
+            );
+        }
+        assert_eq!(r.canonical, serde_json::Value::Null, "{tool}");
+        assert_eq!(r.meta, serde_json::Value::Null, "{tool}");
+        assert_honest_works(&host).await;
+    }
+}
+
+/// A `describe` that takes 1.5 s, well inside DESCRIBE_DEADLINE, loads.
+#[tokio::test]
+async fn contract_slow_describe() {
+    let ws = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let host = host_with(probes::CONTRACT_SLOW_DESCRIBE, ws.path(), Limits::default()).await;
+    let took = started.elapsed();
+    assert!(
+        took.as_millis() >= 1400,
+        "describe sleeps 1.5 s, but the load took {took:?}: was describe run?"
+    );
+    assert!(took < DESCRIBE_DEADLINE, "the load took {took:?}");
+    assert_echo_works(&host).await;
+}
