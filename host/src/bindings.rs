@@ -9,15 +9,15 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub(crate) use exports::toolhost::tool::tool::{ToolDescriptor, ToolOutput};
-pub(crate) use toolhost::tool::host::LogLevel;
-pub(crate) use toolhost::tool::types::{
+pub(crate) use self::exports::toolhost::tool::tool::{ToolDescriptor, ToolOutput};
+pub(crate) use self::toolhost::tool::host::LogLevel;
+pub(crate) use self::toolhost::tool::types::{
     ContentBlock, SandboxMode as WitMode, SideEffect as WitSideEffect,
 };
 
-impl toolhost::tool::types::Host for CallState {}
+impl self::toolhost::tool::types::Host for CallState {}
 
-impl toolhost::tool::host::Host for CallState {
+impl self::toolhost::tool::host::Host for CallState {
     fn log(&mut self, level: LogLevel, message: String, fields: Option<String>) {
         self.host.log(level, message, fields);
     }
