@@ -151,6 +151,61 @@ async fn main() {
                 "met": warm.p50 <= 100.0 && warm.p99 <= 250.0 }),
     );
 
+    // 2b. Where the warm call's time goes: the body alone (fresh store,
+    //     instantiate, invoke) and one session-log append of each kind.
+    let spec = toolhost::SandboxSpec {
+        mode: SandboxMode::None,
+        workspace: ctx.workspace.path().to_path_buf(),
+        limits: Limits::default(),
+    };
+    let mut body = Vec::new();
+    for i in 0..ctx.iters(3000) + 100 {
+        let t = Instant::now();
+        let (outcome, _) = runtime
+            .invoke(
+                &noop_component,
+                "noop",
+                "{}",
+                &spec,
+                toolhost::Interrupt::default(),
+                None,
+            )
+            .await;
+        if i >= 100 {
+            body.push(us(t.elapsed()));
+        }
+        assert!(matches!(outcome, toolhost::BodyOutcome::Ok { .. }));
+    }
+    let body = stats(body);
+    let mem_log = SessionLog::in_memory().unwrap();
+    let event = || {
+        vec![toolhost::log::NewEvent::new(
+            "call-x",
+            toolhost::log::EventKind::ToolCall,
+            json!({"tool": "noop", "args": {}, "mode": "none"}),
+        )]
+    };
+    let mut lazy = Vec::new();
+    let mut durable_mem = Vec::new();
+    for _ in 0..ctx.iters(3000) {
+        let t = Instant::now();
+        mem_log
+            .append(&event(), toolhost::log::Durability::Lazy)
+            .unwrap();
+        lazy.push(us(t.elapsed()));
+        let t = Instant::now();
+        mem_log
+            .append(&event(), toolhost::log::Durability::Durable)
+            .unwrap();
+        durable_mem.push(us(t.elapsed()));
+    }
+    report.insert(
+        "breakdown".into(),
+        json!({ "body_only": js(&body), "log_append_lazy_in_memory": js(&stats(lazy)),
+                "log_append_commit_in_memory": js(&stats(durable_mem)),
+                "pipeline_minus_body_p50_us": round(warm.p50 - body.p50) }),
+    );
+
     // 3. A durable call: fdatasyncs per call and latency against a raw
     //    write + fdatasync of the same size, in the same run.
     let state = tempfile::tempdir().unwrap();

@@ -1,11 +1,15 @@
 //! On-disk compile cache: compiled components keyed by the component's hash
 //! and the engine configuration, so a second load does not compile.
 //!
-//! An entry is `<key>.cwasm` plus `<key>.sum` (the SHA-256 of the artifact).
+//! An entry is `<key>.cwasm` plus `<key>.sum` (the CRC-32 of the artifact).
 //! An entry is trusted only when its checksum matches: a truncated, edited or
 //! half-written entry is recompiled and replaced, never deserialised. Writes
 //! go to a temporary file that is renamed into place, so readers never see a
-//! partial entry.
+//! partial entry. The checksum detects accidents (torn writes, bit rot), not
+//! tampering: whoever can write the cache directory can write a matching
+//! sum, so the directory must be as private as the host binary. The key is
+//! content-addressed with SHA-256, so one component cannot be made to
+//! collide with another's entry.
 
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
@@ -56,9 +60,8 @@ impl CompileCache {
         self.stats.compiles.load(Ordering::Relaxed)
     }
 
-    /// The cache key of `bytes` under this engine.
-    pub fn key(&self, bytes: &[u8]) -> String {
-        let digest = Sha256::digest(bytes);
+    /// The cache key of a component whose SHA-256 is `digest`.
+    fn key(&self, digest: &[u8]) -> String {
         format!(
             "{}-{}-{}",
             hex::encode(&digest[..16]),
@@ -70,12 +73,24 @@ impl CompileCache {
     /// Loads the component for `bytes`: from a valid cache entry, or by
     /// compiling it (and writing the entry).
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
-        let key = self.key(bytes);
+        self.load_hashed(engine, bytes).map(|(c, _)| c)
+    }
+
+    /// As [`CompileCache::load`], also returning the component's SHA-256
+    /// (hex), computed once for both the key and the caller.
+    pub fn load_hashed(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, String)> {
+        let digest = Sha256::digest(bytes);
+        let hex_digest = hex::encode(digest);
+        let key = self.key(&digest);
         if let Some(dir) = &self.dir
             && let Some(component) = self.read_entry(engine, dir, &key)
         {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(component);
+            return Ok((component, hex_digest));
         }
         self.stats.compiles.fetch_add(1, Ordering::Relaxed);
         let serialized = engine.precompile_component(bytes)?;
@@ -87,19 +102,20 @@ impl CompileCache {
         {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
         }
-        Ok(component)
+        Ok((component, hex_digest))
     }
 
     fn read_entry(&self, engine: &Engine, dir: &Path, key: &str) -> Option<Component> {
-        let artifact = std::fs::read(dir.join(format!("{key}.cwasm"))).ok()?;
+        let path = dir.join(format!("{key}.cwasm"));
+        let artifact = std::fs::read(&path).ok()?;
         let sum = std::fs::read_to_string(dir.join(format!("{key}.sum"))).ok()?;
-        if hex::encode(Sha256::digest(&artifact)) != sum.trim() {
+        if checksum(&artifact) != sum.trim() {
             self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(key, "corrupt compile cache entry; recompiling");
             return None;
         }
         // SAFETY: the artifact is byte-for-byte what this host wrote after
-        // `precompile_component` (its SHA-256 matches the sum written with
+        // `precompile_component` (its checksum matches the sum written with
         // it), and wasmtime itself checks the engine compatibility header.
         match unsafe { Component::deserialize(engine, &artifact) } {
             Ok(c) => Some(c),
@@ -114,7 +130,7 @@ impl CompileCache {
 
 fn write_entry(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let sum = hex::encode(Sha256::digest(artifact));
+    let sum = checksum(artifact);
     for (name, data) in [
         (format!("{key}.cwasm"), artifact),
         (format!("{key}.sum"), sum.as_bytes()),
@@ -124,6 +140,11 @@ fn write_entry(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
         tmp.persist(dir.join(name)).map_err(|e| e.error)?;
     }
     Ok(())
+}
+
+/// The checksum written beside an artifact.
+fn checksum(artifact: &[u8]) -> String {
+    format!("crc32:{:08x}", crc32fast::hash(artifact))
 }
 
 /// The default cache directory: `$TOOLHOST_CACHE_DIR`, else

@@ -2,15 +2,23 @@
 //! with which durability. The only durable (fsynced) write on a call's
 //! critical path is the intent; everything else rides on the next durable
 //! commit.
+//!
+//! A call's `tool/call` record costs no commit of its own: it is held here
+//! and written in the same commit as the call's next event (its approval
+//! request, its intent, or its refusal), so its place in the sequence is
+//! unchanged: it always comes first.
 
 use crate::result::CallResult;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use toolhost_log::{Durability, EventKind, NewEvent, SessionLog};
 
 /// A shared handle to the session log.
 #[derive(Clone)]
 pub struct Journal {
     log: Arc<SessionLog>,
+    /// `tool/call` events not yet written, by call id.
+    held: Arc<Mutex<HashMap<String, NewEvent>>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -22,7 +30,10 @@ impl std::fmt::Debug for Journal {
 impl Journal {
     /// Wraps an open log.
     pub fn new(log: Arc<SessionLog>) -> Self {
-        Journal { log }
+        Journal {
+            log,
+            held: Arc::default(),
+        }
     }
 
     /// The log.
@@ -30,28 +41,65 @@ impl Journal {
         &self.log
     }
 
+    /// Records a call's `tool/call` event, to be written with its next event.
+    pub(crate) fn call(&self, call_id: &str, payload: serde_json::Value) {
+        if let Ok(mut held) = self.held.lock() {
+            held.insert(
+                call_id.to_string(),
+                NewEvent::new(call_id, EventKind::ToolCall, payload),
+            );
+        }
+    }
+
+    /// The held events of `ids`, removed from the hold.
+    fn take(&self, ids: &[&str]) -> Vec<NewEvent> {
+        match self.held.lock() {
+            Ok(mut held) => ids.iter().filter_map(|id| held.remove(*id)).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Puts events back after a failed write, so the refusal carries them.
+    fn restore(&self, events: Vec<NewEvent>) {
+        if let Ok(mut held) = self.held.lock() {
+            for e in events {
+                held.insert(e.call_id.clone(), e);
+            }
+        }
+    }
+
+    /// Writes an event of `call_id` (and its held `tool/call`) in one lazy
+    /// commit.
     pub(crate) fn lazy(
         &self,
         call_id: &str,
         kind: EventKind,
         payload: serde_json::Value,
     ) -> Result<(), String> {
+        let mut events = self.take(&[call_id]);
+        events.push(NewEvent::new(call_id, kind, payload));
         self.log
-            .append(&[NewEvent::new(call_id, kind, payload)], Durability::Lazy)
+            .append(&events, Durability::Lazy)
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
 
-    /// Commits the intents of one or more calls in one durable commit.
+    /// Commits the intents of one or more calls (and their held `tool/call`
+    /// events) in one durable commit.
     pub(crate) fn intents(&self, intents: &[(String, serde_json::Value)]) -> Result<(), String> {
+        let ids: Vec<&str> = intents.iter().map(|(id, _)| id.as_str()).collect();
+        let calls = self.take(&ids);
         let events: Vec<NewEvent> = intents
             .iter()
             .map(|(id, p)| NewEvent::new(id.clone(), EventKind::ToolIntent, p.clone()))
             .collect();
-        self.log
-            .record_intents(&events)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        match self.log.record_intents_after(&calls, &events) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.restore(calls);
+                Err(e.to_string())
+            }
+        }
     }
 
     pub(crate) fn result(&self, result: &CallResult) -> Result<(), String> {

@@ -82,19 +82,13 @@ impl Host {
         call_id: String,
         req: CallRequest,
     ) -> Result<Admitted<'h>, Refusal> {
-        let audit = |kind, payload| {
-            self.journal.lazy(&call_id, kind, payload).map_err(|e| {
-                (
-                    ErrorCode::AbortedBeforeDispatch,
-                    format!("the session log cannot be written: {e}"),
-                )
-            })
-        };
-        audit(
-            EventKind::ToolCall,
+        // The call record is written with the call's next event (approval,
+        // intent or refusal): it costs no commit of its own.
+        self.journal.call(
+            &call_id,
             json!({ "tool": req.tool, "args": truncate(&req.args, 4096), "scope": req.scope,
                     "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})) }),
-        )?;
+        );
 
         // 1. lookup, through the one visibility resolver.
         let tool = self.lookup(req.scope.as_deref(), &req.tool)?;

@@ -276,13 +276,13 @@ impl Runtime {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
         }
-        let component: Component =
-            self.cache
-                .load(&self.engine, bytes)
-                .map_err(|e| LoadError::Invalid {
-                    file: source.to_string(),
-                    detail: format!("{e:#}"),
-                })?;
+        let (component, sha256): (Component, String) = self
+            .cache
+            .load_hashed(&self.engine, bytes)
+            .map_err(|e| LoadError::Invalid {
+                file: source.to_string(),
+                detail: format!("{e:#}"),
+            })?;
         let imports = component
             .component_type()
             .imports(&self.engine)
@@ -301,7 +301,7 @@ impl Runtime {
         })?;
         let loaded = Arc::new(LoadedComponent {
             source: source.to_string(),
-            sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes)),
+            sha256,
             pre,
             imports,
         });

@@ -980,18 +980,22 @@ async fn after_a_log_failure_every_call_refuses_before_dispatch() {
     let r = host.call(write("first.txt", "x")).await;
     assert_eq!(r.code(), Some(ErrorCode::AbortedBeforeDispatch), "{r:?}");
     assert_eq!(approver.count(), 2);
-    // The log now refuses writes: tool/call cannot be recorded.
+    // The log now refuses writes: the call's record and its approval
+    // request cannot be written, so nobody is asked.
     let r = host.call(write("second.txt", "x")).await;
-    assert_eq!(r.code(), Some(ErrorCode::AbortedBeforeDispatch), "{r:?}");
+    assert_eq!(r.code(), Some(ErrorCode::ApprovalUnavailable), "{r:?}");
     assert!(
         r.error
             .as_ref()
             .unwrap()
             .message
-            .contains("session log cannot be written"),
+            .contains("approval request could not be recorded"),
         "{:?}",
         r.error
     );
+    // A call that needs no approval cannot make its intent durable.
+    let r = host.call(CallRequest::new("sleep", json!({"ms": 0}))).await;
+    assert_eq!(r.code(), Some(ErrorCode::AbortedBeforeDispatch), "{r:?}");
     assert_eq!(
         approver.count(),
         2,

@@ -24,6 +24,7 @@
 //!   We do not rely on it: a crash skips it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -64,6 +65,18 @@ pub enum Durability {
 /// ([`LogError::Storage`]); reopen it to continue from the last durable state.
 #[derive(Debug)]
 pub struct SessionLog {
+    store: Store,
+}
+
+#[derive(Debug)]
+enum Store {
+    Redb(RedbLog),
+    Memory(Mutex<MemLog>),
+}
+
+/// The redb-backed log (a file, or a test storage).
+#[derive(Debug)]
+pub(crate) struct RedbLog {
     db: Database,
     /// Set by a `Lazy` commit, cleared by a `Durable` one: whether [`SessionLog::flush`]
     /// has anything to make durable.
@@ -85,14 +98,7 @@ impl SessionLog {
     /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
     /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise.
     pub fn open(state_dir: &Path) -> Result<SessionLog, LogError> {
-        std::fs::create_dir_all(state_dir)
-            .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
-        let path = state_dir.join(FILE_NAME);
-        if !path.exists() {
-            create_atomically(state_dir, &path)?;
-        }
-        let storage = FileStorage::open(&path)?;
-        SessionLog::open_with_backend(storage)
+        RedbLog::open(state_dir).map(SessionLog::redb)
     }
 
     /// Opens the log stored in `storage`, initialising it if it is empty. Used by tests to
@@ -102,6 +108,256 @@ impl SessionLog {
     ///
     /// As [`SessionLog::open`], except that locking is up to the storage.
     pub fn open_with_backend(storage: impl Storage) -> Result<SessionLog, LogError> {
+        RedbLog::open_with_backend(storage).map(SessionLog::redb)
+    }
+
+    /// A log in memory: nothing survives the process, and nothing is ever synced (both
+    /// durabilities cost the same). For hosts that need no durability, benchmarks and
+    /// tests. Events, the call index, pending calls and recovery behave as in a file.
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` keeps the signature of the other constructors.
+    pub fn in_memory() -> Result<SessionLog, LogError> {
+        Ok(SessionLog {
+            store: Store::Memory(Mutex::new(MemLog::default())),
+        })
+    }
+
+    fn redb(log: RedbLog) -> SessionLog {
+        SessionLog {
+            store: Store::Redb(log),
+        }
+    }
+
+    /// Appends `events` in one commit and returns their sequence numbers.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] if the storage failed. A durable append that returns an error
+    /// may still have reached the storage: treat its outcome as unknown (recovery then
+    /// resolves it), never as "not written".
+    pub fn append(
+        &self,
+        events: &[NewEvent],
+        durability: Durability,
+    ) -> Result<Vec<u64>, LogError> {
+        match &self.store {
+            Store::Redb(r) => r.append(events, durability),
+            Store::Memory(m) => Ok(lock(m)?.append(events)),
+        }
+    }
+
+    /// Appends a batch of `tool/intent` events in one durable commit (group commit: one
+    /// `fdatasync` for the batch) and returns their sequence numbers.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Invalid`] if an event is not a `tool/intent` (nothing is written);
+    /// otherwise as [`SessionLog::append`].
+    pub fn record_intents(&self, intents: &[NewEvent]) -> Result<Vec<u64>, LogError> {
+        if let Some(other) = intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
+            return Err(LogError::Invalid(format!(
+                "record_intents got a {} event for call {:?}",
+                other.kind, other.call_id
+            )));
+        }
+        self.append(intents, Durability::Durable)
+    }
+
+    /// Appends `before` (any events, e.g. the `tool/call` of the calls) and then the
+    /// `tool/intent` events `intents`, all in one durable commit: the call record costs
+    /// no commit of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionLog::record_intents`].
+    pub fn record_intents_after(
+        &self,
+        before: &[NewEvent],
+        intents: &[NewEvent],
+    ) -> Result<Vec<u64>, LogError> {
+        if let Some(other) = intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
+            return Err(LogError::Invalid(format!(
+                "record_intents got a {} event for call {:?}",
+                other.kind, other.call_id
+            )));
+        }
+        let all: Vec<NewEvent> = before.iter().chain(intents).cloned().collect();
+        self.append(&all, Durability::Durable)
+    }
+
+    /// Makes every earlier [`Durability::Lazy`] append durable (an empty durable commit:
+    /// one `fdatasync`). Does nothing when there is nothing to make durable.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] if the storage failed.
+    pub fn flush(&self) -> Result<(), LogError> {
+        match &self.store {
+            Store::Redb(r) => r.flush(),
+            Store::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Every event, in sequence order.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`].
+    pub fn events(&self) -> Result<Vec<Event>, LogError> {
+        match &self.store {
+            Store::Redb(r) => r.events(),
+            Store::Memory(m) => Ok(lock(m)?.events.clone()),
+        }
+    }
+
+    /// The events of one call, in sequence order (read through the call-id index).
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`] (also if the index names an event
+    /// that does not exist).
+    pub fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
+        match &self.store {
+            Store::Redb(r) => r.events_for_call(call_id),
+            Store::Memory(m) => Ok(lock(m)?.events_for_call(call_id)),
+        }
+    }
+
+    /// The calls that have a `tool/intent` and no `tool/result`, in the order of their
+    /// intents.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`].
+    pub fn pending_calls(&self) -> Result<Vec<String>, LogError> {
+        match &self.store {
+            Store::Redb(r) => r.pending_calls(),
+            Store::Memory(m) => Ok(lock(m)?.pending_calls()),
+        }
+    }
+
+    /// Resolves every pending call (a durable `tool/intent` without a `tool/result`) as
+    /// `TOOL_OUTCOME_UNKNOWN`, plus one `session/recovered` event, in one durable commit.
+    /// Idempotent: when nothing is pending it writes nothing at all.
+    ///
+    /// Run it right after opening, before any new call: a call whose body is running in
+    /// this process is pending too, and would be resolved as unknown.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
+    pub fn recover(&self) -> Result<crate::Recovery, LogError> {
+        match &self.store {
+            Store::Redb(r) => r.recover(),
+            Store::Memory(m) => {
+                let mut m = lock(m)?;
+                let recovered = m.pending_calls();
+                if recovered.is_empty() {
+                    return Ok(crate::Recovery::default());
+                }
+                m.append(&crate::recovery::recovery_events(&recovered));
+                Ok(crate::Recovery { recovered })
+            }
+        }
+    }
+}
+
+fn lock(m: &Mutex<MemLog>) -> Result<std::sync::MutexGuard<'_, MemLog>, LogError> {
+    m.lock()
+        .map_err(|_| LogError::Storage("the in-memory log was poisoned by a panic".to_string()))
+}
+
+/// The in-memory log: the same events, index and pending set as the redb tables.
+#[derive(Debug, Default)]
+struct MemLog {
+    events: Vec<Event>,
+    by_call: std::collections::HashMap<String, Vec<usize>>,
+    pending: std::collections::HashMap<String, u64>,
+}
+
+impl MemLog {
+    fn append(&mut self, events: &[NewEvent]) -> Vec<u64> {
+        let at_unix_ms = now_unix_ms();
+        let mut seqs = Vec::with_capacity(events.len());
+        for e in events {
+            let seq = self.events.len() as u64 + 1;
+            match e.kind {
+                EventKind::ToolIntent => {
+                    self.pending.insert(e.call_id.clone(), seq);
+                }
+                EventKind::ToolResult => {
+                    self.pending.remove(&e.call_id);
+                }
+                _ => {}
+            }
+            self.by_call
+                .entry(e.call_id.clone())
+                .or_default()
+                .push(self.events.len());
+            self.events.push(Event {
+                seq,
+                call_id: e.call_id.clone(),
+                kind: e.kind,
+                at_unix_ms,
+                payload: e.payload.clone(),
+            });
+            seqs.push(seq);
+        }
+        seqs
+    }
+
+    fn events_for_call(&self, call_id: &str) -> Vec<Event> {
+        self.by_call
+            .get(call_id)
+            .map(|ix| {
+                ix.iter()
+                    .filter_map(|&i| self.events.get(i).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn pending_calls(&self) -> Vec<String> {
+        let mut p: Vec<(u64, String)> = self.pending.iter().map(|(c, s)| (*s, c.clone())).collect();
+        p.sort();
+        p.into_iter().map(|(_, c)| c).collect()
+    }
+}
+
+impl RedbLog {
+    /// Opens the log of `state_dir` (the file `state_dir/session.redb`), creating the
+    /// directory and the file if missing.
+    ///
+    /// # Ambient Authority
+    ///
+    /// Creates `state_dir` and opens the file in the process's file system namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::NotWritable`] if the directory or file cannot be created or written;
+    /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
+    /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
+    /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise.
+    fn open(state_dir: &Path) -> Result<RedbLog, LogError> {
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
+        let path = state_dir.join(FILE_NAME);
+        if !path.exists() {
+            create_atomically(state_dir, &path)?;
+        }
+        let storage = FileStorage::open(&path)?;
+        RedbLog::open_with_backend(storage)
+    }
+
+    /// Opens the log stored in `storage`, initialising it if it is empty. Used by tests to
+    /// count fsyncs, inject faults or simulate crashes.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionLog::open`], except that locking is up to the storage.
+    fn open_with_backend(storage: impl Storage) -> Result<RedbLog, LogError> {
         let path = storage.path().map_or_else(
             || PathBuf::from("(storage without a path)"),
             Path::to_path_buf,
@@ -110,24 +366,11 @@ impl SessionLog {
             .set_cache_size(CACHE_BYTES)
             .create_with_backend(Backend(storage))
             .map_err(|e| from_redb_open(e, path))?;
-        SessionLog::from_database(db)
+        RedbLog::from_database(db)
     }
 
-    /// A log in memory: nothing survives the process. For benchmarks and tests.
-    ///
-    /// # Errors
-    ///
-    /// Only if redb fails to initialise (out of memory).
-    pub fn in_memory() -> Result<SessionLog, LogError> {
-        let db = redb::Builder::new()
-            .set_cache_size(CACHE_BYTES)
-            .create_with_backend(redb::backends::InMemoryBackend::new())
-            .map_err(from_redb)?;
-        SessionLog::from_database(db)
-    }
-
-    fn from_database(db: Database) -> Result<SessionLog, LogError> {
-        let log = SessionLog {
+    fn from_database(db: Database) -> Result<RedbLog, LogError> {
+        let log = RedbLog {
             db,
             lazy_pending: AtomicBool::new(false),
         };
@@ -192,32 +435,11 @@ impl SessionLog {
     /// [`LogError::Storage`] if the storage failed. A durable append that returns an error
     /// may still have reached the storage: treat its outcome as unknown (recovery then
     /// resolves it), never as "not written".
-    pub fn append(
-        &self,
-        events: &[NewEvent],
-        durability: Durability,
-    ) -> Result<Vec<u64>, LogError> {
+    fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
         if events.is_empty() && durability == Durability::Lazy {
             return Ok(Vec::new());
         }
         self.write(durability, |tx| insert_events(tx, events))
-    }
-
-    /// Appends a batch of `tool/intent` events in one durable commit (group commit: one
-    /// `fdatasync` for the batch) and returns their sequence numbers.
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::Invalid`] if an event is not a `tool/intent` (nothing is written);
-    /// otherwise as [`SessionLog::append`].
-    pub fn record_intents(&self, intents: &[NewEvent]) -> Result<Vec<u64>, LogError> {
-        if let Some(other) = intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
-            return Err(LogError::Invalid(format!(
-                "record_intents got a {} event for call {:?}",
-                other.kind, other.call_id
-            )));
-        }
-        self.append(intents, Durability::Durable)
     }
 
     /// Makes every earlier [`Durability::Lazy`] append durable (an empty durable commit:
@@ -226,7 +448,7 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] if the storage failed.
-    pub fn flush(&self) -> Result<(), LogError> {
+    fn flush(&self) -> Result<(), LogError> {
         if !self.lazy_pending.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -238,7 +460,7 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`].
-    pub fn events(&self) -> Result<Vec<Event>, LogError> {
+    fn events(&self) -> Result<Vec<Event>, LogError> {
         let read = self.db.begin_read().map_err(from_redb)?;
         let table = read.open_table(EVENTS).map_err(from_redb)?;
         let mut events = Vec::new();
@@ -255,7 +477,7 @@ impl SessionLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`] (also if the index names an event
     /// that does not exist).
-    pub fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
+    fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
         let read = self.db.begin_read().map_err(from_redb)?;
         let index = read.open_multimap_table(BY_CALL).map_err(from_redb)?;
         let table = read.open_table(EVENTS).map_err(from_redb)?;
@@ -278,7 +500,7 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`].
-    pub fn pending_calls(&self) -> Result<Vec<String>, LogError> {
+    pub(crate) fn pending_calls(&self) -> Result<Vec<String>, LogError> {
         let read = self.db.begin_read().map_err(from_redb)?;
         let table = read.open_table(PENDING).map_err(from_redb)?;
         let mut pending = Vec::new();
@@ -394,7 +616,7 @@ fn create_atomically(state_dir: &Path, path: &Path) -> Result<(), LogError> {
     ));
     let io = |e: std::io::Error| from_open_io(&e, path.to_path_buf());
     {
-        let log = SessionLog::open_with_backend(FileStorage::open(&tmp)?)?;
+        let log = RedbLog::open_with_backend(FileStorage::open(&tmp)?)?;
         drop(log);
     }
     std::fs::File::open(&tmp)

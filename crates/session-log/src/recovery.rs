@@ -9,7 +9,7 @@ use toolhost_core::ErrorCode;
 
 use crate::error::{LogError, from_redb};
 use crate::event::{EventKind, NewEvent};
-use crate::log::{Durability, SESSION_CALL_ID, SessionLog, insert_events};
+use crate::log::{Durability, RedbLog, SESSION_CALL_ID, insert_events};
 use crate::tables::PENDING;
 
 use redb::ReadableTable;
@@ -32,7 +32,7 @@ pub struct Recovery {
     pub recovered: Vec<String>,
 }
 
-impl SessionLog {
+impl RedbLog {
     /// Resolves every call with a durable `tool/intent` and no `tool/result`: appends one
     /// `tool/result` with `TOOL_OUTCOME_UNKNOWN` for each, then one `session/recovered`
     /// event (call id [`SESSION_CALL_ID`]) listing them, all in one durable commit.
@@ -45,7 +45,7 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
-    pub fn recover(&self) -> Result<Recovery, LogError> {
+    pub(crate) fn recover(&self) -> Result<Recovery, LogError> {
         if self.pending_calls()?.is_empty() {
             return Ok(Recovery::default());
         }
@@ -64,19 +64,24 @@ impl SessionLog {
             if recovered.is_empty() {
                 return Ok(Recovery::default());
             }
-            let mut events: Vec<NewEvent> = recovered
-                .iter()
-                .map(|call_id| NewEvent::new(call_id.clone(), EventKind::ToolResult, unknown()))
-                .collect();
-            events.push(NewEvent::new(
-                SESSION_CALL_ID,
-                EventKind::SessionRecovered,
-                json!({ "calls": recovered }),
-            ));
-            insert_events(tx, &events)?;
+            insert_events(tx, &recovery_events(&recovered))?;
             Ok(Recovery { recovered })
         })
     }
+}
+
+/// One `TOOL_OUTCOME_UNKNOWN` result per call, then one `session/recovered`.
+pub(crate) fn recovery_events(recovered: &[String]) -> Vec<NewEvent> {
+    let mut events: Vec<NewEvent> = recovered
+        .iter()
+        .map(|call_id| NewEvent::new(call_id.clone(), EventKind::ToolResult, unknown()))
+        .collect();
+    events.push(NewEvent::new(
+        SESSION_CALL_ID,
+        EventKind::SessionRecovered,
+        json!({ "calls": recovered }),
+    ));
+    events
 }
 
 /// The result payload of a call whose outcome is unknown.

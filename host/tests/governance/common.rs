@@ -327,9 +327,9 @@ impl Guard for PanickingGuard {
 }
 
 /// Passes every call, but breaks the session log's storage: the guard phase
-/// sits between the `tool/call` write and the `approval/asked` write. With
-/// `poison`, it also makes a durable commit fail, after which the log refuses
-/// every write.
+/// sits before the `approval/asked` write (which carries the held `tool/call`).
+/// With `poison`, it also makes a durable commit fail, after which the log
+/// refuses every write.
 pub struct BreakStorage {
     pub fault: FaultHandle,
     pub poison: Option<Arc<SessionLog>>,
@@ -342,8 +342,14 @@ impl Guard for BreakStorage {
     fn check(&self, _: &CallFacts<'_>) -> GuardVerdict {
         self.fault.fail_from_now();
         if let Some(log) = &self.poison {
+            let poison = toolhost::log::NewEvent::new(
+                "poison",
+                toolhost::log::EventKind::ToolCall,
+                serde_json::json!({}),
+            );
             assert!(
-                log.flush().is_err(),
+                log.append(&[poison], toolhost::log::Durability::Durable)
+                    .is_err(),
                 "the durable commit should have failed"
             );
         }
