@@ -177,6 +177,34 @@ async fn main() {
         assert!(matches!(outcome, toolhost::BodyOutcome::Ok { .. }));
     }
     let body = stats(body);
+    let file_dir = tempfile::tempdir().unwrap();
+    let file_log = SessionLog::open(file_dir.path()).unwrap();
+    let mut durable_file = Vec::new();
+    for _ in 0..ctx.iters(1000) {
+        let e = vec![toolhost::log::NewEvent::new(
+            "call-x",
+            toolhost::log::EventKind::ToolIntent,
+            json!({"tool": "noop", "args": {}, "mode": "none"}),
+        )];
+        let t = Instant::now();
+        file_log.record_intents(&e).unwrap();
+        durable_file.push(us(t.elapsed()));
+    }
+    let durable_file = stats(durable_file);
+    let mut lazy_file = Vec::new();
+    for _ in 0..ctx.iters(1000) {
+        let e = vec![toolhost::log::NewEvent::new(
+            "call-x",
+            toolhost::log::EventKind::ToolResult,
+            json!({"status": "ok", "canonical": {"value": 0}}),
+        )];
+        let t = Instant::now();
+        file_log
+            .append(&e, toolhost::log::Durability::Lazy)
+            .unwrap();
+        lazy_file.push(us(t.elapsed()));
+    }
+    let lazy_file = stats(lazy_file);
     let mem_log = SessionLog::in_memory().unwrap();
     let event = || {
         vec![toolhost::log::NewEvent::new(
@@ -203,6 +231,8 @@ async fn main() {
         "breakdown".into(),
         json!({ "body_only": js(&body), "log_append_lazy_in_memory": js(&stats(lazy)),
                 "log_append_commit_in_memory": js(&stats(durable_mem)),
+                "log_intent_commit_durable_file": js(&durable_file),
+                "log_result_commit_lazy_file": js(&lazy_file),
                 "pipeline_minus_body_p50_us": round(warm.p50 - body.p50) }),
     );
 
@@ -330,14 +360,21 @@ async fn main() {
     drop(durable_host);
     let idle = {
         let rt = Arc::new(Runtime::new(ctx.options()).unwrap());
-        let mut b = HostBuilder::new();
-        b.runtime(rt.clone()).workspace(ctx.workspace.path());
-        for (name, bytes) in toolhost::EMBEDDED_TOOLS {
-            b.tool_bytes(format!("a:{name}"), bytes.to_vec());
-        }
+        // Ten components held by the runtime: the five example tools, twice
+        // (distinct sources, so each is its own loaded component).
         let before = rss_bytes();
-        let h = b.build().await.unwrap();
+        let mut loaded = Vec::new();
+        for round in 0..2 {
+            for (name, bytes) in toolhost::EMBEDDED_TOOLS {
+                loaded.push(rt.load(&format!("{round}:{name}"), bytes).await.unwrap());
+            }
+        }
         let idle_rss = rss_bytes();
+        let mut b = HostBuilder::new();
+        b.runtime(rt.clone())
+            .workspace(ctx.workspace.path())
+            .embedded_tools();
+        let h = b.build().await.unwrap();
         // Concurrent calls: 32 sleeps of 300 ms at once.
         let sampler = tokio::spawn(async {
             let mut peak = 0;
@@ -353,7 +390,7 @@ async fn main() {
         let results = h.call_batch(calls).await;
         assert!(results.iter().all(|r| r.is_ok()));
         let peak = sampler.await.unwrap();
-        json!({ "rss_before_load_mib": mib(before), "rss_5_tools_loaded_idle_mib": mib(idle_rss),
+        json!({ "rss_before_load_mib": mib(before), "rss_10_tools_loaded_idle_mib": mib(idle_rss), "loaded_components": loaded.len(),
                 "rss_peak_32_concurrent_calls_mib": mib(peak), "per_concurrent_call_kib": ((peak.saturating_sub(idle_rss)) / 32 / 1024) })
     };
     report.insert("memory".into(), idle);
