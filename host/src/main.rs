@@ -96,8 +96,13 @@ struct RunArgs {
     /// A `.wasm` component path, or a tool name (embedded or in --tools).
     #[arg(required_unless_present = "batch")]
     tool: Option<String>,
-    /// The tool to call inside a multi-tool component.
-    #[arg(long, value_name = "NAME")]
+    /// The tool to call inside a multi-tool component (`--tool-name` also works).
+    #[arg(
+        long = "tool",
+        id = "tool_name",
+        value_name = "NAME",
+        alias = "tool-name"
+    )]
     tool_name: Option<String>,
     /// The arguments, as a JSON object.
     #[arg(long, value_name = "JSON", default_value = "{}")]
@@ -373,7 +378,7 @@ async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
                 many => {
                     let names: Vec<_> = many.iter().map(|t| t.descriptor.name.as_str()).collect();
                     return Err(UsageError(anyhow!(
-                        "{tool_arg} offers several tools ({}); pick one with --tool-name",
+                        "{tool_arg} offers several tools ({}); pick one with --tool NAME",
                         names.join(", ")
                     )));
                 }
