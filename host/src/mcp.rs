@@ -28,7 +28,7 @@ use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{CallRequest, Host, HostBuilder};
 use crate::result::CallResult;
 use crate::runtime::Runtime;
-use crate::state::{Interrupt, Progress, ProgressSink};
+use crate::state::{Interrupt, Progress, ProgressSink, cut};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
     ElicitResult, ElicitationAction, Implementation, InitializeRequestParams, InitializeResult,
@@ -256,17 +256,6 @@ fn map_elicitation(answer: &ElicitResult) -> (ApprovalOutcome, Option<String>) {
             Some("the client answered with an unknown action".into()),
         ),
     }
-}
-
-fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// The protocol handler: one per stdio session.

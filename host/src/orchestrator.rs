@@ -15,7 +15,7 @@ use crate::registry::RegisteredTool;
 use crate::result::CallResult;
 use crate::runtime::{BodyOutcome, Receipt};
 use crate::sandbox::SandboxSpec;
-use crate::state::Interrupt;
+use crate::state::{Interrupt, cut};
 use crate::tool::ContentItem;
 use futures::FutureExt;
 use serde_json::json;
@@ -86,7 +86,7 @@ impl Host {
         // intent or refusal): it costs no commit of its own.
         self.journal.call(
             &call_id,
-            json!({ "tool": req.tool, "args": truncate(&req.args, 4096), "scope": req.scope,
+            json!({ "tool": req.tool, "args": cut(&req.args, 4096), "scope": req.scope,
                     "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})) }),
         );
 
@@ -218,7 +218,7 @@ impl Host {
                 ErrorCode::UnknownTool,
                 format!(
                     "no tool named {:?} is available; available tools: {}",
-                    truncate(name, 80),
+                    cut(name, 80),
                     visible.join(", ")
                 ),
             )
@@ -481,15 +481,4 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
 
 pub(crate) fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
     json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 })
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }

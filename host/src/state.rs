@@ -55,16 +55,17 @@ pub(crate) struct HostCalls {
     pub progress_sink: Option<ProgressSink>,
 }
 
-fn cut(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
+/// `s` cut to at most `max` bytes (on a character boundary), with `…`
+/// appended when something was cut. The one place that shortens text.
+pub(crate) fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
     }
-    s
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 impl HostCalls {
@@ -80,7 +81,7 @@ impl HostCalls {
             LogLevel::Warn => "warn",
             LogLevel::Error => "error",
         };
-        let message = cut(message, MAX_LOG_MESSAGE);
+        let message = cut(&message, MAX_LOG_MESSAGE);
         let fields = fields
             .filter(|f| f.len() <= MAX_LOG_MESSAGE)
             .and_then(|f| serde_json::from_str(&f).ok());
@@ -95,7 +96,7 @@ impl HostCalls {
     pub fn progress(&mut self, done: u64, total: Option<u64>, message: Option<String>) {
         self.progress_reports += 1;
         if let Some(sink) = &self.progress_sink {
-            let message = message.map(|m| cut(m, MAX_LOG_MESSAGE));
+            let message = message.map(|m| cut(&m, MAX_LOG_MESSAGE));
             sink(&Progress {
                 done,
                 total,
