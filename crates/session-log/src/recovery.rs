@@ -24,7 +24,7 @@ pub const OUTCOME_UNKNOWN_TEXT: &str = "The host stopped after this tool call wa
 const OUTCOME_UNKNOWN_MESSAGE: &str =
     "the host stopped before the result of this call was recorded; its outcome is unknown";
 
-/// What [`SessionLog::recover`] did.
+/// What [`crate::SessionLog::recover`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// The calls that were given a `TOOL_OUTCOME_UNKNOWN` result, in the order of their
