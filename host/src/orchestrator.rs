@@ -241,11 +241,13 @@ impl Host {
         }
         let call_id = request.call_id.as_str();
         let approval_id = request.approval_id.clone();
+        let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| self.approver.name()))
+            .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
         let asked = serde_json::to_value(&request).unwrap_or_default();
         if let Err(e) = self.journal.lazy(
             call_id,
             EventKind::ApprovalAsked,
-            json!({ "approver": self.approver.name(), "request": asked }),
+            json!({ "approver": approver_name, "request": asked }),
         ) {
             return Err((
                 ErrorCode::ApprovalUnavailable,
@@ -373,7 +375,32 @@ impl Host {
         result
     }
 
+    /// Library hooks first, then the policy file's rules, so the policy has
+    /// the last word: content a hook puts in is still redacted, capped and
+    /// checked for blocked patterns.
     fn post_execute(&self, tool: &RegisteredTool, result: &mut CallResult) -> Result<(), String> {
+        for hook in &self.post_hooks {
+            // A hook is library code: a panic in it (or in its name) blocks.
+            let name = std::panic::catch_unwind(AssertUnwindSafe(|| hook.name().to_string()))
+                .unwrap_or_else(|_| "(a hook whose name panics)".to_string());
+            let action = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                hook.inspect(&tool.descriptor, result)
+            }))
+            .unwrap_or_else(|_| PostAction::Block(format!("post-execute hook {name} panicked")));
+            match action {
+                PostAction::Keep => {}
+                PostAction::ReplaceContent(c) => result.content = c,
+                PostAction::ReplaceCanonical(v) => {
+                    tool.validate_output(&v).map_err(|e| {
+                        format!("hook {name} replaced the canonical value with one that breaks the output schema: {e}")
+                    })?;
+                    result.canonical = v;
+                }
+                PostAction::Block(reason) => {
+                    return Err(format!("blocked by {name}: {reason}"));
+                }
+            }
+        }
         let mut texts: Vec<String> = result
             .content
             .iter()
@@ -389,26 +416,6 @@ impl Host {
                 result.content = texts.into_iter().map(ContentItem::text).collect()
             }
             PostVerdict::Keep => {}
-        }
-        for hook in &self.post_hooks {
-            let action = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                hook.inspect(&tool.descriptor, result)
-            }))
-            .unwrap_or_else(|_| {
-                PostAction::Block(format!("post-execute hook {} panicked", hook.name()))
-            });
-            match action {
-                PostAction::Keep => {}
-                PostAction::ReplaceContent(c) => result.content = c,
-                PostAction::ReplaceCanonical(v) => {
-                    tool.validate_output(&v)
-                        .map_err(|e| format!("hook {} replaced the canonical value with one that breaks the output schema: {e}", hook.name()))?;
-                    result.canonical = v;
-                }
-                PostAction::Block(reason) => {
-                    return Err(format!("blocked by {}: {reason}", hook.name()));
-                }
-            }
         }
         Ok(())
     }
