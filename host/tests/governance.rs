@@ -1631,7 +1631,7 @@ async fn the_policy_has_the_last_word_over_library_hooks() {
 }
 
 #[tokio::test]
-async fn a_hook_whose_name_panics_blocks_and_the_host_survives() {
+async fn a_hook_whose_name_panics_is_caught_and_the_host_survives() {
     let ws = workspace();
     std::fs::write(ws.path().join("a.txt"), "plain\n").unwrap();
     let mut b = builder(ws.path());
