@@ -116,8 +116,10 @@ impl CompileCache {
         }
         // SAFETY: the artifact is byte-for-byte what this host wrote after
         // `precompile_component` (its checksum matches the sum written with
-        // it), and wasmtime itself checks the engine compatibility header.
-        match unsafe { Component::deserialize(engine, &artifact) } {
+        // it, and entries are only ever replaced by rename, never edited in
+        // place), and wasmtime itself checks the engine compatibility header.
+        // The file is mapped rather than copied into new executable memory.
+        match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(c) => Some(c),
             Err(e) => {
                 self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
