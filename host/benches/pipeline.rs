@@ -144,7 +144,7 @@ async fn main() {
     );
 
     // 2. A warm governed call through the whole pipeline, non-durable log.
-    let warm = timed_calls(&host, &ctx, noop, ctx.iters(5000)).await;
+    let warm = timed_calls(&host, noop, ctx.iters(5000)).await;
     report.insert(
         "governed_call_in_memory_log".into(),
         json!({ "tool": "noop", "stats": js(&warm), "target_p50_us": 100.0, "target_p99_us": 250.0,
@@ -249,7 +249,7 @@ async fn main() {
         durable_host.call(noop()).await;
     }
     let (f0, g0) = (counter.fsyncs(), counter.grows());
-    let durable = timed_calls(&durable_host, &ctx, noop, n).await;
+    let durable = timed_calls(&durable_host, noop, n).await;
     let (f1, g1) = (counter.fsyncs(), counter.grows());
     let fsyncs_per_call = (f1 - f0) as f64 / n as f64;
     let grows = g1 - g0;
@@ -344,9 +344,9 @@ async fn main() {
     for (tool, n) in workloads {
         let req = move || CallRequest::new(tool, json!({ "n": n })).mode(SandboxMode::None);
         let k = ctx.iters(30).min(30);
-        let u = timed_calls(&unmetered, &ctx, req, k).await;
-        let e = timed_calls(&epoch, &ctx, req, k).await;
-        let f = timed_calls(&fuel, &ctx, req, k).await;
+        let u = timed_calls(&unmetered, req, k).await;
+        let e = timed_calls(&epoch, req, k).await;
+        let f = timed_calls(&fuel, req, k).await;
         overhead.insert(
             tool.into(),
             json!({ "n": n, "unmetered_ms": round(u.p50 / 1e3), "epoch_ms": round(e.p50 / 1e3), "fuel_epoch_ms": round(f.p50 / 1e3),
@@ -396,16 +396,16 @@ async fn main() {
     report.insert("memory".into(), idle);
 
     // 8. The alternatives, on the same work: read a 4 KiB file and return it.
-    let th = timed_calls(&host, &ctx, read4k, ctx.iters(2000)).await;
+    let th = timed_calls(&host, read4k, ctx.iters(2000)).await;
     let file = ctx.workspace.path().join("file4k.txt");
-    let cat = spawn_stats(&ctx, ctx.iters(500), || {
+    let cat = spawn_stats(ctx.iters(500), || {
         let mut c = std::process::Command::new("/bin/cat");
         c.arg(&file);
         c
     });
     let bwrap_path = which("bwrap");
     let bwrap = bwrap_path.as_ref().map(|bw| {
-        spawn_stats(&ctx, ctx.iters(500), || {
+        spawn_stats(ctx.iters(500), || {
             let mut c = std::process::Command::new(bw);
             c.args([
                 "--ro-bind",
@@ -453,8 +453,7 @@ fn mib(b: u64) -> f64 {
     round(b as f64 / (1 << 20) as f64)
 }
 
-async fn timed_calls(host: &Host, ctx: &Ctx, req: impl Fn() -> CallRequest, n: usize) -> Stats {
-    let _ = ctx;
+async fn timed_calls(host: &Host, req: impl Fn() -> CallRequest, n: usize) -> Stats {
     for _ in 0..(n / 10).clamp(3, 200) {
         let r = host.call(req()).await;
         assert!(r.is_ok(), "{r:?}");
@@ -533,8 +532,7 @@ fn raw_fdatasync(dir: &Path, size: usize, n: usize) -> Stats {
     stats(samples)
 }
 
-fn spawn_stats(ctx: &Ctx, n: usize, cmd: impl Fn() -> std::process::Command) -> Stats {
-    let _ = ctx;
+fn spawn_stats(n: usize, cmd: impl Fn() -> std::process::Command) -> Stats {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();

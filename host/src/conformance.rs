@@ -17,7 +17,7 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use toolhost_core::{ErrorCode, SandboxMode};
+use toolhost_core::ErrorCode;
 
 /// The verdict of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -242,10 +242,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
         for (i, example) in examples.iter().enumerate() {
             let row = format!("example:{}[{i}]", d.name);
             let r = host
-                .call(
-                    CallRequest::new(&d.name, example.clone())
-                        .mode(d.min_mode.max(SandboxMode::None)),
-                )
+                .call(CallRequest::new(&d.name, example.clone()).mode(d.min_mode))
                 .await;
             match &r.error {
                 None => report.push(

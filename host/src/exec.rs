@@ -33,27 +33,7 @@ pub async fn run_command(
     spec: &SandboxSpec,
     interrupt: Interrupt,
 ) -> Result<ExecOutcome, LoadError> {
-    if !bytes.starts_with(b"\0asm") {
-        return Err(LoadError::NotWasm(source.to_string()));
-    }
-    if wasmparser::Parser::is_core_wasm(bytes) {
-        return Err(LoadError::CoreModule(source.to_string()));
-    }
-    let component =
-        runtime
-            .cache()
-            .load(runtime.engine(), bytes)
-            .map_err(|e| LoadError::Invalid {
-                file: source.to_string(),
-                detail: format!("{e:#}"),
-            })?;
-    let pre = runtime
-        .linker()
-        .instantiate_pre(&component)
-        .map_err(|e| LoadError::WrongWorld {
-            file: source.to_string(),
-            detail: format!("{e:#}"),
-        })?;
+    let (_, _, pre) = runtime.link(source, bytes)?;
     let pre =
         wasmtime_wasi::p2::bindings::CommandPre::new(pre).map_err(|e| LoadError::WrongWorld {
             file: source.to_string(),

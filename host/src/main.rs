@@ -316,7 +316,6 @@ async fn build_host_with(
         policy = toolhost::policy::Policy::from_toml(&src, &p.display().to_string())
             .map_err(|e| anyhow!("{e}"))?;
     }
-    let mode = h.mode.unwrap_or_else(|| policy.default_mode());
     b.policy(policy);
     let approver =
         toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout))
@@ -338,7 +337,6 @@ async fn build_host_with(
     }
     b.runtime_options(options);
     let state = state_dir_of(&h.state)?;
-    let _ = mode;
     b.state_dir(state);
     customize(&mut b);
     b.build().await.map_err(|e| anyhow!("{e}"))

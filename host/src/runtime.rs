@@ -260,13 +260,22 @@ impl Runtime {
         &self.options
     }
 
-    /// Compiles (or loads from the cache) and links `bytes`, then asks the
-    /// component to describe its tools.
-    pub async fn load(
+    /// Checks that `bytes` are a component, compiles it (or loads it from the
+    /// cache) and links it against the host's imports. Tools and command
+    /// programs (`toolhost exec`) share this step; each then looks for its
+    /// own exports. Also returns the component's SHA-256 (hex).
+    pub(crate) fn link(
         &self,
         source: &str,
         bytes: &[u8],
-    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+    ) -> Result<
+        (
+            Component,
+            String,
+            wasmtime::component::InstancePre<CallState>,
+        ),
+        LoadError,
+    > {
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError::NotWasm(source.to_string()));
         }
@@ -276,25 +285,36 @@ impl Runtime {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
         }
-        let (component, sha256): (Component, String) = self
-            .cache
-            .load_hashed(&self.engine, bytes)
-            .map_err(|e| LoadError::Invalid {
+        let (component, sha256) =
+            self.cache
+                .load_hashed(&self.engine, bytes)
+                .map_err(|e| LoadError::Invalid {
+                    file: source.to_string(),
+                    detail: format!("{e:#}"),
+                })?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld {
                 file: source.to_string(),
                 detail: format!("{e:#}"),
             })?;
+        Ok((component, sha256, pre))
+    }
+
+    /// Compiles (or loads from the cache) and links `bytes`, then asks the
+    /// component to describe its tools.
+    pub async fn load(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+        let (component, sha256, instance_pre) = self.link(source, bytes)?;
         let imports = component
             .component_type()
             .imports(&self.engine)
             .map(|(name, _)| name.to_string())
             .collect();
-        let instance_pre =
-            self.linker
-                .instantiate_pre(&component)
-                .map_err(|e| LoadError::WrongWorld {
-                    file: source.to_string(),
-                    detail: format!("{e:#}"),
-                })?;
         let pre = ToolProviderPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             file: source.to_string(),
             detail: format!("{e:#}"),
@@ -425,10 +445,6 @@ impl Runtime {
         progress: Option<ProgressSink>,
     ) -> Result<Run, (ErrorCode, String)> {
         self.prepare_with(spec, interrupt, progress, None)
-    }
-
-    pub(crate) fn linker(&self) -> &Linker<CallState> {
-        &self.linker
     }
 
     pub(crate) fn prepare_with(
