@@ -401,16 +401,16 @@ impl Host {
                 }
             }
         }
+        let rules = self.policy.post_execute();
+        if rules.is_empty() {
+            return Ok(());
+        }
         let mut texts: Vec<String> = result
             .content
             .iter()
             .map(|c| c.as_text().to_string())
             .collect();
-        match self
-            .policy
-            .post_execute()
-            .apply(&mut texts, &result.canonical)
-        {
+        match rules.apply(&mut texts, &result.canonical) {
             PostVerdict::Blocked { reason } => return Err(format!("blocked by policy: {reason}")),
             PostVerdict::Changed => {
                 result.content = texts.into_iter().map(ContentItem::text).collect()
