@@ -245,7 +245,7 @@ impl HostBuilder {
         self
     }
 
-    /// Uses a durable session log in `dir` (one redb file).
+    /// Uses a durable session log in `dir` (a redb file and its intent journal).
     pub fn state_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.state_dir = Some(dir.into());
         self

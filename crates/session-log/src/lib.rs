@@ -1,7 +1,8 @@
 //! The durable session log of toolhost (DESIGN.md §5).
 //!
-//! One redb file per state directory (`STATE_DIR/session.redb`) holds the append-only
-//! events of a session: what the model asked for (`tool/call`), the approvals, the durable
+//! One redb file per state directory (`STATE_DIR/session.redb`), with its intent journal
+//! beside it (`STATE_DIR/session.wal`, where durable appends land first), holds the
+//! append-only events of a session: what the model asked for (`tool/call`), the approvals, the durable
 //! checkpoint before a body runs (`tool/intent`), the result, and what recovery decided.
 //! The log is the source of truth for what the model saw and for crash recovery.
 //!
@@ -10,7 +11,8 @@
 //! it. No type of redb appears in its public API.
 //!
 //! Map of the crate:
-//! - [`SessionLog`]: open, append, read, flush, recover.
+//! - [`SessionLog`]: open, append, read, flush, recover; the journaled mode and the
+//!   journal's format are private (`journaled.rs`, `wal.rs`).
 //! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
 //! - [`Storage`] and its implementations: where the bytes go. [`FileStorage`] is the real
 //!   file; [`MemStorage`], [`CountingStorage`] and [`FailingStorage`] exist so that tests
@@ -19,10 +21,12 @@
 
 mod error;
 mod event;
+mod journaled;
 mod log;
 mod recovery;
 mod storage;
 mod tables;
+mod wal;
 
 pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};

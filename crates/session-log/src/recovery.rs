@@ -46,6 +46,16 @@ impl RedbLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
     pub(crate) fn recover(&self) -> Result<Recovery, LogError> {
+        if let Some(journaled) = &self.journal {
+            // Read and write under one hold of the journal: it is the authority.
+            let mut state = self.catch_up(journaled)?;
+            let recovered = self.pending_in_db()?;
+            if recovered.is_empty() {
+                return Ok(Recovery::default());
+            }
+            RedbLog::append_locked(&mut state, &recovery_events(&recovered))?;
+            return Ok(Recovery { recovered });
+        }
         if self.pending_calls()?.is_empty() {
             return Ok(Recovery::default());
         }

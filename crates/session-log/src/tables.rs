@@ -10,7 +10,10 @@ use redb::{MultimapTableDefinition, TableDefinition};
 ///
 /// A file whose `format_version` is larger is refused with
 /// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never misread.
-pub const FORMAT_VERSION: u64 = 1;
+///
+/// History: 1, the tables below; 2, the same tables plus the intent journal
+/// (`session.wal`), which a format-1 reader would ignore.
+pub const FORMAT_VERSION: u64 = 2;
 
 /// Metadata: `format_version` → [`FORMAT_VERSION`] of the writer that created the file.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");

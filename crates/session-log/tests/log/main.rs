@@ -8,6 +8,7 @@ mod child;
 mod crash;
 mod faults;
 mod fsync;
+mod journal;
 mod open_errors;
 mod recovery;
 mod roundtrip;

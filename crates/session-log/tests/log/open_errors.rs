@@ -29,17 +29,60 @@ fn a_newer_format_is_refused_not_misread() {
     assert!(
         matches!(
             err,
-            LogError::NewerFormat {
-                found: 2,
-                supported: 1
-            }
+            LogError::NewerFormat { found, supported }
+                if found == FORMAT_VERSION + 1 && supported == FORMAT_VERSION
         ),
         "{err:?}"
     );
     assert_eq!(
         err.to_string(),
-        "session log written by a newer toolhost (format 2, this build reads up to 1)"
+        format!(
+            "session log written by a newer toolhost (format {}, this build reads up to {})",
+            FORMAT_VERSION + 1,
+            FORMAT_VERSION
+        )
     );
+}
+
+#[test]
+fn a_format_1_log_is_upgraded_in_place_and_keeps_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = SessionLog::open(dir.path()).unwrap();
+        log.append(&[call("a"), call("b")], Durability::Durable)
+            .unwrap();
+    }
+    let meta = redb::TableDefinition::<&str, u64>::new("meta");
+    {
+        // What the previous release wrote: the same tables, format 1, no journal.
+        let db = redb::Database::create(dir.path().join("session.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(meta)
+            .unwrap()
+            .insert("format_version", 1)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    fs::remove_file(dir.path().join("session.wal")).unwrap();
+    let log = SessionLog::open(dir.path()).unwrap();
+    let ids: Vec<String> = log
+        .events()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.call_id)
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    drop(log);
+    let db = redb::Database::create(dir.path().join("session.redb")).unwrap();
+    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let version = read
+        .open_table(meta)
+        .unwrap()
+        .get("format_version")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, FORMAT_VERSION);
 }
 
 #[test]

@@ -1,0 +1,251 @@
+//! The journaled mode of the redb log (the mode of [`SessionLog::open`]): a durable
+//! append goes to the intent journal (`wal.rs`) with one `fdatasync`; events reach redb
+//! later, in non-durable commits, and redb is made durable at checkpoints.
+//!
+//! This module owns when events move from memory and the journal into redb, and when the
+//! journal is emptied. It must keep one invariant: every event whose append returned
+//! durable is in the journal or in a durable redb commit, and the journal's events always
+//! continue the database's durable sequence without a gap.
+//!
+//! # How an event moves
+//!
+//! - **Durable append:** the events (after any lazily appended events not yet journaled)
+//!   go to the journal in one record and one `fdatasync`. They are then *unapplied*: in
+//!   the journal, not yet in redb.
+//! - **Lazy append:** the events are *unsynced* (in memory only) and unapplied. The next
+//!   durable append or [`SessionLog::flush`] carries them into the journal.
+//! - **Apply:** before any read, unapplied events are inserted into redb in one
+//!   non-durable commit (no sync), so readers see every appended event.
+//! - **Checkpoint:** when the journal holds [`CHECKPOINT_BYTES`] (or too many events wait
+//!   in memory), and when the log is dropped: apply, one durable redb commit (which makes
+//!   every non-durable commit before it durable), then the journal starts a new round.
+//! - **Open:** the journal's events after the database's last event are inserted in one
+//!   durable commit, then the journal starts a new round. A crash therefore loses no
+//!   event whose durable append returned.
+//!
+//! [`SessionLog::open`]: crate::SessionLog::open
+//! [`SessionLog::flush`]: crate::SessionLog::flush
+
+use std::sync::{Mutex, MutexGuard};
+
+use redb::ReadableDatabase;
+
+use crate::error::{LogError, from_redb};
+use crate::event::{NewEvent, decode_event};
+use crate::log::{Durability, RedbLog, insert_staged, next_seq, now_unix_ms, stage};
+use crate::storage::Storage;
+use crate::tables::EVENTS;
+use crate::wal::{Journal, Staged, encode_record, parse};
+
+/// A checkpoint runs once the journal's current round holds this many bytes.
+pub(crate) const CHECKPOINT_BYTES: u64 = 768 * 1024;
+
+/// ... or once this many events wait in memory for redb.
+const CHECKPOINT_EVENTS: usize = 4096;
+
+/// The journal and the events on their way to redb.
+#[derive(Debug)]
+pub(crate) struct JournalState {
+    journal: Journal,
+    /// The sequence number of the next appended event.
+    next_seq: u64,
+    /// Appended events not yet inserted into redb, in order.
+    unapplied: Vec<Staged>,
+    /// Lazily appended events not yet in the journal, in order.
+    unsynced: Vec<Staged>,
+    /// Set by the first storage failure; the log refuses further use.
+    broken: Option<String>,
+}
+
+/// The lock of the journal state.
+pub(crate) type Journaled = Mutex<JournalState>;
+
+fn storage_error(what: &str, e: &dyn std::fmt::Display) -> LogError {
+    LogError::Storage(format!("{what}: {e}"))
+}
+
+impl RedbLog {
+    /// Attaches the intent journal in `storage` to an opened database: replays the
+    /// journal's events that the database lacks (one durable commit), then empties the
+    /// journal and prepares it for appends.
+    pub(crate) fn attach_journal(&mut self, storage: Box<dyn Storage>) -> Result<(), LogError> {
+        let journal_error = |e: std::io::Error| storage_error("intent journal", &e);
+        let mut journal = Journal::new(storage).map_err(journal_error)?;
+        let bytes = journal.read_all().map_err(journal_error)?;
+        let (events, end) = parse(&bytes);
+        let last = {
+            let read = self.db.begin_read().map_err(from_redb)?;
+            let table = read.open_table(EVENTS).map_err(from_redb)?;
+            next_seq(&table)? - 1
+        };
+        let missing: Vec<Staged> = events
+            .into_iter()
+            .filter(|(seq, _)| *seq > last)
+            .map(|(seq, bytes)| {
+                let event = decode_event(seq, &bytes)?;
+                Ok(Staged {
+                    seq,
+                    call_id: event.call_id,
+                    kind: event.kind,
+                    bytes,
+                })
+            })
+            .collect::<Result<_, LogError>>()?;
+        if let Some(first) = missing.first()
+            && first.seq != last + 1
+        {
+            return Err(LogError::Corrupt(format!(
+                "the intent journal continues at event {} but the database ends at event \
+                 {last}: the journal belongs to another log",
+                first.seq
+            )));
+        }
+        if !missing.is_empty() {
+            self.write(Durability::Durable, |tx| insert_staged(tx, &missing))?;
+        }
+        let next_seq = missing.last().map_or(last, |s| s.seq) + 1;
+        journal.set_round_end(end);
+        journal.reset().map_err(journal_error)?;
+        journal.prepare().map_err(journal_error)?;
+        self.journal = Some(Mutex::new(JournalState {
+            journal,
+            next_seq,
+            unapplied: Vec::new(),
+            unsynced: Vec::new(),
+            broken: None,
+        }));
+        Ok(())
+    }
+
+    /// Locks the journal state, refusing a log that a storage failure broke.
+    fn state<'a>(journaled: &'a Journaled) -> Result<MutexGuard<'a, JournalState>, LogError> {
+        let state = journaled.lock().map_err(|_| {
+            LogError::Storage("the session log was poisoned by a panic".to_string())
+        })?;
+        if let Some(why) = &state.broken {
+            return Err(LogError::Storage(format!(
+                "an earlier write failed ({why}); reopen the log to continue from its last \
+                 durable state"
+            )));
+        }
+        Ok(state)
+    }
+
+    /// Appends `events` in journaled mode (see the module documentation).
+    pub(crate) fn append_journaled(
+        &self,
+        journaled: &Journaled,
+        events: &[NewEvent],
+        durability: Durability,
+    ) -> Result<Vec<u64>, LogError> {
+        let mut state = Self::state(journaled)?;
+        let staged = stage(events, state.next_seq, now_unix_ms())?;
+        let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
+        match durability {
+            Durability::Durable => {
+                if staged.is_empty() && state.unsynced.is_empty() {
+                    return Ok(seqs);
+                }
+                journal_record(&mut state, &staged)?;
+            }
+            Durability::Lazy => state.unsynced.extend(staged.iter().cloned()),
+        }
+        state.next_seq += staged.len() as u64;
+        state.unapplied.extend(staged);
+        if state.journal.len() >= CHECKPOINT_BYTES
+            || state.unapplied.len() + state.unsynced.len() >= CHECKPOINT_EVENTS
+        {
+            self.checkpoint(&mut state)?;
+        }
+        Ok(seqs)
+    }
+
+    /// Makes lazily appended events durable: one journal record and one `fdatasync`, or
+    /// nothing when every event is durable already.
+    pub(crate) fn flush_journaled(&self, journaled: &Journaled) -> Result<(), LogError> {
+        let mut state = Self::state(journaled)?;
+        if state.unsynced.is_empty() {
+            return Ok(());
+        }
+        journal_record(&mut state, &[])
+    }
+
+    /// Inserts every unapplied event into redb (one non-durable commit), so that readers
+    /// see it. Returns the locked state for callers that go on writing.
+    pub(crate) fn catch_up<'a>(
+        &self,
+        journaled: &'a Journaled,
+    ) -> Result<MutexGuard<'a, JournalState>, LogError> {
+        let mut state = Self::state(journaled)?;
+        self.apply(&mut state)?;
+        Ok(state)
+    }
+
+    fn apply(&self, state: &mut JournalState) -> Result<(), LogError> {
+        if state.unapplied.is_empty() {
+            return Ok(());
+        }
+        let unapplied = std::mem::take(&mut state.unapplied);
+        if let Err(e) = self.write(Durability::Lazy, |tx| insert_staged(tx, &unapplied)) {
+            state.broken = Some(e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Apply, one durable redb commit, and a new journal round.
+    fn checkpoint(&self, state: &mut JournalState) -> Result<(), LogError> {
+        self.apply(state)?;
+        if let Err(e) = self.write(Durability::Durable, |_| Ok(())) {
+            state.broken = Some(e.to_string());
+            return Err(e);
+        }
+        state.unsynced.clear();
+        if let Err(e) = state.journal.reset() {
+            let e = storage_error("intent journal", &e);
+            state.broken = Some(e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Appends `events` durably while holding the state that [`RedbLog::catch_up`]
+    /// returned (recovery reads and writes under one lock).
+    pub(crate) fn append_locked(
+        state: &mut JournalState,
+        events: &[NewEvent],
+    ) -> Result<(), LogError> {
+        let staged = stage(events, state.next_seq, now_unix_ms())?;
+        journal_record(state, &staged)?;
+        state.next_seq += staged.len() as u64;
+        state.unapplied.extend(staged);
+        Ok(())
+    }
+
+    /// At close: a last checkpoint (best effort: the journal keeps every durable event
+    /// anyway), then the journal's storage is released.
+    pub(crate) fn close_journal(&self, journaled: &Journaled) {
+        if let Ok(mut state) = journaled.lock() {
+            let clean =
+                state.journal.len() == 0 && state.unsynced.is_empty() && state.unapplied.is_empty();
+            if state.broken.is_none() && !clean {
+                let _ = self.checkpoint(&mut state);
+            }
+            let _ = state.journal.close();
+        }
+    }
+}
+
+/// Writes the unsynced events and then `staged` as one journal record (one `fdatasync`).
+/// On failure the log is broken: the record may or may not have reached the storage.
+fn journal_record(state: &mut JournalState, staged: &[Staged]) -> Result<(), LogError> {
+    let events: Vec<&Staged> = state.unsynced.iter().chain(staged).collect();
+    let written = encode_record(&events).and_then(|record| state.journal.append(&record));
+    if let Err(e) = written {
+        let e = storage_error("intent journal", &e);
+        state.broken = Some(e.to_string());
+        return Err(e);
+    }
+    state.unsynced.clear();
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! The intent journal: a small write-ahead file beside the redb file
+//! (`STATE_DIR/session.wal`) that makes a durable append cost one overwrite of a few
+//! hundred bytes and one `fdatasync`, instead of a redb durable commit (several B-tree
+//! pages and a header before its sync).
+//!
+//! This module owns the journal's byte format and its parsing. It must not decide when
+//! events reach redb: that is `log.rs` (apply and checkpoint).
+//!
+//! # Format
+//!
+//! The file is a sequence of records from offset 0, followed by zeros up to its length
+//! (the file is grown in zero-filled steps, so that appending a record overwrites
+//! allocated blocks and its `fdatasync` has no file size to journal). A record is
+//!
+//! ```text
+//! magic "THW1" | payload length: u32 LE | CRC-32 of the payload: u32 LE | payload
+//! payload = count: u32 LE, then count × (seq: u64 LE | length: u32 LE | event bytes)
+//! ```
+//!
+//! where the event bytes are exactly what the events table stores for that sequence
+//! number. Reading stops at the first record that is not whole and intact (wrong magic,
+//! length past the end, CRC mismatch, undecodable payload) or whose first sequence number
+//! does not follow the previous record's last: a torn last write, the zeros after the
+//! records, or stale records of an earlier round behind the current ones all end the
+//! journal there. Sequence numbers inside a record are consecutive.
+
+use std::io;
+
+use crate::event::EventKind;
+use crate::storage::Storage;
+
+/// The magic of a record (format 1 of the journal).
+const MAGIC: [u8; 4] = *b"THW1";
+
+/// Bytes of a record header: magic, payload length, CRC.
+const HEADER: usize = 12;
+
+/// The journal file is grown in steps of this many zero bytes.
+pub(crate) const GROW_STEP: u64 = 1 << 20;
+
+/// One event ready for the events table: its sequence number, the two facts the indexes
+/// need, and its stored bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Staged {
+    pub(crate) seq: u64,
+    pub(crate) call_id: String,
+    pub(crate) kind: EventKind,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// The encoding of one record holding `events` (consecutive sequence numbers).
+pub(crate) fn encode_record(events: &[&Staged]) -> io::Result<Vec<u8>> {
+    let too_big = || io::Error::other("a journal record larger than 4 GiB");
+    let mut payload =
+        Vec::with_capacity(4 + events.iter().map(|e| 12 + e.bytes.len()).sum::<usize>());
+    payload.extend_from_slice(
+        &u32::try_from(events.len())
+            .map_err(|_| too_big())?
+            .to_le_bytes(),
+    );
+    for e in events {
+        payload.extend_from_slice(&e.seq.to_le_bytes());
+        payload.extend_from_slice(
+            &u32::try_from(e.bytes.len())
+                .map_err(|_| too_big())?
+                .to_le_bytes(),
+        );
+        payload.extend_from_slice(&e.bytes);
+    }
+    let mut record = Vec::with_capacity(HEADER + payload.len());
+    record.extend_from_slice(&MAGIC);
+    record.extend_from_slice(
+        &u32::try_from(payload.len())
+            .map_err(|_| too_big())?
+            .to_le_bytes(),
+    );
+    record.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    record.extend_from_slice(&payload);
+    Ok(record)
+}
+
+/// The events of the journal's intact records, in order, as `(seq, stored bytes)`, and the
+/// offset where the intact records end. Never fails: whatever is not an intact
+/// continuation ends the journal (see the module documentation).
+pub(crate) fn parse(bytes: &[u8]) -> (Vec<(u64, Vec<u8>)>, u64) {
+    let mut events = Vec::new();
+    let mut at = 0usize;
+    let mut expected: Option<u64> = None;
+    while let Some(record) = next_record(bytes, at) {
+        let Some(payload_events) = parse_payload(record.payload) else {
+            break;
+        };
+        let Some(&(first, _)) = payload_events.first() else {
+            break;
+        };
+        if expected.is_some_and(|want| want != first) {
+            break;
+        }
+        expected = payload_events
+            .last()
+            .and_then(|(last, _)| last.checked_add(1));
+        events.extend(payload_events.into_iter().map(|(seq, b)| (seq, b.to_vec())));
+        at = record.end;
+        if expected.is_none() {
+            break;
+        }
+    }
+    (events, at as u64)
+}
+
+struct Record<'a> {
+    payload: &'a [u8],
+    end: usize,
+}
+
+/// The intact record at `at`, if there is one.
+fn next_record(bytes: &[u8], at: usize) -> Option<Record<'_>> {
+    let header = bytes.get(at..at.checked_add(HEADER)?)?;
+    if header[..4] != MAGIC {
+        return None;
+    }
+    let len = usize::try_from(u32::from_le_bytes(header[4..8].try_into().ok()?)).ok()?;
+    let crc = u32::from_le_bytes(header[8..12].try_into().ok()?);
+    let start = at + HEADER;
+    let end = start.checked_add(len)?;
+    let payload = bytes.get(start..end)?;
+    if crc32fast::hash(payload) != crc {
+        return None;
+    }
+    Some(Record { payload, end })
+}
+
+/// The events of a payload; `None` if it is malformed or its sequence numbers are not
+/// consecutive.
+fn parse_payload(payload: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    let count = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?);
+    let mut at = 4usize;
+    let mut events: Vec<(u64, &[u8])> = Vec::new();
+    for _ in 0..count {
+        let seq = u64::from_le_bytes(payload.get(at..at + 8)?.try_into().ok()?);
+        let len = usize::try_from(u32::from_le_bytes(
+            payload.get(at + 8..at + 12)?.try_into().ok()?,
+        ))
+        .ok()?;
+        let start = at + 12;
+        let end = start.checked_add(len)?;
+        if let Some(&(prev, _)) = events.last()
+            && prev.checked_add(1) != Some(seq)
+        {
+            return None;
+        }
+        events.push((seq, payload.get(start..end)?));
+        at = end;
+    }
+    (at == payload.len()).then_some(events)
+}
+
+/// The journal file: where the next record goes, and how far the file is zero-filled.
+pub(crate) struct Journal {
+    storage: Box<dyn Storage>,
+    /// The end of the records of the current round.
+    len: u64,
+    /// The length of the file (every byte after `len` is zero or a stale record).
+    capacity: u64,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Wraps the journal's storage; its content is read with [`Journal::read_all`].
+    pub(crate) fn new(storage: Box<dyn Storage>) -> io::Result<Journal> {
+        let capacity = storage.len()?;
+        Ok(Journal {
+            storage,
+            len: 0,
+            capacity,
+        })
+    }
+
+    /// Every byte of the file.
+    pub(crate) fn read_all(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.capacity).map_err(io::Error::other)?;
+        let mut bytes = vec![0; len];
+        if len > 0 {
+            self.storage.read(0, &mut bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    /// The bytes of records written in the current round.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Declares that the current round's records end at `end` (after reading them at
+    /// open), so that [`Journal::reset`] clears them.
+    pub(crate) fn set_round_end(&mut self, end: u64) {
+        self.len = end.min(self.capacity);
+    }
+
+    /// Appends one record and syncs it: one `fdatasync` (the file is grown first when the
+    /// record does not fit, which that same sync makes durable).
+    pub(crate) fn append(&mut self, record: &[u8]) -> io::Result<()> {
+        let end = self
+            .len
+            .checked_add(record.len() as u64)
+            .ok_or_else(|| io::Error::other("journal offset overflow"))?;
+        if end > self.capacity {
+            self.grow(end)?;
+        }
+        self.storage.write(self.len, record)?;
+        self.storage.sync_data()?;
+        self.len = end;
+        Ok(())
+    }
+
+    /// Grows the file with written zeros to hold at least `needed` bytes.
+    fn grow(&mut self, needed: u64) -> io::Result<()> {
+        let new_capacity = needed.div_ceil(GROW_STEP).saturating_mul(GROW_STEP);
+        self.storage.set_len(new_capacity)?;
+        self.zero(self.capacity, new_capacity)?;
+        self.capacity = new_capacity;
+        Ok(())
+    }
+
+    /// Writes zeros over `from..to` (so that the blocks are allocated, not holes).
+    fn zero(&self, from: u64, to: u64) -> io::Result<()> {
+        let chunk = vec![0u8; 64 * 1024];
+        let mut at = from;
+        while at < to {
+            let n = usize::try_from((to - at).min(chunk.len() as u64)).map_err(io::Error::other)?;
+            self.storage.write(at, &chunk[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Makes the file ready to hold records (zero-filled to at least one growth step) and
+    /// durable; used once when the journal is opened.
+    pub(crate) fn prepare(&mut self) -> io::Result<()> {
+        if self.capacity < GROW_STEP {
+            self.grow(GROW_STEP)?;
+            self.storage.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new round: every record so far is in the database durably. The records
+    /// are overwritten with zeros (not synced: a crash may bring stale records back, and
+    /// their sequence numbers are then already in the database).
+    pub(crate) fn reset(&mut self) -> io::Result<()> {
+        let used = self.len;
+        self.len = 0;
+        self.zero(0, used)
+    }
+
+    /// Releases the storage (its lock).
+    pub(crate) fn close(&self) -> io::Result<()> {
+        self.storage.close()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn staged(seq: u64, body: &str) -> Staged {
+        Staged {
+            seq,
+            call_id: "c".into(),
+            kind: EventKind::ToolIntent,
+            bytes: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn record(events: &[Staged]) -> Vec<u8> {
+        encode_record(&events.iter().collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn records_round_trip_and_zeros_end_the_journal() {
+        let mut file = record(&[staged(1, "a"), staged(2, "bb")]);
+        file.extend(record(&[staged(3, "ccc")]));
+        file.extend(vec![0; 100]);
+        let (parsed, end) = parse(&file);
+        assert_eq!(end as usize, file.len() - 100);
+        assert_eq!(
+            parsed,
+            vec![
+                (1, b"a".to_vec()),
+                (2, b"bb".to_vec()),
+                (3, b"ccc".to_vec())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_record_ends_the_journal_before_it() {
+        let first = record(&[staged(1, "a")]);
+        let second = record(&[staged(2, "bb")]);
+        let mut file = first.clone();
+        file.extend(&second);
+        for cut in first.len()..file.len() {
+            assert_eq!(parse(&file[..cut]).0.len(), 1, "cut at {cut}");
+        }
+        for i in first.len()..file.len() {
+            let mut flipped = file.clone();
+            flipped[i] ^= 0x40;
+            assert_eq!(parse(&flipped).0.len(), 1, "flipped byte {i}");
+        }
+    }
+
+    #[test]
+    fn a_record_that_does_not_continue_the_sequence_ends_the_journal() {
+        let mut file = record(&[staged(7, "new")]);
+        // A stale record of an earlier round behind the current one.
+        file.extend(record(&[staged(3, "stale")]));
+        assert_eq!(parse(&file).0, vec![(7, b"new".to_vec())]);
+        // Non-consecutive sequence numbers inside a record: not a record of ours.
+        assert!(
+            parse(&record(&[staged(1, "a"), staged(3, "b")]))
+                .0
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..400 {
+            let mut bytes = record(&[staged(1, "abc")]);
+            bytes.truncate(len % (bytes.len() + 1));
+            for _ in 0..len {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                bytes.push(seed as u8);
+            }
+            if len % 3 == 0 && bytes.len() >= 4 {
+                bytes[..4].copy_from_slice(&MAGIC);
+            }
+            let _ = parse(&bytes);
+        }
+    }
+}

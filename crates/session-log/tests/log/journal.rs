@@ -1,0 +1,275 @@
+//! The journaled mode (what `SessionLog::open` uses): a durable append is one journal
+//! record and one fdatasync; the database catches up before reads and at checkpoints.
+//! Checked for fsync counts, for power loss at every point of the journal's writes, for
+//! faults, and for a journal that does not belong to its database.
+
+use toolhost_log::{
+    CountingStorage, Durability, EventKind, FailingStorage, LogError, MemStorage, Op, SessionLog,
+    SyncCounter,
+};
+
+use crate::{call, intent, result, seqs, shape};
+
+fn open(db: &MemStorage, wal: &MemStorage) -> SessionLog {
+    SessionLog::open_with_journal(db.clone(), wal.clone()).unwrap()
+}
+
+/// A journaled log over two counted in-memory storages.
+fn counted() -> (SessionLog, SyncCounter, SyncCounter, MemStorage, MemStorage) {
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let db_storage = CountingStorage::new(db.clone());
+    let wal_storage = CountingStorage::new(wal.clone());
+    let (dbc, walc) = (db_storage.counter(), wal_storage.counter());
+    let log = SessionLog::open_with_journal(db_storage, wal_storage).unwrap();
+    (log, dbc, walc, db, wal)
+}
+
+fn syncs(db: &SyncCounter, wal: &SyncCounter) -> (u64, u64) {
+    (db.fsyncs(), wal.fsyncs())
+}
+
+/// A call's events, as the pipeline writes them: call + intent durable, result lazy.
+fn one_call(log: &SessionLog, id: &str) {
+    log.record_intents_after(&[call(id)], &[intent(id)])
+        .unwrap();
+    log.append(&[result(id)], Durability::Lazy).unwrap();
+}
+
+#[test]
+fn a_durable_append_is_one_journal_fsync_and_no_database_fsync() {
+    let (log, dbc, walc, _, _) = counted();
+    let before = syncs(&dbc, &walc);
+    log.append(&[call("c1"), intent("c1")], Durability::Durable)
+        .unwrap();
+    assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 1));
+    // A lazy append syncs nothing; reading it costs no sync either.
+    log.append(&[result("c1")], Durability::Lazy).unwrap();
+    assert_eq!(shape(&log.events().unwrap()).len(), 3);
+    assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 1));
+    // Flush makes the lazy event durable with one journal record.
+    log.flush().unwrap();
+    assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 2));
+    log.flush().unwrap();
+    assert_eq!(
+        syncs(&dbc, &walc),
+        (before.0, before.1 + 2),
+        "nothing to flush"
+    );
+    // A group commit of 16 intents: one fsync.
+    let intents: Vec<_> = (0..16).map(|i| intent(&format!("g{i}"))).collect();
+    log.record_intents(&intents).unwrap();
+    assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 3));
+}
+
+#[test]
+fn over_thousands_of_calls_checkpoints_add_under_one_percent_of_fsyncs() {
+    let (log, dbc, walc, _, _) = counted();
+    let before = syncs(&dbc, &walc);
+    let n = 3000u64;
+    for i in 0..n {
+        one_call(&log, &format!("c{i}"));
+    }
+    let (db_syncs, wal_syncs) = (dbc.fsyncs() - before.0, walc.fsyncs() - before.1);
+    eprintln!("{n} calls: {wal_syncs} journal fsyncs, {db_syncs} database fsyncs (checkpoints)");
+    assert_eq!(wal_syncs, n);
+    assert!(db_syncs >= 1, "the journal never checkpointed");
+    assert!(db_syncs * 100 <= n, "{db_syncs} checkpoint fsyncs");
+    let events = log.events().unwrap();
+    assert_eq!(events.len() as u64, 3 * n);
+    assert_eq!(seqs(&events), (1..=3 * n).collect::<Vec<_>>());
+    assert!(log.pending_calls().unwrap().is_empty());
+}
+
+#[test]
+fn power_loss_keeps_every_durable_event_and_the_lazy_ones_a_durable_append_carried() {
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let log = open(&db, &wal);
+    one_call(&log, "a"); // a's result is lazy...
+    log.record_intents_after(&[call("b")], &[intent("b")])
+        .unwrap(); // ...and rides b's durable record.
+    log.append(&[result("b")], Durability::Lazy).unwrap(); // never carried
+    let expected = vec![call("a"), intent("a"), result("a"), call("b"), intent("b")];
+    // Nothing of it is in the database durably: only the journal holds it.
+    assert!(
+        SessionLog::open_with_backend(db.crash())
+            .unwrap()
+            .events()
+            .unwrap()
+            .is_empty()
+    );
+    let reopened = open(&db.crash(), &wal.crash());
+    assert_eq!(shape(&reopened.events().unwrap()), expected);
+    assert_eq!(reopened.pending_calls().unwrap(), vec!["b".to_string()]);
+    let recovery = reopened.recover().unwrap();
+    assert_eq!(recovery.recovered, vec!["b".to_string()]);
+    let events = reopened.events().unwrap();
+    assert_eq!(seqs(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+    let unknown = &events[5];
+    assert_eq!(unknown.kind, EventKind::ToolResult);
+    assert_eq!(
+        unknown.payload["error"]["code"],
+        serde_json::json!("TOOL_OUTCOME_UNKNOWN")
+    );
+    drop(log);
+}
+
+#[test]
+fn a_crash_at_any_point_of_an_unfinished_journal_record_keeps_a_consistent_log() {
+    // The database at its durable image and every prefix of the journal's unsynced
+    // writes (a device that wrote back part of them): the acknowledged events are all
+    // there, plus the unacknowledged record whole or not at all.
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let log = open(&db, &wal);
+    one_call(&log, "a");
+    std::mem::forget(log); // a crash: no closing checkpoint
+    let (db, wal) = (db.crash(), wal.crash());
+    let failing = FailingStorage::healthy(wal.clone(), &[Op::SyncData]);
+    let faults = failing.handle();
+    let log = SessionLog::open_with_journal(db.clone(), failing).unwrap();
+    let acked = vec![call("a"), intent("a")];
+    assert_eq!(
+        shape(&log.events().unwrap()),
+        acked,
+        "a's lazy result was never carried"
+    );
+    faults.fail_from_now();
+    log.record_intents_after(&[call("b")], &[intent("b")])
+        .unwrap_err();
+    let pending = wal.unsynced_changes();
+    assert!(pending > 0);
+    let mut whole = acked.clone();
+    whole.extend([call("b"), intent("b")]);
+    let mut saw_whole = false;
+    for kept in 0..=pending {
+        let reopened = open(&db.crash(), &wal.crash_keeping(kept).unwrap());
+        let got = shape(&reopened.events().unwrap());
+        assert!(
+            got == acked || got == whole,
+            "kept {kept} of {pending}: {got:?}"
+        );
+        saw_whole |= got == whole;
+    }
+    assert!(
+        saw_whole,
+        "keeping every write must bring the whole record back"
+    );
+}
+
+#[test]
+fn a_journal_fault_at_every_point_fails_the_append_or_makes_it_durable() {
+    let before = vec![call("c1"), intent("c1")];
+    let new = intent("c2");
+    for kinds in [&Op::ALL[..], &[Op::Write], &[Op::SyncData], &[Op::SetLen]] {
+        let mut succeeded_at = None;
+        for k in 0..200 {
+            let (db, wal) = (MemStorage::new(), MemStorage::new());
+            {
+                let log = open(&db, &wal);
+                log.append(&before, Durability::Durable).unwrap();
+                std::mem::forget(log); // a crash: no closing checkpoint
+            }
+            let (db, wal) = (db.crash(), wal.crash());
+            let failing = FailingStorage::new(wal.clone(), k, kinds);
+            let what = format!("faults {kinds:?} after {k} ops");
+            let acked = match SessionLog::open_with_journal(db.clone(), failing) {
+                Err(e) => {
+                    assert!(matches!(e, LogError::Storage(_)), "{what}: {e}");
+                    false
+                }
+                Ok(log) => {
+                    let ok = log
+                        .append(std::slice::from_ref(&new), Durability::Durable)
+                        .is_ok();
+                    if !ok {
+                        // Broken until reopened.
+                        assert!(log.append(&[call("c3")], Durability::Lazy).is_err());
+                        assert!(log.events().is_err());
+                    }
+                    std::mem::forget(log);
+                    ok
+                }
+            };
+            let reopened = open(&db.crash(), &wal.crash());
+            let got = shape(&reopened.events().unwrap());
+            let mut with_new = before.clone();
+            with_new.push(new.clone());
+            if acked {
+                assert_eq!(got, with_new, "{what}");
+                succeeded_at = Some(k);
+                break;
+            }
+            assert!(got == before || got == with_new, "{what}: {got:?}");
+        }
+        let k = succeeded_at.expect("the append never succeeded");
+        eprintln!("journal faults on {kinds:?}: first success after {k} healthy ops");
+    }
+}
+
+#[test]
+fn closing_checkpoints_the_database_and_empties_the_journal() {
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let log = open(&db, &wal);
+    one_call(&log, "a");
+    drop(log);
+    // The database alone, as it survives power loss, has every event.
+    let alone = SessionLog::open_with_backend(db.crash()).unwrap();
+    assert_eq!(
+        shape(&alone.events().unwrap()),
+        vec![call("a"), intent("a"), result("a")]
+    );
+    // And the journal's round is empty: reopening with it adds nothing.
+    let reopened = open(&db.crash(), &wal.crash());
+    assert_eq!(reopened.events().unwrap().len(), 3);
+    reopened.append(&[call("z")], Durability::Durable).unwrap();
+    assert_eq!(reopened.events().unwrap().last().map(|e| e.seq), Some(4));
+}
+
+#[test]
+fn readers_see_lazy_and_durable_events_at_once() {
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let log = open(&db, &wal);
+    log.record_intents_after(&[call("a")], &[intent("a")])
+        .unwrap();
+    assert_eq!(log.pending_calls().unwrap(), vec!["a".to_string()]);
+    assert_eq!(log.events_for_call("a").unwrap().len(), 2);
+    log.append(&[result("a")], Durability::Lazy).unwrap();
+    assert!(log.pending_calls().unwrap().is_empty());
+    assert_eq!(
+        shape(&log.events_for_call("a").unwrap()),
+        vec![call("a"), intent("a"), result("a")]
+    );
+}
+
+#[test]
+fn a_journal_that_does_not_continue_its_database_is_refused_and_left_alone() {
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let log = open(&db, &wal);
+    for i in 0..5 {
+        one_call(&log, &format!("c{i}"));
+    }
+    std::mem::forget(log); // a crash: the journal holds every event, the database none
+    // Without its first record the journal starts at event 3, after a database that
+    // ends at 0: a gap, so the journal is not this database's.
+    let trimmed = trim_first_record(&wal.crash().current_bytes());
+    let journal = MemStorage::from_bytes(trimmed.clone());
+    let err = SessionLog::open_with_journal(db.crash(), journal.clone()).unwrap_err();
+    assert!(matches!(err, LogError::Corrupt(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("journal belongs to another log"),
+        "{err}"
+    );
+    assert_eq!(journal.current_bytes(), trimmed, "the journal was modified");
+    // The untrimmed journal replays in full.
+    let reopened = open(&db.crash(), &wal.crash());
+    assert_eq!(
+        reopened.events().unwrap().len(),
+        14,
+        "the last result was never carried"
+    );
+}
+
+/// The journal bytes without their first record (header: magic, length, CRC).
+fn trim_first_record(bytes: &[u8]) -> Vec<u8> {
+    let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    bytes[12 + len..].to_vec()
+}
