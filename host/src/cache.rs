@@ -1,9 +1,12 @@
 //! On-disk compile cache: compiled components keyed by the component's hash
 //! and the engine configuration, so a second load does not compile.
 //!
-//! An entry is `<key>.cwasm` plus `<key>.sum` (the CRC-32 of the artifact).
-//! An entry is trusted only when its checksum matches: a truncated, edited or
-//! half-written entry is recompiled and replaced, never deserialised. Writes
+//! An entry is `<key>.cwasm` plus `<key>.sum` (the CRC-32 of the artifact),
+//! and `<key>.desc` (the component's validated tool descriptors, with their
+//! CRC-32 on the first line), so that a load from the cache need not run
+//! `describe`. An entry is trusted only when its checksum matches: a
+//! truncated, edited or half-written entry is recompiled (or described) and
+//! replaced, never deserialised. Writes
 //! go to a temporary file that is renamed into place, so readers never see a
 //! partial entry. The checksum detects accidents (torn writes, bit rot), not
 //! tampering: whoever can write the cache directory can write a matching
@@ -18,6 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use crate::tool::Descriptor;
+
 /// Counters of what the cache did; tests and benchmarks read them.
 #[derive(Debug, Default)]
 pub struct CacheStats {
@@ -27,6 +32,18 @@ pub struct CacheStats {
     pub hits: AtomicU64,
     /// Entries found corrupt and replaced.
     pub corrupt: AtomicU64,
+    /// Components whose descriptors came from the cache (no `describe`).
+    pub descriptor_hits: AtomicU64,
+}
+
+/// A component from [`CompileCache::load_hashed`].
+pub struct Cached {
+    /// The compiled component.
+    pub component: Component,
+    /// The SHA-256 of the component bytes (hex).
+    pub sha256: String,
+    /// Whether it came from a valid cache entry (no compile).
+    pub hit: bool,
 }
 
 /// The compile cache of one engine configuration.
@@ -60,11 +77,11 @@ impl CompileCache {
         self.stats.compiles.load(Ordering::Relaxed)
     }
 
-    /// The cache key of a component whose SHA-256 is `digest`.
-    fn key(&self, digest: &[u8]) -> String {
+    /// The cache key of a component whose SHA-256 (hex) is `sha256`.
+    fn key(&self, sha256: &str) -> String {
         format!(
             "{}-{}-{}",
-            hex::encode(&digest[..16]),
+            sha256.get(..32).unwrap_or(sha256),
             self.engine_key,
             env!("CARGO_PKG_VERSION")
         )
@@ -73,24 +90,24 @@ impl CompileCache {
     /// Loads the component for `bytes`: from a valid cache entry, or by
     /// compiling it (and writing the entry).
     pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
-        self.load_hashed(engine, bytes).map(|(c, _)| c)
+        self.load_hashed(engine, bytes).map(|c| c.component)
     }
 
     /// As [`CompileCache::load`], also returning the component's SHA-256
-    /// (hex), computed once for both the key and the caller.
-    pub fn load_hashed(
-        &self,
-        engine: &Engine,
-        bytes: &[u8],
-    ) -> wasmtime::Result<(Component, String)> {
-        let digest = Sha256::digest(bytes);
-        let hex_digest = hex::encode(digest);
-        let key = self.key(&digest);
+    /// (hex), computed once for both the key and the caller, and whether the
+    /// entry was a hit.
+    pub fn load_hashed(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Cached> {
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let key = self.key(&sha256);
         if let Some(dir) = &self.dir
             && let Some(component) = self.read_entry(engine, dir, &key)
         {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok((component, hex_digest));
+            return Ok(Cached {
+                component,
+                sha256,
+                hit: true,
+            });
         }
         self.stats.compiles.fetch_add(1, Ordering::Relaxed);
         let serialized = engine.precompile_component(bytes)?;
@@ -102,12 +119,60 @@ impl CompileCache {
         {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
         }
-        Ok((component, hex_digest))
+        Ok(Cached {
+            component,
+            sha256,
+            hit: false,
+        })
+    }
+
+    /// The descriptors cached for the component whose SHA-256 is `sha256`,
+    /// if a whole, valid entry holds them.
+    pub(crate) fn read_descriptors(&self, sha256: &str) -> Option<Vec<Descriptor>> {
+        let dir = self.dir.as_ref()?;
+        let key = self.key(sha256);
+        let text = std::fs::read_to_string(dir.join(format!("{key}.desc"))).ok()?;
+        let valid = text
+            .split_once('\n')
+            .filter(|(sum, json)| checksum(json.as_bytes()) == *sum)
+            .and_then(|(_, json)| serde_json::from_str::<Vec<Descriptor>>(json).ok())
+            .filter(|d| !d.is_empty() && d.iter().all(|d| d.check().is_ok()));
+        if valid.is_none() {
+            self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(key, "corrupt cached descriptors; describing again");
+        } else {
+            self.stats.descriptor_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        valid
+    }
+
+    /// Caches the descriptors `describe` returned for the component whose
+    /// SHA-256 is `sha256` (best effort: a failure is logged).
+    pub(crate) fn write_descriptors(&self, sha256: &str, descriptors: &[Descriptor]) {
+        let Some(dir) = &self.dir else {
+            return;
+        };
+        let written = serde_json::to_string(descriptors)
+            .map_err(std::io::Error::other)
+            .and_then(|json| {
+                let text = format!("{}\n{json}", checksum(json.as_bytes()));
+                std::fs::create_dir_all(dir)?;
+                persist(dir, &format!("{}.desc", self.key(sha256)), text.as_bytes())
+            });
+        if let Err(e) = written {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot cache descriptors");
+        }
     }
 
     fn read_entry(&self, engine: &Engine, dir: &Path, key: &str) -> Option<Component> {
         let path = dir.join(format!("{key}.cwasm"));
-        let artifact = std::fs::read(&path).ok()?;
+        let file = std::fs::File::open(&path).ok()?;
+        // SAFETY: entries are only ever replaced by rename, never edited in
+        // place, so the mapped file does not change while it is mapped; and
+        // the cache directory is as trusted as the host binary (see the
+        // module documentation). Mapping avoids copying the artifact just to
+        // check it.
+        let artifact = unsafe { memmap2::Mmap::map(&file) }.ok()?;
         let sum = std::fs::read_to_string(dir.join(format!("{key}.sum"))).ok()?;
         if checksum(&artifact) != sum.trim() {
             self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -133,14 +198,16 @@ impl CompileCache {
 fn write_entry(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let sum = checksum(artifact);
-    for (name, data) in [
-        (format!("{key}.cwasm"), artifact),
-        (format!("{key}.sum"), sum.as_bytes()),
-    ] {
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(&mut tmp, data)?;
-        tmp.persist(dir.join(name)).map_err(|e| e.error)?;
-    }
+    persist(dir, &format!("{key}.cwasm"), artifact)?;
+    persist(dir, &format!("{key}.sum"), sum.as_bytes())
+}
+
+/// Writes `data` to `dir/name` through a temporary file renamed into place,
+/// so that readers see the old file or the whole new one.
+fn persist(dir: &Path, name: &str, data: &[u8]) -> std::io::Result<()> {
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, data)?;
+    tmp.persist(dir.join(name)).map_err(|e| e.error)?;
     Ok(())
 }
 

@@ -76,7 +76,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
         checks: Vec::new(),
     };
     // World and describe.
-    let (component, descriptors) = match runtime.load(source, bytes).await {
+    let (component, descriptors) = match runtime.load_and_describe(source, bytes).await {
         Ok(x) => x,
         Err(e) => {
             report.push("world+describe", Verdict::Fail, e.to_string());

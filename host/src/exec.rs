@@ -33,7 +33,7 @@ pub async fn run_command(
     spec: &SandboxSpec,
     interrupt: Interrupt,
 ) -> Result<ExecOutcome, LoadError> {
-    let (_, _, pre) = runtime.link(source, bytes)?;
+    let (_, pre) = runtime.link(source, bytes)?;
     let pre =
         wasmtime_wasi::p2::bindings::CommandPre::new(pre).map_err(|e| LoadError::WrongWorld {
             file: source.to_string(),

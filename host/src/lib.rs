@@ -41,7 +41,7 @@ pub use crate::approval::{
     ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover,
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
-pub use crate::cache::{CacheStats, CompileCache, default_cache_dir};
+pub use crate::cache::{CacheStats, Cached, CompileCache, default_cache_dir};
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;

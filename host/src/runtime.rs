@@ -6,7 +6,7 @@
 //! by the time [`Runtime::invoke`] is called every check has passed.
 
 use crate::bindings::{ContentBlock, ToolProvider, ToolProviderPre, WitMode, WitSideEffect};
-use crate::cache::CompileCache;
+use crate::cache::{Cached, CompileCache};
 use crate::sandbox::{self, Limits, SandboxSpec};
 use crate::state::{CallState, HostCalls, Interrupt, Limiter, ProgressSink};
 use crate::tool::{ContentItem, Descriptor, SideEffect};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use toolhost_core::{ErrorCode, SandboxMode};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
 
 /// How often the engine's epoch advances. Deadlines and cancellation are
@@ -263,19 +263,13 @@ impl Runtime {
     /// Checks that `bytes` are a component, compiles it (or loads it from the
     /// cache) and links it against the host's imports. Tools and command
     /// programs (`toolhost exec`) share this step; each then looks for its
-    /// own exports. Also returns the component's SHA-256 (hex).
+    /// own exports. Also returns the component's SHA-256 (hex) and whether
+    /// it came from the compile cache.
     pub(crate) fn link(
         &self,
         source: &str,
         bytes: &[u8],
-    ) -> Result<
-        (
-            Component,
-            String,
-            wasmtime::component::InstancePre<CallState>,
-        ),
-        LoadError,
-    > {
+    ) -> Result<(Cached, wasmtime::component::InstancePre<CallState>), LoadError> {
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError::NotWasm(source.to_string()));
         }
@@ -285,7 +279,7 @@ impl Runtime {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
         }
-        let (component, sha256) =
+        let cached =
             self.cache
                 .load_hashed(&self.engine, bytes)
                 .map_err(|e| LoadError::Invalid {
@@ -294,22 +288,49 @@ impl Runtime {
                 })?;
         let pre = self
             .linker
-            .instantiate_pre(&component)
+            .instantiate_pre(&cached.component)
             .map_err(|e| LoadError::WrongWorld {
                 file: source.to_string(),
                 detail: format!("{e:#}"),
             })?;
-        Ok((component, sha256, pre))
+        Ok((cached, pre))
     }
 
     /// Compiles (or loads from the cache) and links `bytes`, then asks the
-    /// component to describe its tools.
+    /// component to describe its tools. A component loaded from the compile
+    /// cache takes its descriptors from the cache too, when they are there.
     pub async fn load(
         &self,
         source: &str,
         bytes: &[u8],
     ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
-        let (component, sha256, instance_pre) = self.link(source, bytes)?;
+        self.load_with(source, bytes, true).await
+    }
+
+    /// As [`Runtime::load`], but always runs `describe` (the conformance
+    /// checks judge the component's own answer, not a cached one).
+    pub async fn load_and_describe(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+        self.load_with(source, bytes, false).await
+    }
+
+    async fn load_with(
+        &self,
+        source: &str,
+        bytes: &[u8],
+        cached_descriptors: bool,
+    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+        let (
+            Cached {
+                component,
+                sha256,
+                hit,
+            },
+            instance_pre,
+        ) = self.link(source, bytes)?;
         let imports = component
             .component_type()
             .imports(&self.engine)
@@ -325,7 +346,14 @@ impl Runtime {
             pre,
             imports,
         });
+        if hit
+            && cached_descriptors
+            && let Some(descriptors) = self.cache.read_descriptors(&loaded.sha256)
+        {
+            return Ok((loaded, descriptors));
+        }
         let descriptors = self.describe(&loaded).await?;
+        self.cache.write_descriptors(&loaded.sha256, &descriptors);
         Ok((loaded, descriptors))
     }
 

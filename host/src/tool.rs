@@ -11,7 +11,7 @@ pub use toolhost_core::SideEffect;
 pub const MAX_NAME_LEN: usize = 64;
 
 /// A tool's descriptor, validated when its component was loaded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Descriptor {
     /// The tool's name.
     pub name: String,
@@ -42,35 +42,17 @@ pub fn is_valid_name(name: &str) -> bool {
 
 impl Descriptor {
     pub(crate) fn from_wit(d: ToolDescriptor) -> Result<Descriptor, String> {
-        if !is_valid_name(&d.name) {
-            return Err(format!(
-                "tool name {:?} is not valid (1-64 characters of [a-zA-Z0-9_-], starting with a letter)",
-                truncate(&d.name)
-            ));
-        }
+        check_name(&d.name)?;
         let input_schema: serde_json::Value = serde_json::from_str(&d.input_schema)
             .map_err(|e| format!("tool {}: input schema is not JSON: {e}", d.name))?;
-        if !(input_schema.is_object() || input_schema.is_boolean()) {
-            return Err(format!(
-                "tool {}: input schema must be a JSON object",
-                d.name
-            ));
-        }
         let output_schema = match d.output_schema.as_deref() {
             None => None,
-            Some(s) => {
-                let v: serde_json::Value = serde_json::from_str(s)
-                    .map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?;
-                if !(v.is_object() || v.is_boolean()) {
-                    return Err(format!(
-                        "tool {}: output schema must be a JSON object",
-                        d.name
-                    ));
-                }
-                Some(v)
-            }
+            Some(s) => Some(
+                serde_json::from_str(s)
+                    .map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?,
+            ),
         };
-        Ok(Descriptor {
+        let descriptor = Descriptor {
             name: d.name,
             description: d.description,
             input_schema,
@@ -79,8 +61,41 @@ impl Descriptor {
             side_effect: side_effect_from_wit(d.side_effect),
             idempotent: d.idempotent,
             min_mode: mode_from_wit(d.min_mode),
-        })
+        };
+        descriptor.check()?;
+        Ok(descriptor)
     }
+
+    /// What every descriptor must satisfy: a valid name and schemas that
+    /// are JSON objects (or booleans). Checked on `describe`'s answer and
+    /// again on descriptors read back from the compile cache.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        check_name(&self.name)?;
+        let schema_ok = |v: &serde_json::Value| v.is_object() || v.is_boolean();
+        if !schema_ok(&self.input_schema) {
+            return Err(format!(
+                "tool {}: input schema must be a JSON object",
+                self.name
+            ));
+        }
+        if self.output_schema.as_ref().is_some_and(|v| !schema_ok(v)) {
+            return Err(format!(
+                "tool {}: output schema must be a JSON object",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    if is_valid_name(name) {
+        return Ok(());
+    }
+    Err(format!(
+        "tool name {:?} is not valid (1-64 characters of [a-zA-Z0-9_-], starting with a letter)",
+        truncate(name)
+    ))
 }
 
 fn truncate(s: &str) -> String {
