@@ -288,3 +288,23 @@ async fn runtime_nested_args() {
     }
     assert_echo_works(&host).await;
 }
+
+/// A call never sees what an earlier call left in linear memory: the pool
+/// reuses memory slots (and keeps part of them resident), so each reuse must
+/// reset them. Zero-initialised statics and freshly grown pages must read
+/// zero on every call, although every call dirties both.
+#[tokio::test]
+async fn runtime_residue() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = host_with(probes::RUNTIME_RESIDUE, ws.path(), Limits::default()).await;
+    for i in 0..6 {
+        let r = call(&host, "residue", json!({}), SandboxMode::None).await;
+        assert!(r.is_ok(), "call {i}: {r:?}");
+        assert_eq!(
+            r.canonical,
+            json!({ "static_dirty": 0, "grown_dirty": 0, "grown_pages": 32 }),
+            "call {i} saw an earlier call's memory"
+        );
+    }
+    assert_echo_works(&host).await;
+}
