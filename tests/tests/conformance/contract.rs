@@ -65,12 +65,27 @@ async fn contract_liar() {
     }
 }
 
-/// A `describe` that takes 1.5 s, well inside DESCRIBE_DEADLINE, loads.
+/// A `describe` that takes 1.5 s, well inside DESCRIBE_DEADLINE, loads. A
+/// second load from the same compile cache takes the descriptors from the
+/// cache and does not wait for `describe` again.
 #[tokio::test]
 async fn contract_slow_describe() {
     let ws = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let options = || toolhost::RuntimeOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..suite_options()
+    };
+    let load = || {
+        host_with_options(
+            probes::CONTRACT_SLOW_DESCRIBE,
+            ws.path(),
+            Limits::default(),
+            options(),
+        )
+    };
     let started = Instant::now();
-    let host = host_with(probes::CONTRACT_SLOW_DESCRIBE, ws.path(), Limits::default()).await;
+    let host = load().await;
     let took = started.elapsed();
     assert!(
         took.as_millis() >= 1400,
@@ -78,4 +93,12 @@ async fn contract_slow_describe() {
     );
     assert!(took < DESCRIBE_DEADLINE, "the load took {took:?}");
     assert_echo_works(&host).await;
+    let started = Instant::now();
+    let again = load().await;
+    let took = started.elapsed();
+    assert!(
+        took.as_millis() < 1400,
+        "the second load took {took:?}: the cached descriptors were not used"
+    );
+    assert_echo_works(&again).await;
 }
