@@ -39,7 +39,7 @@ pub async fn run_command(
             file: source.to_string(),
             detail: format!("not a WASI command (no wasi:cli/run export): {e:#}"),
         })?;
-    let mut run = match runtime.prepare_with(spec, interrupt, None, Some(args)) {
+    let mut run = match runtime.prepare_with(spec, interrupt, None, Some(args), false) {
         Ok(r) => r,
         Err((code, message)) => return Ok(ExecOutcome::Failed { code, message }),
     };

@@ -52,7 +52,7 @@ pub use crate::registry::{RegisteredTool, Registry, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
 pub use crate::runtime::{
     BodyOutcome, DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, LoadedComponent, Receipt, Runtime,
-    RuntimeOptions,
+    RuntimeOptions, STUCK_GRACE,
 };
 pub use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, SandboxSpec};
 pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink};

@@ -193,6 +193,10 @@ impl Drop for Runtime {
 /// The pool's largest memory: calls cannot ask for more than this.
 const POOL_MAX_MEMORY: usize = 1 << 30;
 
+/// How long after its deadline (or cancellation) a body stuck in a host
+/// file system call is abandoned.
+pub const STUCK_GRACE: Duration = Duration::from_millis(100);
+
 /// How much of a freed linear memory or table the pool keeps resident
 /// (reset in place) when the kernel can tell it which pages were touched.
 const KEEP_RESIDENT: usize = 1 << 20;
@@ -437,7 +441,89 @@ impl Runtime {
     }
 
     /// Runs the body of `tool` once, in a fresh store built for `spec`.
+    ///
+    /// A body with file system access (any mode but `none`) runs on its own
+    /// blocking thread, where its file operations are done in place instead
+    /// of each being handed to tokio's blocking pool and back (one hand-off
+    /// per call instead of one per operation; `read_file` of 4 KiB: about
+    /// 4x faster). The deadline and cancellation still hold: they are raced
+    /// on that thread as everywhere else, and a body stuck in a host file
+    /// system call (a FIFO without a writer, a hung network mount), which
+    /// nothing can interrupt, is abandoned [`STUCK_GRACE`] after its
+    /// deadline or cancellation: the call ends `TIMEOUT` or `CANCELLED`
+    /// then, and the thread and its instance are released when the system
+    /// call returns.
     pub async fn invoke(
+        self: &Arc<Self>,
+        component: &Arc<LoadedComponent>,
+        tool: &str,
+        args_json: &str,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+        progress: Option<ProgressSink>,
+    ) -> (BodyOutcome, Receipt) {
+        if spec.mode == SandboxMode::None {
+            return self
+                .invoke_here(component, tool, args_json, spec, interrupt, progress, false)
+                .await;
+        }
+        let started = Instant::now();
+        let (runtime, component) = (self.clone(), component.clone());
+        let (tool, args_json, body_spec) = (tool.to_string(), args_json.to_string(), spec.clone());
+        let body_interrupt = interrupt.clone();
+        let handle = tokio::runtime::Handle::current();
+        let body = tokio::task::spawn_blocking(move || {
+            handle.block_on(runtime.invoke_here(
+                &component,
+                &tool,
+                &args_json,
+                &body_spec,
+                body_interrupt,
+                progress,
+                true,
+            ))
+        });
+        let stuck = |code: ErrorCode, message: &str| {
+            let receipt = Receipt {
+                wall_us: started.elapsed().as_micros() as u64,
+                mode: Some(spec.mode),
+                ..Receipt::default()
+            };
+            (
+                BodyOutcome::Err {
+                    code,
+                    message: message.to_string(),
+                },
+                receipt,
+            )
+        };
+        let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
+        tokio::select! {
+            biased;
+            joined = body => joined.unwrap_or_else(|e| stuck(
+                ErrorCode::Trap,
+                &format!("the thread running the tool failed: {e}"),
+            )),
+            _ = tokio::time::sleep_until(backstop) => stuck(
+                ErrorCode::Timeout,
+                "the tool exceeded its deadline while blocked in a host file system call; \
+                 the call was abandoned",
+            ),
+            _ = async {
+                wait_cancelled(&interrupt).await;
+                tokio::time::sleep(STUCK_GRACE).await;
+            } => stuck(
+                ErrorCode::Cancelled,
+                "the call was cancelled while the tool was blocked in a host file system \
+                 call; the call was abandoned",
+            ),
+        }
+    }
+
+    /// [`Runtime::invoke`] on the current thread; `blocking` lets the
+    /// guest's file operations block it.
+    #[allow(clippy::too_many_arguments)]
+    async fn invoke_here(
         &self,
         component: &LoadedComponent,
         tool: &str,
@@ -445,9 +531,10 @@ impl Runtime {
         spec: &SandboxSpec,
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
+        blocking: bool,
     ) -> (BodyOutcome, Receipt) {
         let started = Instant::now();
-        let mut run = match self.prepare(spec, interrupt, progress) {
+        let mut run = match self.prepare_with(spec, interrupt, progress, None, blocking) {
             Ok(run) => run,
             Err((code, message)) => {
                 return (BodyOutcome::Err { code, message }, Receipt::default());
@@ -488,15 +575,19 @@ impl Runtime {
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
     ) -> Result<Run, (ErrorCode, String)> {
-        self.prepare_with(spec, interrupt, progress, None)
+        self.prepare_with(spec, interrupt, progress, None, false)
     }
 
+    /// Builds the store of one call. `blocking`: the guest's file
+    /// operations run on the current thread (only on a thread of its own,
+    /// see [`Runtime::invoke`]).
     pub(crate) fn prepare_with(
         &self,
         spec: &SandboxSpec,
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
         command: Option<&[String]>,
+        blocking: bool,
     ) -> Result<Run, (ErrorCode, String)> {
         if spec.limits.max_memory > POOL_MAX_MEMORY && self.options.pooling {
             return Err((
@@ -513,7 +604,7 @@ impl Runtime {
                 "a fuel budget was requested but this runtime does not meter fuel".into(),
             ));
         }
-        let built = sandbox::build_wasi(spec, command)
+        let built = sandbox::build_wasi(spec, command, blocking)
             .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
         let state = CallState {
             wasi: built.wasi,

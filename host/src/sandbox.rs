@@ -104,11 +104,15 @@ pub enum SandboxError {
 pub(crate) fn build_wasi(
     spec: &SandboxSpec,
     command: Option<&[String]>,
+    blocking: bool,
 ) -> Result<Built, SandboxError> {
     let stdout = CapturedOutput::new(spec.limits.max_stdio);
     let stderr = CapturedOutput::new(spec.limits.max_stdio);
     let denied: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut b = WasiCtxBuilder::new();
+    // File operations block the current thread instead of going through
+    // tokio's blocking pool: only for a body on a thread of its own.
+    b.allow_blocking_current_thread(blocking);
     match command {
         // Tools: output is captured and bounded, never inherited; no args.
         None => {

@@ -423,3 +423,103 @@ fn a_creation_interrupted_by_a_kill_leaves_an_openable_state() {
     // And it opens again.
     SessionLog::open(&state).unwrap();
 }
+
+/// A FIFO in the workspace with no writer: opening it blocks the reader in
+/// the host's `open`, where neither the epoch nor a dropped future can stop
+/// it. Returns the FIFO's path.
+fn fifo(ws: &std::path::Path) -> std::path::PathBuf {
+    let path = ws.join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    path
+}
+
+/// Unblocks a reader stuck on `fifo` (a writer opens and closes it), so the
+/// abandoned thread ends.
+fn release(fifo: &std::path::Path) {
+    let _ = std::fs::OpenOptions::new().write(true).open(fifo);
+}
+
+/// The deadline holds for a body stuck in a host file system call (its file
+/// operations run on its own thread): the call ends TIMEOUT shortly after
+/// its deadline, and the host goes on serving calls.
+#[tokio::test]
+async fn a_body_blocked_in_a_file_system_call_still_ends_at_its_deadline() {
+    let sb = Sandbox::new();
+    let pipe = fifo(&sb.ws());
+    std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
+    let deadline = Duration::from_millis(400);
+    let mut b = builder(&sb.ws());
+    b.limits(toolhost::Limits {
+        deadline,
+        ..toolhost::Limits::default()
+    });
+    let host = b.build().await.unwrap();
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(20), host.call(read("pipe"))).await;
+    let took = started.elapsed();
+    release(&pipe);
+    let r = r.expect("the call outlived its deadline by 20 s: the deadline does not hold");
+    assert_eq!(r.code(), Some(ErrorCode::Timeout), "{r:?}");
+    assert!(
+        took >= deadline && took < deadline + Duration::from_secs(2),
+        "ended after {took:?} for a {deadline:?} deadline"
+    );
+    assert!(host.call(read("a.txt")).await.is_ok());
+}
+
+/// Cancelling a body stuck in a host file system call ends the call
+/// CANCELLED without waiting for its deadline.
+#[tokio::test]
+async fn a_body_blocked_in_a_file_system_call_can_be_cancelled() {
+    let sb = Sandbox::new();
+    let pipe = fifo(&sb.ws());
+    let host = builder(&sb.ws()).build().await.unwrap();
+    let interrupt = Interrupt::default();
+    let started = Instant::now();
+    let call = host.call(read("pipe").interrupt(interrupt.clone()));
+    let (r, ()) = tokio::join!(tokio::time::timeout(Duration::from_secs(20), call), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        interrupt.cancel();
+    });
+    let took = started.elapsed();
+    release(&pipe);
+    let r = r.expect("the cancelled call was still running 20 s later");
+    assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{r:?}");
+    assert!(took < Duration::from_secs(3), "cancelling took {took:?}");
+}
+
+/// A guest's sleep in a mode with file system access (its body runs on a
+/// thread of its own, where file operations may block) still ends at the
+/// deadline, and is still cancellable.
+#[tokio::test]
+async fn a_sleep_with_file_access_ends_at_its_deadline_and_on_cancel() {
+    let sb = Sandbox::new();
+    let deadline = Duration::from_millis(300);
+    let mut b = builder(&sb.ws());
+    b.limits(toolhost::Limits {
+        deadline,
+        ..toolhost::Limits::default()
+    });
+    let host = b.build().await.unwrap();
+    let sleep = || CallRequest::new("sleep", json!({"ms": 10_000})).mode(SandboxMode::ReadOnly);
+    let started = Instant::now();
+    let r = host.call(sleep()).await;
+    let took = started.elapsed();
+    assert_eq!(r.code(), Some(ErrorCode::Timeout), "{r:?}");
+    assert!(
+        took >= deadline && took < deadline + toolhost::STUCK_GRACE,
+        "a 10 s sleep with a {deadline:?} deadline ended after {took:?}"
+    );
+    let interrupt = Interrupt::default();
+    let started = Instant::now();
+    let (r, ()) = tokio::join!(host.call(sleep().interrupt(interrupt.clone())), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        interrupt.cancel();
+    });
+    assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{r:?}");
+    assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
+}
