@@ -23,6 +23,11 @@ use wasmtime::component::Component;
 
 use crate::tool::Descriptor;
 
+/// The layout of an entry (files and checksums). Part of the key, so that an
+/// entry of another layout is a miss, not a corrupt entry. 1: SHA-256 sums;
+/// 2: CRC-32 sums; 3: plus the descriptor file.
+const CACHE_FORMAT: u32 = 3;
+
 /// Counters of what the cache did; tests and benchmarks read them.
 #[derive(Debug, Default)]
 pub struct CacheStats {
@@ -80,7 +85,7 @@ impl CompileCache {
     /// The cache key of a component whose SHA-256 (hex) is `sha256`.
     fn key(&self, sha256: &str) -> String {
         format!(
-            "{}-{}-{}",
+            "{}-{}-{}-f{CACHE_FORMAT}",
             sha256.get(..32).unwrap_or(sha256),
             self.engine_key,
             env!("CARGO_PKG_VERSION")
