@@ -319,10 +319,14 @@ impl HostBuilder {
                 ));
             }
         }
+        // Every component is loaded at once (they are independent: on
+        // several cores the loads overlap), then registered in order, so
+        // that errors and collisions are reported as a sequential load would.
+        let loaded = load_all(&runtime, sources).await;
         let (global, mut scoped): (Vec<_>, Vec<_>) =
-            sources.into_iter().partition(|(s, _)| s.is_none());
-        for (_, source) in global {
-            load_into(&runtime, &mut registry, None, source).await?;
+            loaded.into_iter().partition(|(s, _)| s.is_none());
+        for (_, component) in global {
+            register(&mut registry, None, component?)?;
         }
         for (name, spec) in scopes {
             registry.add_scope(&name, spec)?;
@@ -330,8 +334,8 @@ impl HostBuilder {
                 .into_iter()
                 .partition(|(s, _)| s.as_deref() == Some(name.as_str()));
             scoped = rest;
-            for (_, source) in own {
-                load_into(&runtime, &mut registry, Some(&name), source).await?;
+            for (_, component) in own {
+                register(&mut registry, Some(&name), component?)?;
             }
         }
         let log = match (self.log.take(), self.state_dir.take()) {
@@ -372,24 +376,58 @@ impl HostBuilder {
     }
 }
 
-/// Loads one component and registers its tools globally or in `scope`.
-async fn load_into(
-    runtime: &Runtime,
+/// A loaded component: where it came from, the component, its tools.
+type Loaded = (
+    String,
+    Arc<crate::runtime::LoadedComponent>,
+    Vec<crate::tool::Descriptor>,
+);
+
+/// Loads every source concurrently (one task each) and returns the results
+/// in the order of `sources`, each with its scope.
+async fn load_all(
+    runtime: &Arc<Runtime>,
+    sources: Vec<(Option<String>, Source)>,
+) -> Vec<(Option<String>, Result<Loaded, HostError>)> {
+    let tasks: Vec<_> = sources
+        .into_iter()
+        .map(|(scope, source)| {
+            let runtime = runtime.clone();
+            let task = tokio::spawn(async move {
+                let (label, bytes) = match source {
+                    Source::Path(p) => {
+                        let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
+                            path: p.display().to_string(),
+                            detail: e.to_string(),
+                        })?;
+                        (p.display().to_string(), bytes)
+                    }
+                    Source::Bytes(label, bytes) => (label, bytes),
+                };
+                let (component, descriptors) = runtime.load(&label, &bytes).await?;
+                Ok::<Loaded, HostError>((label, component, descriptors))
+            });
+            (scope, task)
+        })
+        .collect();
+    let mut loaded = Vec::with_capacity(tasks.len());
+    for (scope, task) in tasks {
+        let result = task.await.unwrap_or_else(|e| {
+            Err(HostError::Load(LoadError::Runtime(format!(
+                "loading a component failed: {e}"
+            ))))
+        });
+        loaded.push((scope, result));
+    }
+    loaded
+}
+
+/// Registers the tools of one loaded component globally or in `scope`.
+fn register(
     registry: &mut Registry,
     scope: Option<&str>,
-    source: Source,
+    (label, component, descriptors): Loaded,
 ) -> Result<(), HostError> {
-    let (label, bytes) = match source {
-        Source::Path(p) => {
-            let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
-                path: p.display().to_string(),
-                detail: e.to_string(),
-            })?;
-            (p.display().to_string(), bytes)
-        }
-        Source::Bytes(label, bytes) => (label, bytes),
-    };
-    let (component, descriptors) = runtime.load(&label, &bytes).await?;
     let mut seen = std::collections::BTreeSet::new();
     for d in descriptors {
         if !seen.insert(d.name.clone()) {

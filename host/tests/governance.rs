@@ -1300,6 +1300,48 @@ async fn two_components_offering_one_name_collide_at_load() {
     }
 }
 
+/// Components load concurrently but are registered in order: among several
+/// broken sources the first one is reported, every time, and good ones
+/// loaded around them do not change that.
+#[tokio::test]
+async fn concurrent_loading_reports_the_first_broken_source_in_order() {
+    let ws = workspace();
+    for round in 0..5 {
+        let mut b = toolhost::HostBuilder::new();
+        b.workspace(ws.path())
+            .runtime_options(runtime_options())
+            .tool_bytes("good-read", embedded("read_file"))
+            .tool_bytes("broken-first", b"\0asm not a component".to_vec())
+            .tool_bytes("good-list", embedded("list_dir"))
+            .tool_bytes("broken-second", b"not wasm at all".to_vec());
+        match b.build().await {
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("broken-first") && !msg.contains("broken-second"),
+                    "round {round}: {msg}"
+                );
+            }
+            Ok(_) => panic!("round {round}: a broken source was accepted"),
+        }
+    }
+    // And every good source of a build ends up registered, in order.
+    let mut b = toolhost::HostBuilder::new();
+    b.workspace(ws.path()).runtime_options(runtime_options());
+    for name in ["read_file", "write_file", "list_dir", "grep", "sleep"] {
+        b.tool_bytes(name, embedded(name));
+    }
+    let host = b.build().await.unwrap();
+    let names: Vec<_> = host
+        .tools(None)
+        .iter()
+        .map(|t| t.descriptor.name.clone())
+        .collect();
+    for name in ["read_file", "write_file", "list_dir", "grep", "sleep"] {
+        assert!(names.contains(&name.to_string()), "{names:?}");
+    }
+}
+
 // ─────────────────────────────── post-execute ───────────────────────────────
 
 const SECRET: &str = "sk-ABCDEFGHIJKLMNOPQRSTUVWX";
