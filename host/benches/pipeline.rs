@@ -252,19 +252,31 @@ async fn main() {
     for _ in 0..50 {
         durable_host.call(noop()).await;
     }
-    let (f0, g0) = (counter.fsyncs(), counter.grows());
+    let (f0, g0, j0) = (counter.fsyncs(), counter.grows(), counter.1.fsyncs());
     let durable = timed_calls(&durable_host, noop, n).await;
-    let (f1, g1) = (counter.fsyncs(), counter.grows());
+    let (f1, g1, j1) = (counter.fsyncs(), counter.grows(), counter.1.fsyncs());
     let calls = (n + warm_ups(n)) as u64;
     let fsyncs_per_call = (f1 - f0) as f64 / calls as f64;
     let grows = g1 - g0;
-    let raw = raw_fdatasync(state.path(), intent_size(&log), n);
+    // The intent's fsyncs (the journal's: exactly one per call), and the
+    // database's, which only checkpoints cause (after a body, amortised).
+    let journal_fsyncs = j1 - j0;
+    let checkpoint_fsyncs = (f1 - f0) - journal_fsyncs;
+    let size = intent_size(&log);
+    let raw = raw_fdatasync(state.path(), size, n);
+    let raw_overwrite = raw_overwrite_fdatasync(state.path(), size, n);
+    let over = durable.p50 - raw.p50;
+    let over_overwrite = durable.p50 - raw_overwrite.p50;
     report.insert(
         "durable_call".into(),
-        json!({ "tool": "noop", "stats": js(&durable), "fsyncs_per_call": round(fsyncs_per_call * 100.0) / 100.0,
-                "file_growths": grows, "raw_write_fdatasync": js(&raw),
-                "p50_over_raw_us": round(durable.p50 - raw.p50), "target_over_raw_us": 150.0,
-                "calls_counted": calls, "met": durable.p50 - raw.p50 <= 150.0 && (f1 - f0) <= calls + grows }),
+        json!({ "tool": "noop", "stats": js(&durable), "fsyncs_per_call": (fsyncs_per_call * 1000.0).round() / 1000.0,
+                "intent_fsyncs": journal_fsyncs, "checkpoint_fsyncs": checkpoint_fsyncs,
+                "file_growths": grows, "record_bytes": size,
+                "raw_write_fdatasync": js(&raw), "p50_over_raw_us": round(over),
+                "raw_overwrite_preallocated_fdatasync": js(&raw_overwrite),
+                "p50_over_raw_overwrite_us": round(over_overwrite), "target_over_raw_us": 150.0,
+                "calls_counted": calls,
+                "met": over <= 150.0 && over_overwrite <= 150.0 && journal_fsyncs == calls }),
     );
 
     // 4. A batch of 16 concurrency-safe calls: fsyncs and throughput against
@@ -313,18 +325,48 @@ async fn main() {
     let cold = load_all(&tools, None).await;
     let warm_dir = tempfile::tempdir().unwrap();
     load_all(&tools, Some(warm_dir.path())).await; // fill the cache
-    let (cached, compiles_when_cached) = {
-        let rt = Runtime::new(RuntimeOptions {
-            cache_dir: Some(warm_dir.path().to_path_buf()),
-            ..RuntimeOptions::default()
-        })
-        .unwrap();
+    // Each from a fresh runtime, the median of several rounds: one after the
+    // other, and all at once as `HostBuilder::build` loads them.
+    let mut sequential = Vec::new();
+    let mut concurrent = Vec::new();
+    let mut compiles_when_cached = 0;
+    for _ in 0..if ctx.quick { 3 } else { 7 } {
+        let rt = Arc::new(
+            Runtime::new(RuntimeOptions {
+                cache_dir: Some(warm_dir.path().to_path_buf()),
+                ..RuntimeOptions::default()
+            })
+            .unwrap(),
+        );
         let t = Instant::now();
         for (name, bytes) in &tools {
             rt.load(name, bytes).await.unwrap();
         }
-        (t.elapsed(), rt.cache().compiles())
-    };
+        sequential.push(t.elapsed().as_secs_f64() * 1e3 / 10.0);
+        let rt2 = Arc::new(
+            Runtime::new(RuntimeOptions {
+                cache_dir: Some(warm_dir.path().to_path_buf()),
+                ..RuntimeOptions::default()
+            })
+            .unwrap(),
+        );
+        let t = Instant::now();
+        let tasks: Vec<_> = tools
+            .iter()
+            .cloned()
+            .map(|(name, bytes)| {
+                let rt = rt2.clone();
+                tokio::spawn(async move { rt.load(&name, &bytes).await.map(|_| ()) })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        concurrent.push(t.elapsed().as_secs_f64() * 1e3 / 10.0);
+        compiles_when_cached += rt.cache().compiles() + rt2.cache().compiles();
+    }
+    let cached = stats(sequential).p50;
+    let cached_concurrent = stats(concurrent).p50;
     let calls_compiles = {
         let before = runtime.cache().compiles();
         for _ in 0..100 {
@@ -334,10 +376,11 @@ async fn main() {
     };
     report.insert(
         "load10".into(),
-        json!({ "compile_ms_per_tool": round(cold.as_secs_f64() * 1e3 / 10.0), "cached_ms_per_tool": round(cached.as_secs_f64() * 1e3 / 10.0),
+        json!({ "compile_ms_per_tool": round(cold.as_secs_f64() * 1e3 / 10.0),
+                "cached_ms_per_tool": (cached * 100.0).round() / 100.0, "cached_concurrent_ms_per_tool": (cached_concurrent * 100.0).round() / 100.0,
                 "compiles_when_cached": compiles_when_cached, "compiles_on_call_path_per_100_calls": calls_compiles,
-                "speedup": round(cold.as_secs_f64() / cached.as_secs_f64()), "target_ms_per_tool": 1.0,
-                "met": cached.as_secs_f64() * 1e3 / 10.0 <= 1.0 && calls_compiles == 0 }),
+                "speedup": round(cold.as_secs_f64() * 1e3 / 10.0 / cached), "target_ms_per_tool": 1.0,
+                "met": cached <= 1.0 && calls_compiles == 0 }),
     );
 
     // 6. Epoch-only and fuel+epoch overhead against an unmetered run.
@@ -549,6 +592,32 @@ fn raw_fdatasync(dir: &Path, size: usize, n: usize) -> Stats {
     for _ in 0..n {
         let t = Instant::now();
         f.write_all(&buf).unwrap();
+        f.sync_data().unwrap();
+        samples.push(us(t.elapsed()));
+    }
+    stats(samples)
+}
+
+/// A raw write of `size` bytes + `fdatasync` into a file that was
+/// zero-filled and synced beforehand (no size change to journal): the
+/// cheapest way to make the same bytes durable, and what the intent journal
+/// does.
+fn raw_overwrite_fdatasync(dir: &Path, size: usize, n: usize) -> Stats {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(dir.join("raw-prealloc.bin"))
+        .unwrap();
+    f.write_all_at(&vec![0u8; size * n], 0).unwrap();
+    f.sync_all().unwrap();
+    let buf = vec![b'x'; size];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        f.write_all_at(&buf, (i * size) as u64).unwrap();
         f.sync_data().unwrap();
         samples.push(us(t.elapsed()));
     }

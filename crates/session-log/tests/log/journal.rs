@@ -67,7 +67,17 @@ fn over_thousands_of_calls_checkpoints_add_under_one_percent_of_fsyncs() {
     let before = syncs(&dbc, &walc);
     let n = 3000u64;
     for i in 0..n {
-        one_call(&log, &format!("c{i}"));
+        let id = format!("c{i}");
+        // The intent (before the body): exactly one fsync, the journal's,
+        // whatever the checkpoints do.
+        let at = syncs(&dbc, &walc);
+        log.record_intents_after(&[call(&id)], &[intent(&id)])
+            .unwrap();
+        assert_eq!(syncs(&dbc, &walc), (at.0, at.1 + 1), "intent of call {i}");
+        // The result: no fsync, except a checkpoint's database commit.
+        let at = syncs(&dbc, &walc);
+        log.append(&[result(&id)], Durability::Lazy).unwrap();
+        assert_eq!(walc.fsyncs(), at.1, "result of call {i}");
     }
     let (db_syncs, wal_syncs) = (dbc.fsyncs() - before.0, walc.fsyncs() - before.1);
     eprintln!("{n} calls: {wal_syncs} journal fsyncs, {db_syncs} database fsyncs (checkpoints)");
