@@ -249,12 +249,33 @@ async fn main() {
     let log = Arc::new(SessionLog::open_with_journal(storage, journal).unwrap());
     let durable_host = ctx.host(runtime.clone(), Some(log.clone())).await;
     let n = ctx.iters(1000);
+    let bytes0 = counter.1.bytes_written();
     for _ in 0..50 {
         durable_host.call(noop()).await;
     }
+    // What one call writes to the journal: its record (the call, the intent
+    // and the previous call's result). The raw writes below write as much.
+    let record = ((counter.1.bytes_written() - bytes0) / 50) as usize;
+    // Paired: each durable call is followed by one raw write + fdatasync of
+    // each kind, so that all three see the same disk at the same time.
+    let mut append = RawAppend::new(state.path(), record);
+    let mut overwrite = RawOverwrite::new(state.path(), record, n + warm_ups(n));
     let (f0, g0, j0) = (counter.fsyncs(), counter.grows(), counter.1.fsyncs());
-    let durable = timed_calls(&durable_host, noop, n).await;
+    let (mut durable, mut raw, mut raw_overwrite) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n + warm_ups(n) {
+        let t = Instant::now();
+        let r = durable_host.call(noop()).await;
+        let took = us(t.elapsed());
+        assert!(r.is_ok(), "{r:?}");
+        let (a, o) = (append.once(), overwrite.once());
+        if i >= warm_ups(n) {
+            durable.push(took);
+            raw.push(a);
+            raw_overwrite.push(o);
+        }
+    }
     let (f1, g1, j1) = (counter.fsyncs(), counter.grows(), counter.1.fsyncs());
+    let (durable, raw, raw_overwrite) = (stats(durable), stats(raw), stats(raw_overwrite));
     let calls = (n + warm_ups(n)) as u64;
     let fsyncs_per_call = (f1 - f0) as f64 / calls as f64;
     let grows = g1 - g0;
@@ -262,16 +283,13 @@ async fn main() {
     // database's, which only checkpoints cause (after a body, amortised).
     let journal_fsyncs = j1 - j0;
     let checkpoint_fsyncs = (f1 - f0) - journal_fsyncs;
-    let size = intent_size(&log);
-    let raw = raw_fdatasync(state.path(), size, n);
-    let raw_overwrite = raw_overwrite_fdatasync(state.path(), size, n);
     let over = durable.p50 - raw.p50;
     let over_overwrite = durable.p50 - raw_overwrite.p50;
     report.insert(
         "durable_call".into(),
         json!({ "tool": "noop", "stats": js(&durable), "fsyncs_per_call": (fsyncs_per_call * 1000.0).round() / 1000.0,
                 "intent_fsyncs": journal_fsyncs, "checkpoint_fsyncs": checkpoint_fsyncs,
-                "file_growths": grows, "record_bytes": size,
+                "file_growths": grows, "record_bytes": record,
                 "raw_write_fdatasync": js(&raw), "p50_over_raw_us": round(over),
                 "raw_overwrite_preallocated_fdatasync": js(&raw_overwrite),
                 "p50_over_raw_overwrite_us": round(over_overwrite), "target_over_raw_us": 150.0,
@@ -568,60 +586,72 @@ async fn load_all(tools: &[(String, Vec<u8>)], cache: Option<&Path>) -> Duration
     t.elapsed()
 }
 
-/// The size of one intent record, to time a raw write of the same size.
-fn intent_size(log: &SessionLog) -> usize {
-    log.events()
-        .ok()
-        .and_then(|e| {
-            e.iter()
-                .rev()
-                .find(|e| e.kind == toolhost::log::EventKind::ToolIntent)
-                .map(|e| e.payload.to_string().len())
-        })
-        .unwrap_or(256)
+/// A raw append of `size` bytes + `fdatasync` (the file grows each time).
+struct RawAppend {
+    file: std::fs::File,
+    buf: Vec<u8>,
 }
 
-fn raw_fdatasync(dir: &Path, size: usize, n: usize) -> Stats {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("raw.bin"))
-        .unwrap();
-    let buf = vec![b'x'; size];
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        f.write_all(&buf).unwrap();
-        f.sync_data().unwrap();
-        samples.push(us(t.elapsed()));
+impl RawAppend {
+    fn new(dir: &Path, size: usize) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("raw.bin"))
+            .unwrap();
+        RawAppend {
+            file,
+            buf: vec![b'x'; size],
+        }
     }
-    stats(samples)
+
+    /// One write + fdatasync; its time in microseconds.
+    fn once(&mut self) -> f64 {
+        let t = Instant::now();
+        self.file.write_all(&self.buf).unwrap();
+        self.file.sync_data().unwrap();
+        us(t.elapsed())
+    }
 }
 
 /// A raw write of `size` bytes + `fdatasync` into a file that was
 /// zero-filled and synced beforehand (no size change to journal): the
 /// cheapest way to make the same bytes durable, and what the intent journal
 /// does.
-fn raw_overwrite_fdatasync(dir: &Path, size: usize, n: usize) -> Stats {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(dir.join("raw-prealloc.bin"))
-        .unwrap();
-    f.write_all_at(&vec![0u8; size * n], 0).unwrap();
-    f.sync_all().unwrap();
-    let buf = vec![b'x'; size];
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n {
-        let t = Instant::now();
-        f.write_all_at(&buf, (i * size) as u64).unwrap();
-        f.sync_data().unwrap();
-        samples.push(us(t.elapsed()));
+struct RawOverwrite {
+    file: std::fs::File,
+    buf: Vec<u8>,
+    at: u64,
+}
+
+impl RawOverwrite {
+    fn new(dir: &Path, size: usize, n: usize) -> Self {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(dir.join("raw-prealloc.bin"))
+            .unwrap();
+        file.write_all_at(&vec![0u8; size * n], 0).unwrap();
+        file.sync_all().unwrap();
+        RawOverwrite {
+            file,
+            buf: vec![b'x'; size],
+            at: 0,
+        }
     }
-    stats(samples)
+
+    /// One write + fdatasync; its time in microseconds.
+    fn once(&mut self) -> f64 {
+        use std::os::unix::fs::FileExt;
+        let t = Instant::now();
+        self.file.write_all_at(&self.buf, self.at).unwrap();
+        self.file.sync_data().unwrap();
+        self.at += self.buf.len() as u64;
+        us(t.elapsed())
+    }
 }
 
 fn spawn_stats(n: usize, cmd: impl Fn() -> std::process::Command) -> Stats {

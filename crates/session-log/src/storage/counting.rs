@@ -14,6 +14,7 @@ use super::Storage;
 pub struct SyncCounter {
     syncs: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
     grows: Arc<AtomicU64>,
 }
 
@@ -26,6 +27,11 @@ impl SyncCounter {
     /// How many [`Storage::write`] calls succeeded so far.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
+    }
+
+    /// How many bytes the successful [`Storage::write`] calls wrote so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes.load(Ordering::SeqCst)
     }
 
     /// How many [`Storage::set_len`] calls grew the storage so far. redb syncs once
@@ -70,6 +76,9 @@ impl<S: Storage> Storage for CountingStorage<S> {
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.inner.write(offset, data)?;
         self.counter.writes.fetch_add(1, Ordering::SeqCst);
+        self.counter
+            .bytes
+            .fetch_add(data.len() as u64, Ordering::SeqCst);
         Ok(())
     }
 
