@@ -104,6 +104,10 @@ fn read4k() -> CallRequest {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--memory-child") {
+        println!("{}", memory_child().await);
+        return;
+    }
     let as_json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
     let cache = tempfile::tempdir().unwrap();
@@ -422,44 +426,22 @@ async fn main() {
     report.insert("metering".into(), Value::Object(overhead));
 
     // 7. Memory: resident memory with 10 tools loaded and idle, and per
-    //    concurrent call.
+    //    concurrent call. Measured in a child process of its own, so that
+    //    the runtimes of the other sections are not counted.
     drop(durable_host);
-    let idle = {
-        let rt = Arc::new(Runtime::new(ctx.options()).unwrap());
-        // Ten components held by the runtime: the five example tools, twice
-        // (distinct sources, so each is its own loaded component).
-        let before = rss_bytes();
-        let mut loaded = Vec::new();
-        for round in 0..2 {
-            for (name, bytes) in toolhost::EMBEDDED_TOOLS {
-                loaded.push(rt.load(&format!("{round}:{name}"), bytes).await.unwrap());
-            }
-        }
-        let idle_rss = rss_bytes();
-        let mut b = HostBuilder::new();
-        b.runtime(rt.clone())
-            .workspace(ctx.workspace.path())
-            .embedded_tools();
-        let h = b.build().await.unwrap();
-        // Concurrent calls: 32 sleeps of 300 ms at once.
-        let sampler = tokio::spawn(async {
-            let mut peak = 0;
-            for _ in 0..30 {
-                peak = peak.max(rss_bytes());
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            peak
-        });
-        let calls: Vec<_> = (0..32)
-            .map(|_| CallRequest::new("sleep", json!({"ms": 300})).mode(SandboxMode::None))
-            .collect();
-        let results = h.call_batch(calls).await;
-        assert!(results.iter().all(|r| r.is_ok()));
-        let peak = sampler.await.unwrap();
-        json!({ "rss_before_load_mib": mib(before), "rss_10_tools_loaded_idle_mib": mib(idle_rss), "loaded_components": loaded.len(),
-                "rss_peak_32_concurrent_calls_mib": mib(peak), "per_concurrent_call_kib": ((peak.saturating_sub(idle_rss)) / 32 / 1024) })
-    };
-    report.insert("memory".into(), idle);
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--memory-child")
+        .env("TOOLHOST_BENCH_CACHE", &ctx.cache)
+        .env("TOOLHOST_BENCH_WS", ctx.workspace.path())
+        .output()
+        .unwrap();
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    let memory: Value = serde_json::from_slice(&child.stdout).unwrap();
+    report.insert("memory".into(), memory);
 
     // 8. The alternatives, on the same work: read a 4 KiB file and return it.
     let th = timed_calls(&host, read4k, ctx.iters(2000)).await;
@@ -513,6 +495,71 @@ async fn main() {
     } else {
         println!("{}", serde_json::to_string_pretty(&report).unwrap());
     }
+}
+
+/// Section 7, in a process of its own: resident memory before anything is
+/// loaded, with ten components loaded and idle, and at the peak of 32
+/// concurrent calls (with and without file system access).
+async fn memory_child() -> Value {
+    let cache = PathBuf::from(std::env::var_os("TOOLHOST_BENCH_CACHE").unwrap());
+    let ws = PathBuf::from(std::env::var_os("TOOLHOST_BENCH_WS").unwrap());
+    let start = rss_bytes();
+    let rt = Arc::new(
+        Runtime::new(RuntimeOptions {
+            cache_dir: Some(cache),
+            max_concurrent_calls: 64,
+            ..RuntimeOptions::default()
+        })
+        .unwrap(),
+    );
+    // Ten loaded components: the host's five example tools, and the same
+    // five loaded again under other names (each its own component).
+    let mut b = HostBuilder::new();
+    b.runtime(rt.clone()).workspace(&ws).embedded_tools();
+    let host = b.build().await.unwrap();
+    let mut more = Vec::new();
+    for (name, bytes) in toolhost::EMBEDDED_TOOLS {
+        more.push(rt.load(&format!("again:{name}"), bytes).await.unwrap());
+    }
+    // One call of each kind first, so that one-time set-up is not counted
+    // per call.
+    for mode in [SandboxMode::None, SandboxMode::ReadOnly] {
+        let r = host
+            .call(CallRequest::new("sleep", json!({"ms": 1})).mode(mode))
+            .await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let idle = rss_bytes();
+    let mut per_call = serde_json::Map::new();
+    for (label, mode) in [
+        ("none", SandboxMode::None),
+        ("read_only", SandboxMode::ReadOnly),
+    ] {
+        let base = rss_bytes();
+        let sampler = tokio::spawn(async {
+            let mut peak = 0;
+            for _ in 0..40 {
+                peak = peak.max(rss_bytes());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            peak
+        });
+        let calls: Vec<_> = (0..32)
+            .map(|_| CallRequest::new("sleep", json!({"ms": 300})).mode(mode))
+            .collect();
+        let results = host.call_batch(calls).await;
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        let peak = sampler.await.unwrap();
+        per_call.insert(
+            label.into(),
+            json!({ "rss_peak_32_concurrent_calls_mib": mib(peak),
+                    "per_concurrent_call_kib": peak.saturating_sub(base) / 32 / 1024 }),
+        );
+    }
+    json!({ "loaded_components": 5 + more.len(), "rss_process_start_mib": mib(start),
+            "rss_10_tools_loaded_idle_mib": mib(idle), "host_idle_over_start_mib": mib(idle - start),
+            "concurrent_calls": per_call })
 }
 
 /// The fsyncs and file growths of the database and the journal together.
