@@ -114,7 +114,9 @@ impl NewEvent {
 /// An event as stored in the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// Global sequence number: from 1, strictly increasing in append order, never reused.
+    /// Global sequence number: from 1, strictly increasing in append order. A number is
+    /// never reused once its event is durable; a lazily appended event that a crash lost
+    /// (readers may have seen it) leaves its number to the next event appended.
     pub seq: u64,
     /// The call this event belongs to.
     pub call_id: String,

@@ -15,13 +15,20 @@
 //! - **Lazy append:** the events are *unsynced* (in memory only) and unapplied. The next
 //!   durable append or [`SessionLog::flush`] carries them into the journal.
 //! - **Apply:** before any read, unapplied events are inserted into redb in one
-//!   non-durable commit (no sync), so readers see every appended event.
-//! - **Checkpoint:** when the journal holds [`CHECKPOINT_BYTES`] (or too many events wait
-//!   in memory), and when the log is dropped: apply, one durable redb commit (which makes
-//!   every non-durable commit before it durable), then the journal starts a new round.
+//!   non-durable commit (no sync), so readers see every appended event. A read holds the
+//!   journal's lock until it is done, so appends wait for it; and since it writes, a
+//!   storage failure during a read breaks the log like any other write.
+//! - **Checkpoint:** on a lazy append once the journal holds [`CHECKPOINT_BYTES`] (or
+//!   [`CHECKPOINT_EVENTS`] wait in memory), on a durable append only at four times those
+//!   (a log without lazy appends), and when the log is dropped: apply, one durable redb
+//!   commit (which makes every non-durable commit before it durable), then the journal
+//!   starts a new round.
 //! - **Open:** the journal's events after the database's last event are inserted in one
 //!   durable commit, then the journal starts a new round. A crash therefore loses no
-//!   event whose durable append returned.
+//!   event whose durable append returned. The journal's events that the database already
+//!   has must be byte for byte the stored ones, and the first missing one must follow the
+//!   database's last: otherwise the files do not belong together and opening fails
+//!   ([`LogError::Corrupt`](crate::LogError::Corrupt)), leaving both untouched.
 //!
 //! [`SessionLog::open`]: crate::SessionLog::open
 //! [`SessionLog::flush`]: crate::SessionLog::flush
@@ -35,13 +42,13 @@ use crate::event::{NewEvent, decode_event};
 use crate::log::{Durability, RedbLog, insert_staged, next_seq, now_unix_ms, stage};
 use crate::storage::Storage;
 use crate::tables::EVENTS;
-use crate::wal::{Journal, Staged, encode_record, parse};
+use crate::wal::{Journal, Staged, encode_record};
 
 /// A checkpoint runs once the journal's current round holds this many bytes.
 pub(crate) const CHECKPOINT_BYTES: u64 = 768 * 1024;
 
 /// ... or once this many events wait in memory for redb.
-const CHECKPOINT_EVENTS: usize = 4096;
+pub(crate) const CHECKPOINT_EVENTS: usize = 4096;
 
 /// The journal and the events on their way to redb.
 #[derive(Debug)]
@@ -71,16 +78,29 @@ impl RedbLog {
     pub(crate) fn attach_journal(&mut self, storage: Box<dyn Storage>) -> Result<(), LogError> {
         let journal_error = |e: std::io::Error| storage_error("intent journal", &e);
         let mut journal = Journal::new(storage).map_err(journal_error)?;
-        let bytes = journal.read_all().map_err(journal_error)?;
-        let (events, end) = parse(&bytes);
-        let last = {
+        let (events, end) = journal.read_records().map_err(journal_error)?;
+        let (last, missing) = {
             let read = self.db.begin_read().map_err(from_redb)?;
             let table = read.open_table(EVENTS).map_err(from_redb)?;
-            next_seq(&table)? - 1
+            let last = next_seq(&table)? - 1;
+            // Events the database has must be exactly the journal's: the journal holds
+            // the stored bytes (timestamps included), so anything else means the two
+            // files do not belong together (a replaced or rewritten database).
+            let (kept, missing): (Vec<_>, Vec<_>) =
+                events.into_iter().partition(|(seq, _)| *seq <= last);
+            for (seq, bytes) in &kept {
+                let stored = table.get(*seq).map_err(from_redb)?;
+                if stored.as_ref().map(|s| s.value()) != Some(bytes.as_slice()) {
+                    return Err(LogError::Corrupt(format!(
+                        "the intent journal's event {seq} differs from the database's: the \
+                         journal belongs to another log"
+                    )));
+                }
+            }
+            (last, missing)
         };
-        let missing: Vec<Staged> = events
+        let missing: Vec<Staged> = missing
             .into_iter()
-            .filter(|(seq, _)| *seq > last)
             .map(|(seq, bytes)| {
                 let event = decode_event(seq, &bytes)?;
                 Ok(Staged {
@@ -103,7 +123,11 @@ impl RedbLog {
         if !missing.is_empty() {
             self.write(Durability::Durable, |tx| insert_staged(tx, &missing))?;
         }
-        let next_seq = missing.last().map_or(last, |s| s.seq) + 1;
+        let next_seq = missing
+            .last()
+            .map_or(last, |s| s.seq)
+            .checked_add(1)
+            .ok_or_else(exhausted)?;
         journal.set_round_end(end);
         journal.reset().map_err(journal_error)?;
         journal.prepare().map_err(journal_error)?;
@@ -139,6 +163,7 @@ impl RedbLog {
         durability: Durability,
     ) -> Result<Vec<u64>, LogError> {
         let mut state = Self::state(journaled)?;
+        let after = advance(state.next_seq, events.len())?;
         let staged = stage(events, state.next_seq, now_unix_ms())?;
         let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
         match durability {
@@ -150,7 +175,7 @@ impl RedbLog {
             }
             Durability::Lazy => state.unsynced.extend(staged.iter().cloned()),
         }
-        state.next_seq += staged.len() as u64;
+        state.next_seq = after;
         state.unapplied.extend(staged);
         // A checkpoint costs a durable redb commit: it runs on a lazy append
         // (a result, after the body), so that a durable append (an intent,
@@ -224,9 +249,10 @@ impl RedbLog {
         state: &mut JournalState,
         events: &[NewEvent],
     ) -> Result<(), LogError> {
+        let after = advance(state.next_seq, events.len())?;
         let staged = stage(events, state.next_seq, now_unix_ms())?;
         journal_record(state, &staged)?;
-        state.next_seq += staged.len() as u64;
+        state.next_seq = after;
         state.unapplied.extend(staged);
         Ok(())
     }
@@ -246,15 +272,29 @@ impl RedbLog {
 }
 
 /// Writes the unsynced events and then `staged` as one journal record (one `fdatasync`).
-/// On failure the log is broken: the record may or may not have reached the storage.
+/// A record that cannot be encoded is refused ([`LogError::Invalid`], nothing written).
+/// On a storage failure the log is broken: the record may or may not have reached the
+/// storage.
 fn journal_record(state: &mut JournalState, staged: &[Staged]) -> Result<(), LogError> {
     let events: Vec<&Staged> = state.unsynced.iter().chain(staged).collect();
-    let written = encode_record(&events).and_then(|record| state.journal.append(&record));
-    if let Err(e) = written {
+    let record = encode_record(&events).map_err(|e| LogError::Invalid(e.to_string()))?;
+    if let Err(e) = state.journal.append(&record) {
         let e = storage_error("intent journal", &e);
         state.broken = Some(e.to_string());
         return Err(e);
     }
     state.unsynced.clear();
     Ok(())
+}
+
+/// The sequence number after `count` events from `next`.
+fn advance(next: u64, count: usize) -> Result<u64, LogError> {
+    u64::try_from(count)
+        .ok()
+        .and_then(|n| next.checked_add(n))
+        .ok_or_else(exhausted)
+}
+
+fn exhausted() -> LogError {
+    LogError::Corrupt("the sequence number space is exhausted".to_string())
 }

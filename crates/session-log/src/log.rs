@@ -63,8 +63,11 @@ pub const SESSION_CALL_ID: &str = "";
 /// How durable a commit must be before [`SessionLog::append`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
-    /// Durable on return: the commit was synced to storage (one `fdatasync`, plus one
-    /// more in the rare commit that grows the file; redb grows it geometrically).
+    /// Durable on return: synced to storage. In the journaled mode of
+    /// [`SessionLog::open`], one journal record and one `fdatasync` (a log that gets no
+    /// lazy appends may also pay for a rare checkpoint); without a journal, one redb
+    /// commit and its `fdatasync`, plus one more in the rare commit that grows the file
+    /// (redb grows it geometrically).
     Durable,
     /// Committed and visible to readers on return, but not synced: a crash may lose it.
     /// It becomes durable with the next [`Durability::Durable`] commit or
@@ -72,7 +75,8 @@ pub enum Durability {
     Lazy,
 }
 
-/// The durable session log: one redb database holding append-only events.
+/// The durable session log: one redb database (and, when opened with
+/// [`SessionLog::open`], its intent journal) holding append-only events.
 ///
 /// `Send + Sync`: share it behind an `Arc`. Appends from several threads are serialised.
 ///
@@ -236,8 +240,10 @@ impl SessionLog {
         self.append(&all, Durability::Durable)
     }
 
-    /// Makes every earlier [`Durability::Lazy`] append durable (an empty durable commit:
-    /// one `fdatasync`). Does nothing when there is nothing to make durable.
+    /// Makes every earlier [`Durability::Lazy`] append durable: one journal record of
+    /// the lazy events in the journaled mode, an empty durable redb commit without a
+    /// journal; one `fdatasync` either way. Does nothing when there is nothing to make
+    /// durable.
     ///
     /// # Errors
     ///
@@ -289,7 +295,8 @@ impl SessionLog {
 
     /// Resolves every pending call (a durable `tool/intent` without a `tool/result`) as
     /// `TOOL_OUTCOME_UNKNOWN`, plus one `session/recovered` event, in one durable commit.
-    /// Idempotent: when nothing is pending it writes nothing at all.
+    /// Idempotent: when nothing is pending it appends nothing (in the journaled mode it
+    /// may still move appended events into the database, as every read does).
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
     /// this process is pending too, and would be resolved as unknown.
@@ -399,15 +406,13 @@ impl RedbLog {
         let storage = FileStorage::open(&path)?;
         let mut log = RedbLog::open_with_backend(storage)?;
         let journal_path = state_dir.join(JOURNAL_NAME);
-        let created = !journal_path.exists();
         log.attach_journal(Box::new(FileStorage::open(&journal_path)?))?;
-        if created {
-            // The journal's directory entry must survive a power loss before any
-            // record in it is relied on.
-            std::fs::File::open(state_dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
-        }
+        // The journal's directory entry must survive a power loss before any record in
+        // it is relied on. Synced on every open, not only when this open created the
+        // file: an earlier open may have died between creating it and syncing.
+        std::fs::File::open(state_dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
         Ok(log)
     }
 

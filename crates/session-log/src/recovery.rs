@@ -37,7 +37,8 @@ impl RedbLog {
     /// `tool/result` with `TOOL_OUTCOME_UNKNOWN` for each, then one `session/recovered`
     /// event (call id [`SESSION_CALL_ID`]) listing them, all in one durable commit.
     ///
-    /// Idempotent: when nothing is pending it writes nothing at all.
+    /// Idempotent: when nothing is pending it appends nothing (in the journaled mode it
+    /// may still move appended events into the database, as every read does).
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
     /// this process is pending too, and would be resolved as unknown.

@@ -38,6 +38,10 @@ const HEADER: usize = 12;
 /// The journal file is grown in steps of this many zero bytes.
 pub(crate) const GROW_STEP: u64 = 1 << 20;
 
+/// A journal file longer than this (grown by a large record) is cut back to
+/// [`GROW_STEP`] when a round ends.
+pub(crate) const SHRINK_ABOVE: u64 = 2 * GROW_STEP;
+
 /// One event ready for the events table: its sequence number, the two facts the indexes
 /// need, and its stored bytes.
 #[derive(Debug, Clone)]
@@ -48,9 +52,35 @@ pub(crate) struct Staged {
     pub(crate) bytes: Vec<u8>,
 }
 
-/// The encoding of one record holding `events` (consecutive sequence numbers).
-pub(crate) fn encode_record(events: &[&Staged]) -> io::Result<Vec<u8>> {
-    let too_big = || io::Error::other("a journal record larger than 4 GiB");
+/// The events of a journal's intact records as `(seq, stored bytes)`, in order, and the
+/// offset where those records end.
+pub(crate) type Parsed = (Vec<(u64, Vec<u8>)>, u64);
+
+/// Why a record cannot be encoded (nothing was written).
+#[derive(Debug)]
+pub(crate) enum EncodeError {
+    /// No events: a record without events would end the journal on replay.
+    Empty,
+    /// The record would be larger than 4 GiB.
+    TooBig,
+}
+
+impl std::fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EncodeError::Empty => "a journal record needs at least one event",
+            EncodeError::TooBig => "a journal record would be larger than 4 GiB",
+        })
+    }
+}
+
+/// The encoding of one record holding `events` (at least one, consecutive sequence
+/// numbers).
+pub(crate) fn encode_record(events: &[&Staged]) -> Result<Vec<u8>, EncodeError> {
+    if events.is_empty() {
+        return Err(EncodeError::Empty);
+    }
+    let too_big = || EncodeError::TooBig;
     let mut payload =
         Vec::with_capacity(4 + events.iter().map(|e| 12 + e.bytes.len()).sum::<usize>());
     payload.extend_from_slice(
@@ -80,14 +110,48 @@ pub(crate) fn encode_record(events: &[&Staged]) -> io::Result<Vec<u8>> {
 }
 
 /// The events of the journal's intact records, in order, as `(seq, stored bytes)`, and the
-/// offset where the intact records end. Never fails: whatever is not an intact
+/// offset where the intact records end. Never fails on content: whatever is not an intact
 /// continuation ends the journal (see the module documentation).
-pub(crate) fn parse(bytes: &[u8]) -> (Vec<(u64, Vec<u8>)>, u64) {
+#[cfg(test)]
+pub(crate) fn parse(bytes: &[u8]) -> Parsed {
+    let read = |at: u64, out: &mut [u8]| {
+        let start = usize::try_from(at).map_err(io::Error::other)?;
+        let src = bytes
+            .get(start..start + out.len())
+            .ok_or_else(|| io::Error::other("read past the end"))?;
+        out.copy_from_slice(src);
+        Ok(())
+    };
+    parse_with(bytes.len() as u64, read).unwrap_or_default()
+}
+
+/// [`parse`] over a file of `len` bytes read through `read(offset, out)`, one record at
+/// a time: nothing is allocated beyond one record, and a record is read only when its
+/// header says it fits in the file. Fails only when `read` does.
+fn parse_with(
+    len: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
+) -> io::Result<Parsed> {
     let mut events = Vec::new();
-    let mut at = 0usize;
+    let mut at = 0u64;
     let mut expected: Option<u64> = None;
-    while let Some(record) = next_record(bytes, at) {
-        let Some(payload_events) = parse_payload(record.payload) else {
+    while let Some(start) = at.checked_add(HEADER as u64).filter(|s| *s <= len) {
+        let mut header = [0u8; HEADER];
+        read(at, &mut header)?;
+        let [m0, m1, m2, m3, l0, l1, l2, l3, c0, c1, c2, c3] = header;
+        if [m0, m1, m2, m3] != MAGIC {
+            break;
+        }
+        let payload_len = u64::from(u32::from_le_bytes([l0, l1, l2, l3]));
+        let Some(end) = start.checked_add(payload_len).filter(|e| *e <= len) else {
+            break;
+        };
+        let mut payload = vec![0u8; usize::try_from(payload_len).map_err(io::Error::other)?];
+        read(start, &mut payload)?;
+        if crc32fast::hash(&payload) != u32::from_le_bytes([c0, c1, c2, c3]) {
+            break;
+        }
+        let Some(payload_events) = parse_payload(&payload) else {
             break;
         };
         let Some(&(first, _)) = payload_events.first() else {
@@ -100,34 +164,12 @@ pub(crate) fn parse(bytes: &[u8]) -> (Vec<(u64, Vec<u8>)>, u64) {
             .last()
             .and_then(|(last, _)| last.checked_add(1));
         events.extend(payload_events.into_iter().map(|(seq, b)| (seq, b.to_vec())));
-        at = record.end;
+        at = end;
         if expected.is_none() {
             break;
         }
     }
-    (events, at as u64)
-}
-
-struct Record<'a> {
-    payload: &'a [u8],
-    end: usize,
-}
-
-/// The intact record at `at`, if there is one.
-fn next_record(bytes: &[u8], at: usize) -> Option<Record<'_>> {
-    let header = bytes.get(at..at.checked_add(HEADER)?)?;
-    if header[..4] != MAGIC {
-        return None;
-    }
-    let len = usize::try_from(u32::from_le_bytes(header[4..8].try_into().ok()?)).ok()?;
-    let crc = u32::from_le_bytes(header[8..12].try_into().ok()?);
-    let start = at + HEADER;
-    let end = start.checked_add(len)?;
-    let payload = bytes.get(start..end)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
-    }
-    Some(Record { payload, end })
+    Ok((events, at))
 }
 
 /// The events of a payload; `None` if it is malformed or its sequence numbers are not
@@ -184,14 +226,10 @@ impl Journal {
         })
     }
 
-    /// Every byte of the file.
-    pub(crate) fn read_all(&self) -> io::Result<Vec<u8>> {
-        let len = usize::try_from(self.capacity).map_err(io::Error::other)?;
-        let mut bytes = vec![0; len];
-        if len > 0 {
-            self.storage.read(0, &mut bytes)?;
-        }
-        Ok(bytes)
+    /// The events of the file's intact records and where they end (see [`parse`]),
+    /// read one record at a time.
+    pub(crate) fn read_records(&self) -> io::Result<Parsed> {
+        parse_with(self.capacity, |at, out| self.storage.read(at, out))
     }
 
     /// The bytes of records written in the current round.
@@ -254,10 +292,17 @@ impl Journal {
 
     /// Starts a new round: every record so far is in the database durably. The records
     /// are overwritten with zeros (not synced: a crash may bring stale records back, and
-    /// their sequence numbers are then already in the database).
+    /// their events are then already in the database, byte for byte). A file that one
+    /// large record grew past [`SHRINK_ABOVE`] is cut back to one growth step.
     pub(crate) fn reset(&mut self) -> io::Result<()> {
         let used = self.len;
         self.len = 0;
+        if self.capacity > SHRINK_ABOVE {
+            self.zero(0, used.min(GROW_STEP))?;
+            self.storage.set_len(GROW_STEP)?;
+            self.capacity = GROW_STEP;
+            return Ok(());
+        }
         self.zero(0, used)
     }
 
@@ -329,6 +374,33 @@ mod tests {
             parse(&record(&[staged(1, "a"), staged(3, "b")]))
                 .0
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_empty_record_is_refused() {
+        assert!(matches!(encode_record(&[]), Err(EncodeError::Empty)));
+    }
+
+    #[test]
+    fn a_length_past_the_end_of_the_file_ends_the_journal_without_reading_it() {
+        let first = record(&[staged(1, "a")]);
+        let mut file = first.clone();
+        file.extend_from_slice(&MAGIC);
+        file.extend_from_slice(&u32::MAX.to_le_bytes());
+        file.extend_from_slice(&[0; 4]);
+        let mut largest_read = 0;
+        let parsed = parse_with(file.len() as u64, |at, out| {
+            largest_read = largest_read.max(out.len());
+            let start = at as usize;
+            out.copy_from_slice(&file[start..start + out.len()]);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(parsed, (vec![(1, b"a".to_vec())], first.len() as u64));
+        assert!(
+            largest_read < first.len(),
+            "read {largest_read} bytes at once"
         );
     }
 

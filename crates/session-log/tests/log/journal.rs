@@ -4,8 +4,8 @@
 //! faults, and for a journal that does not belong to its database.
 
 use toolhost_log::{
-    CountingStorage, Durability, EventKind, FailingStorage, LogError, MemStorage, Op, SessionLog,
-    SyncCounter,
+    CountingStorage, Durability, EventKind, FailingStorage, LogError, MemStorage, NewEvent, Op,
+    SessionLog, SyncCounter,
 };
 
 use crate::{call, intent, result, seqs, shape};
@@ -282,4 +282,80 @@ fn a_journal_that_does_not_continue_its_database_is_refused_and_left_alone() {
 fn trim_first_record(bytes: &[u8]) -> Vec<u8> {
     let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
     bytes[12 + len..].to_vec()
+}
+
+#[test]
+fn a_journal_whose_events_differ_from_the_database_is_refused_and_left_alone() {
+    // Two acknowledged events in the journal only; then the database alone is written
+    // by something else (a replaced or rewritten session.redb): event 1 differs.
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let log = open(&db, &wal);
+    log.append(&[call("d1"), call("d2")], Durability::Durable)
+        .unwrap();
+    std::mem::forget(log);
+    let (db, wal) = (db.crash(), wal.crash());
+    {
+        let other = SessionLog::open_with_backend(db.clone()).unwrap();
+        other.append(&[call("other")], Durability::Durable).unwrap();
+    }
+    let journal = wal.current_bytes();
+    let err = SessionLog::open_with_journal(db.crash(), wal.clone()).unwrap_err();
+    assert!(matches!(err, LogError::Corrupt(_)), "{err:?}");
+    assert!(err.to_string().contains("differs"), "{err}");
+    assert_eq!(wal.current_bytes(), journal, "the journal was modified");
+}
+
+#[test]
+fn a_database_at_the_end_of_the_sequence_space_refuses_appends_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SessionLog::open(dir.path()).unwrap());
+    {
+        let db = redb::Database::create(dir.path().join("session.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut events = tx
+                .open_table(redb::TableDefinition::<u64, &[u8]>::new("events"))
+                .unwrap();
+            let bytes = br#"{"call_id":"x","kind":"tool/call","at_unix_ms":0,"payload":{}}"#;
+            events.insert(u64::MAX - 1, &bytes[..]).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let log = SessionLog::open(dir.path()).unwrap();
+    for durability in [Durability::Durable, Durability::Lazy] {
+        let err = log.append(&[call("a"), call("b")], durability).unwrap_err();
+        assert!(matches!(err, LogError::Corrupt(_)), "{err:?}");
+    }
+    assert_eq!(log.events().unwrap().len(), 1);
+}
+
+#[test]
+fn a_journal_grown_by_a_large_record_shrinks_back_at_the_next_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = dir.path().join("session.wal");
+    // 2.5 MiB: under the size at which a durable append checkpoints (3 MiB), over the
+    // size the file is cut back from (2 MiB).
+    let big = "x".repeat(5 << 19);
+    {
+        let log = SessionLog::open(dir.path()).unwrap();
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 1 << 20);
+        log.append(
+            &[NewEvent::new(
+                "big",
+                EventKind::ToolCall,
+                serde_json::json!({ "big": big }),
+            )],
+            Durability::Durable,
+        )
+        .unwrap();
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 3 << 20);
+    }
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), 1 << 20);
+    let log = SessionLog::open(dir.path()).unwrap();
+    let events = log.events().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].payload["big"].as_str().map(str::len),
+        Some(5 << 19)
+    );
 }
