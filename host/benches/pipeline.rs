@@ -352,26 +352,23 @@ async fn main() {
     let mut sequential = Vec::new();
     let mut concurrent = Vec::new();
     let mut compiles_when_cached = 0;
-    for _ in 0..if ctx.quick { 3 } else { 7 } {
-        let rt = Arc::new(
+    let fresh_runtime = || {
+        Arc::new(
             Runtime::new(RuntimeOptions {
                 cache_dir: Some(warm_dir.path().to_path_buf()),
                 ..RuntimeOptions::default()
             })
             .unwrap(),
-        );
+        )
+    };
+    for _ in 0..if ctx.quick { 3 } else { 7 } {
+        let rt = fresh_runtime();
         let t = Instant::now();
         for (name, bytes) in &tools {
             rt.load(name, bytes).await.unwrap();
         }
         sequential.push(t.elapsed().as_secs_f64() * 1e3 / 10.0);
-        let rt2 = Arc::new(
-            Runtime::new(RuntimeOptions {
-                cache_dir: Some(warm_dir.path().to_path_buf()),
-                ..RuntimeOptions::default()
-            })
-            .unwrap(),
-        );
+        let rt2 = fresh_runtime();
         let t = Instant::now();
         let tasks: Vec<_> = tools
             .iter()
