@@ -33,7 +33,7 @@
 //! [`SessionLog::open`]: crate::SessionLog::open
 //! [`SessionLog::flush`]: crate::SessionLog::flush
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use redb::ReadableDatabase;
 
@@ -57,9 +57,10 @@ pub(crate) struct JournalState {
     /// The sequence number of the next appended event.
     next_seq: u64,
     /// Appended events not yet inserted into redb, in order.
-    unapplied: Vec<Staged>,
-    /// Lazily appended events not yet in the journal, in order.
-    unsynced: Vec<Staged>,
+    unapplied: Vec<Arc<Staged>>,
+    /// Lazily appended events not yet in the journal, in order (shared with
+    /// `unapplied`: a lazy event's bytes are not copied).
+    unsynced: Vec<Arc<Staged>>,
     /// Set by the first storage failure; the log refuses further use.
     broken: Option<String>,
 }
@@ -164,7 +165,7 @@ impl RedbLog {
     ) -> Result<Vec<u64>, LogError> {
         let mut state = Self::state(journaled)?;
         let after = advance(state.next_seq, events.len())?;
-        let staged = stage(events, state.next_seq, now_unix_ms())?;
+        let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
         let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
         match durability {
             Durability::Durable => {
@@ -220,7 +221,9 @@ impl RedbLog {
             return Ok(());
         }
         let unapplied = std::mem::take(&mut state.unapplied);
-        if let Err(e) = self.write(Durability::Lazy, |tx| insert_staged(tx, &unapplied)) {
+        if let Err(e) = self.write(Durability::Lazy, |tx| {
+            insert_staged(tx, unapplied.iter().map(|s| &**s))
+        }) {
             state.broken = Some(e.to_string());
             return Err(e);
         }
@@ -250,7 +253,7 @@ impl RedbLog {
         events: &[NewEvent],
     ) -> Result<(), LogError> {
         let after = advance(state.next_seq, events.len())?;
-        let staged = stage(events, state.next_seq, now_unix_ms())?;
+        let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
         journal_record(state, &staged)?;
         state.next_seq = after;
         state.unapplied.extend(staged);
@@ -275,8 +278,8 @@ impl RedbLog {
 /// A record that cannot be encoded is refused ([`LogError::Invalid`], nothing written).
 /// On a storage failure the log is broken: the record may or may not have reached the
 /// storage.
-fn journal_record(state: &mut JournalState, staged: &[Staged]) -> Result<(), LogError> {
-    let events: Vec<&Staged> = state.unsynced.iter().chain(staged).collect();
+fn journal_record(state: &mut JournalState, staged: &[Arc<Staged>]) -> Result<(), LogError> {
+    let events: Vec<&Staged> = state.unsynced.iter().chain(staged).map(|s| &**s).collect();
     let record = encode_record(&events).map_err(|e| LogError::Invalid(e.to_string()))?;
     if let Err(e) = state.journal.append(&record) {
         let e = storage_error("intent journal", &e);
@@ -285,6 +288,11 @@ fn journal_record(state: &mut JournalState, staged: &[Staged]) -> Result<(), Log
     }
     state.unsynced.clear();
     Ok(())
+}
+
+/// Staged events, shared between the unapplied and unsynced lists.
+fn shared(staged: Vec<Staged>) -> Vec<Arc<Staged>> {
+    staged.into_iter().map(Arc::new).collect()
 }
 
 /// The sequence number after `count` events from `next`.

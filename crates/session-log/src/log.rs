@@ -707,7 +707,10 @@ pub(crate) fn stage(
 
 /// Inserts staged events under their own sequence numbers and updates the call-id index
 /// and the pending set.
-pub(crate) fn insert_staged(tx: &WriteTransaction, staged: &[Staged]) -> Result<(), LogError> {
+pub(crate) fn insert_staged<'a>(
+    tx: &WriteTransaction,
+    staged: impl IntoIterator<Item = &'a Staged>,
+) -> Result<(), LogError> {
     let mut table = tx.open_table(EVENTS).map_err(from_redb)?;
     let mut index = tx.open_multimap_table(BY_CALL).map_err(from_redb)?;
     let mut pending = tx.open_table(PENDING).map_err(from_redb)?;

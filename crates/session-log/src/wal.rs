@@ -81,31 +81,29 @@ pub(crate) fn encode_record(events: &[&Staged]) -> Result<Vec<u8>, EncodeError> 
         return Err(EncodeError::Empty);
     }
     let too_big = || EncodeError::TooBig;
-    let mut payload =
-        Vec::with_capacity(4 + events.iter().map(|e| 12 + e.bytes.len()).sum::<usize>());
-    payload.extend_from_slice(
+    let payload_len = 4 + events.iter().map(|e| 12 + e.bytes.len()).sum::<usize>();
+    // One buffer: the header is filled in once the payload is there.
+    let mut record = Vec::with_capacity(HEADER + payload_len);
+    record.extend_from_slice(&[0; HEADER]);
+    record.extend_from_slice(
         &u32::try_from(events.len())
             .map_err(|_| too_big())?
             .to_le_bytes(),
     );
     for e in events {
-        payload.extend_from_slice(&e.seq.to_le_bytes());
-        payload.extend_from_slice(
+        record.extend_from_slice(&e.seq.to_le_bytes());
+        record.extend_from_slice(
             &u32::try_from(e.bytes.len())
                 .map_err(|_| too_big())?
                 .to_le_bytes(),
         );
-        payload.extend_from_slice(&e.bytes);
+        record.extend_from_slice(&e.bytes);
     }
-    let mut record = Vec::with_capacity(HEADER + payload.len());
-    record.extend_from_slice(&MAGIC);
-    record.extend_from_slice(
-        &u32::try_from(payload.len())
-            .map_err(|_| too_big())?
-            .to_le_bytes(),
-    );
-    record.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    record.extend_from_slice(&payload);
+    let len = u32::try_from(payload_len).map_err(|_| too_big())?;
+    let crc = crc32fast::hash(&record[HEADER..]);
+    record[..4].copy_from_slice(&MAGIC);
+    record[4..8].copy_from_slice(&len.to_le_bytes());
+    record[8..12].copy_from_slice(&crc.to_le_bytes());
     Ok(record)
 }
 
