@@ -437,6 +437,16 @@ fn fifo(ws: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// A host over `ws` whose calls have `deadline`.
+async fn host_with_deadline(ws: &std::path::Path, deadline: Duration) -> Host {
+    let mut b = builder(ws);
+    b.limits(toolhost::Limits {
+        deadline,
+        ..toolhost::Limits::default()
+    });
+    b.build().await.unwrap()
+}
+
 /// Unblocks a reader stuck on `fifo` (a writer opens and closes it), so the
 /// abandoned thread ends.
 fn release(fifo: &std::path::Path) {
@@ -452,12 +462,7 @@ async fn a_body_blocked_in_a_file_system_call_still_ends_at_its_deadline() {
     let pipe = fifo(&sb.ws());
     std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
     let deadline = Duration::from_millis(400);
-    let mut b = builder(&sb.ws());
-    b.limits(toolhost::Limits {
-        deadline,
-        ..toolhost::Limits::default()
-    });
-    let host = b.build().await.unwrap();
+    let host = host_with_deadline(&sb.ws(), deadline).await;
     let started = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(20), host.call(read("pipe"))).await;
     let took = started.elapsed();
@@ -499,12 +504,7 @@ async fn a_body_blocked_in_a_file_system_call_can_be_cancelled() {
 async fn a_sleep_with_file_access_ends_at_its_deadline_and_on_cancel() {
     let sb = Sandbox::new();
     let deadline = Duration::from_millis(300);
-    let mut b = builder(&sb.ws());
-    b.limits(toolhost::Limits {
-        deadline,
-        ..toolhost::Limits::default()
-    });
-    let host = b.build().await.unwrap();
+    let host = host_with_deadline(&sb.ws(), deadline).await;
     let sleep = || CallRequest::new("sleep", json!({"ms": 10_000})).mode(SandboxMode::ReadOnly);
     let started = Instant::now();
     let r = host.call(sleep()).await;
