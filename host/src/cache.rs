@@ -35,7 +35,7 @@ pub struct CacheStats {
     pub compiles: AtomicU64,
     /// Components loaded from a valid cache entry.
     pub hits: AtomicU64,
-    /// Entries found corrupt and replaced.
+    /// Entries (artifacts or descriptor files) found corrupt and replaced.
     pub corrupt: AtomicU64,
     /// Components whose descriptors came from the cache (no `describe`).
     pub descriptor_hits: AtomicU64,
