@@ -12,7 +12,7 @@ use crate::state::{CallState, HostCalls, Interrupt, Limiter, ProgressSink};
 use crate::tool::{ContentItem, Descriptor, SideEffect};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use toolhost_core::{ErrorCode, SandboxMode};
 use wasmtime::component::Linker;
@@ -174,6 +174,9 @@ pub struct Runtime {
     cache: CompileCache,
     options: RuntimeOptions,
     ticker_stop: Arc<AtomicBool>,
+    /// Bodies abandoned in a host system call whose threads have not
+    /// returned yet (see [`Runtime::invoke`]).
+    abandoned: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -262,6 +265,7 @@ impl Runtime {
             cache,
             options,
             ticker_stop,
+            abandoned: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -453,6 +457,15 @@ impl Runtime {
     /// deadline or cancellation: the call ends `TIMEOUT` or `CANCELLED`
     /// then, and the thread and its instance are released when the system
     /// call returns.
+    ///
+    /// Each abandoned body holds an instance slot of the pool until then. So
+    /// that they cannot take the whole pool, once half of it
+    /// ([`Runtime::abandon_limit`]) is held by abandoned bodies, calls with
+    /// file system access are refused `SANDBOX_UNAVAILABLE` before their
+    /// body starts, until some of those bodies return; calls in mode `none`
+    /// keep the other half. (The check and the abandonment are not one
+    /// atomic step: calls already running when the limit is reached may
+    /// still be abandoned, at most the pool's size in all.)
     pub async fn invoke(
         self: &Arc<Self>,
         component: &Arc<LoadedComponent>,
@@ -468,11 +481,30 @@ impl Runtime {
                 .await;
         }
         let started = Instant::now();
+        let abandoned = self.abandoned.load(Ordering::SeqCst);
+        if abandoned >= self.abandon_limit() {
+            let message = format!(
+                "{abandoned} earlier calls are still blocked in host file system calls \
+                 (abandoned after their deadline or cancellation) and hold half of the \
+                 instance pool; calls with file system access are refused until they return"
+            );
+            let receipt = Receipt {
+                mode: Some(spec.mode),
+                ..Receipt::default()
+            };
+            return (
+                BodyOutcome::Err {
+                    code: ErrorCode::SandboxUnavailable,
+                    message,
+                },
+                receipt,
+            );
+        }
         let (runtime, component) = (self.clone(), component.clone());
         let (tool, args_json, body_spec) = (tool.to_string(), args_json.to_string(), spec.clone());
         let body_interrupt = interrupt.clone();
         let handle = tokio::runtime::Handle::current();
-        let body = tokio::task::spawn_blocking(move || {
+        let mut body = tokio::task::spawn_blocking(move || {
             handle.block_on(runtime.invoke_here(
                 &component,
                 &tool,
@@ -498,9 +530,9 @@ impl Runtime {
             )
         };
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
-        tokio::select! {
+        let ended = tokio::select! {
             biased;
-            joined = body => joined.unwrap_or_else(|e| stuck(
+            joined = &mut body => return joined.unwrap_or_else(|e| stuck(
                 ErrorCode::Trap,
                 &format!("the thread running the tool failed: {e}"),
             )),
@@ -517,7 +549,27 @@ impl Runtime {
                 "the call was cancelled while the tool was blocked in a host file system \
                  call; the call was abandoned",
             ),
-        }
+        };
+        // Abandoned: counted until its thread returns.
+        let abandoned = self.abandoned.clone();
+        abandoned.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let _ = body.await;
+            abandoned.fetch_sub(1, Ordering::SeqCst);
+        });
+        ended
+    }
+
+    /// Bodies abandoned in a host system call (see [`Runtime::invoke`])
+    /// whose threads have not returned yet.
+    pub fn abandoned_bodies(&self) -> usize {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// How many abandoned bodies make [`Runtime::invoke`] refuse calls with
+    /// file system access: half the pool, at least one.
+    pub fn abandon_limit(&self) -> usize {
+        (self.options.max_concurrent_calls as usize / 2).max(1)
     }
 
     /// [`Runtime::invoke`] on the current thread; `blocking` lets the

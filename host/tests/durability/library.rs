@@ -426,15 +426,38 @@ fn a_creation_interrupted_by_a_kill_leaves_an_openable_state() {
 
 /// A FIFO in the workspace with no writer: opening it blocks the reader in
 /// the host's `open`, where neither the epoch nor a dropped future can stop
-/// it. Returns the FIFO's path.
-fn fifo(ws: &std::path::Path) -> std::path::PathBuf {
+/// it. Dropping it releases the readers, so a failing assertion does not
+/// leave the test's runtime waiting forever for their threads.
+fn fifo(ws: &std::path::Path) -> Fifo {
     let path = ws.join("pipe");
     let made = std::process::Command::new("mkfifo")
         .arg(&path)
         .status()
         .unwrap();
     assert!(made.success());
-    path
+    Fifo(path)
+}
+
+struct Fifo(std::path::PathBuf);
+
+impl Fifo {
+    /// Unblocks the readers stuck on the FIFO (a writer opens and closes
+    /// it), so their abandoned threads end. Non-blocking: with no reader
+    /// it does nothing.
+    fn release(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // Linux
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(O_NONBLOCK)
+            .open(&self.0);
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// A host over `ws` whose calls have `deadline`.
@@ -445,12 +468,6 @@ async fn host_with_deadline(ws: &std::path::Path, deadline: Duration) -> Host {
         ..toolhost::Limits::default()
     });
     b.build().await.unwrap()
-}
-
-/// Unblocks a reader stuck on `fifo` (a writer opens and closes it), so the
-/// abandoned thread ends.
-fn release(fifo: &std::path::Path) {
-    let _ = std::fs::OpenOptions::new().write(true).open(fifo);
 }
 
 /// The deadline holds for a body stuck in a host file system call (its file
@@ -466,7 +483,7 @@ async fn a_body_blocked_in_a_file_system_call_still_ends_at_its_deadline() {
     let started = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(20), host.call(read("pipe"))).await;
     let took = started.elapsed();
-    release(&pipe);
+    pipe.release();
     let r = r.expect("the call outlived its deadline by 20 s: the deadline does not hold");
     assert_eq!(r.code(), Some(ErrorCode::Timeout), "{r:?}");
     assert!(
@@ -491,7 +508,7 @@ async fn a_body_blocked_in_a_file_system_call_can_be_cancelled() {
         interrupt.cancel();
     });
     let took = started.elapsed();
-    release(&pipe);
+    pipe.release();
     let r = r.expect("the cancelled call was still running 20 s later");
     assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{r:?}");
     assert!(took < Duration::from_secs(3), "cancelling took {took:?}");
@@ -535,4 +552,67 @@ async fn a_sleep_with_file_access_ends_at_its_deadline_and_on_cancel() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Bodies abandoned in a host system call hold their instance slots until
+/// the call returns. Once half the pool is held so, calls with file system
+/// access are refused SANDBOX_UNAVAILABLE before their body starts (instead
+/// of every call failing once the pool is gone), calls in mode `none` still
+/// run, and when the stuck calls return the host serves again.
+#[tokio::test]
+async fn abandoned_bodies_cannot_take_the_whole_pool() {
+    let sb = Sandbox::new();
+    let pipe = fifo(&sb.ws());
+    std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
+    let mut b = builder(&sb.ws());
+    b.runtime_options(RuntimeOptions {
+        max_concurrent_calls: 4,
+        ..runtime_options()
+    })
+    .limits(toolhost::Limits {
+        deadline: Duration::from_millis(300),
+        ..toolhost::Limits::default()
+    });
+    let host = b.build().await.unwrap();
+    let runtime = host.runtime().clone();
+    assert_eq!(runtime.abandon_limit(), 2);
+    assert_eq!(runtime.abandoned_bodies(), 0);
+
+    let (a, b) = tokio::join!(host.call(read("pipe")), host.call(read("pipe")));
+    for r in [&a, &b] {
+        assert_eq!(r.code(), Some(ErrorCode::Timeout), "{r:?}");
+        assert!(
+            r.error.as_ref().unwrap().message.contains("abandoned"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(runtime.abandoned_bodies(), 2);
+
+    let refused = host.call(read("a.txt")).await;
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::SandboxUnavailable),
+        "{refused:?}"
+    );
+    let message = &refused.error.as_ref().unwrap().message;
+    assert!(
+        message.contains("2 earlier calls are still blocked"),
+        "{message}"
+    );
+    let none = CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None);
+    let r = host.call(none).await;
+    assert!(r.is_ok(), "mode none keeps its half of the pool: {r:?}");
+
+    // A writer opens the FIFO: both stuck readers return.
+    pipe.release();
+    let waited = Instant::now();
+    while runtime.abandoned_bodies() > 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the released bodies were never counted back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = host.call(read("a.txt")).await;
+    assert!(r.is_ok(), "{r:?}");
 }
