@@ -481,23 +481,30 @@ impl Runtime {
                 .await;
         }
         let started = Instant::now();
-        let abandoned = self.abandoned.load(Ordering::SeqCst);
-        if abandoned >= self.abandon_limit() {
-            let message = format!(
-                "{abandoned} earlier calls are still blocked in host file system calls \
-                 (abandoned after their deadline or cancellation) and hold half of the \
-                 instance pool; calls with file system access are refused until they return"
-            );
+        // The call ends without its body's result (refused, or abandoned).
+        let stuck = |code: ErrorCode, message: &str| {
             let receipt = Receipt {
+                wall_us: started.elapsed().as_micros() as u64,
                 mode: Some(spec.mode),
                 ..Receipt::default()
             };
-            return (
+            (
                 BodyOutcome::Err {
-                    code: ErrorCode::SandboxUnavailable,
-                    message,
+                    code,
+                    message: message.to_string(),
                 },
                 receipt,
+            )
+        };
+        let abandoned = self.abandoned.load(Ordering::SeqCst);
+        if abandoned >= self.abandon_limit() {
+            return stuck(
+                ErrorCode::SandboxUnavailable,
+                &format!(
+                    "{abandoned} earlier calls are still blocked in host file system calls \
+                     (abandoned after their deadline or cancellation) and hold half of the \
+                     instance pool; calls with file system access are refused until they return"
+                ),
             );
         }
         let (runtime, component) = (self.clone(), component.clone());
@@ -515,20 +522,6 @@ impl Runtime {
                 true,
             ))
         });
-        let stuck = |code: ErrorCode, message: &str| {
-            let receipt = Receipt {
-                wall_us: started.elapsed().as_micros() as u64,
-                mode: Some(spec.mode),
-                ..Receipt::default()
-            };
-            (
-                BodyOutcome::Err {
-                    code,
-                    message: message.to_string(),
-                },
-                receipt,
-            )
-        };
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
         let ended = tokio::select! {
             biased;
