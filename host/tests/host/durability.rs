@@ -18,19 +18,14 @@
 //!
 //! The random-kill test runs 200 iterations by default. For a longer soak,
 //! set `TOOLHOST_SOAK_ITERATIONS=N`, e.g.
-//! `TOOLHOST_SOAK_ITERATIONS=5000 cargo test -p toolhost --test durability random_kills -- --nocapture`.
+//! `TOOLHOST_SOAK_ITERATIONS=5000 cargo test -p toolhost --test host durability::kill::random_kills -- --nocapture`.
 //! Each iteration prints nothing unless it fails; a failure names the
 //! iteration and its xorshift seed, and `TOOLHOST_SOAK_FIRST=I` starts the
 //! loop at iteration I to replay it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "durability/support.rs"]
 mod support;
 
-#[path = "durability/cli.rs"]
 mod cli;
-#[path = "durability/kill.rs"]
 mod kill;
-#[path = "durability/library.rs"]
 mod library;

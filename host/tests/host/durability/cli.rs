@@ -8,7 +8,7 @@
 //! paused on an approval for minutes, and silently blocking an agent is
 //! worse than telling it).
 
-use crate::support::*;
+use super::support::*;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 use toolhost::log::EventKind;

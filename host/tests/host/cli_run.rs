@@ -1,14 +1,13 @@
 //! `toolhost run` on a component file that offers several tools: `--tool`
 //! picks one; without it the CLI names the choices and exits 2.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 
 fn run(args: &[&str]) -> std::process::Output {
     let state = tempfile::tempdir().unwrap();
-    let cache = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("toolhost-cache");
-    Command::new(env!("CARGO_BIN_EXE_toolhost"))
+    let cache = crate::support::cache_dir();
+    Command::new(crate::support::bin())
         .arg("run")
         .args(args)
         .arg("--state")

@@ -1,7 +1,6 @@
 //! `toolhost conformance`: every example tool passes; a component that is
 //! not a tool, or lies, fails with exit status 1 and says why.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,8 +24,8 @@ fn example_tools() -> Vec<PathBuf> {
 }
 
 fn conformance(path: &std::path::Path) -> (i32, serde_json::Value) {
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("toolhost-cache");
-    let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+    let cache = crate::support::cache_dir();
+    let out = Command::new(crate::support::bin())
         .args(["conformance", "--json"])
         .arg(path)
         .env("TOOLHOST_CACHE_DIR", cache)

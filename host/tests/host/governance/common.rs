@@ -14,32 +14,21 @@ use toolhost::{
     PostExecuteHook, RuntimeOptions, SandboxMode,
 };
 
-/// The compile cache shared by every test (and by the CLI tests through
-/// `TOOLHOST_CACHE_DIR`), so each component compiles once.
-pub fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("governance-cache")
-}
+pub use crate::support::cache_dir;
 
+/// The governance tests' pool: small, so pool limits are reached quickly.
 pub fn runtime_options() -> RuntimeOptions {
-    RuntimeOptions {
-        cache_dir: Some(cache_dir()),
-        max_concurrent_calls: 4,
-        ..RuntimeOptions::default()
-    }
+    crate::support::runtime_options_with_pool(4)
 }
 
 /// A fresh temporary workspace.
 pub fn workspace() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
+    crate::support::tempdir()
 }
 
 /// A builder with the embedded tools, the workspace and the shared cache.
 pub fn builder(ws: &Path) -> HostBuilder {
-    let mut b = HostBuilder::new();
-    b.embedded_tools()
-        .workspace(ws)
-        .runtime_options(runtime_options());
-    b
+    crate::support::builder_with(ws, runtime_options())
 }
 
 /// The bytes of an embedded tool.
@@ -69,7 +58,7 @@ pub async fn ask_host(outcome: ApprovalOutcome) -> (tempfile::TempDir, Host, Cou
     let ws = workspace();
     let approver = Counting::new(outcome);
     let mut b = builder(ws.path());
-    b.policy(policy(crate::ASK_WRITES))
+    b.policy(policy(super::ASK_WRITES))
         .approver(Box::new(approver.clone()));
     let host = b.build().await.unwrap();
     (ws, host, approver)
@@ -78,7 +67,7 @@ pub async fn ask_host(outcome: ApprovalOutcome) -> (tempfile::TempDir, Host, Cou
 /// A host whose policy asks before `write_file`, with a `command:` approver.
 pub async fn command_host(ws: &Path, program: &str, timeout: Duration) -> Host {
     let mut b = builder(ws);
-    b.policy(policy(crate::ASK_WRITES))
+    b.policy(policy(super::ASK_WRITES))
         .approver(Box::new(CommandApprover {
             program: program.to_string(),
             timeout,
@@ -434,7 +423,7 @@ impl Observer for PanickingObserver {
 
 /// `toolhost run read_file --args {"path":"a.txt"} --json` plus `extra`.
 pub fn cli(ws: &Path, state: &Path, extra: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+    std::process::Command::new(crate::support::bin())
         .args([
             "run",
             "read_file",

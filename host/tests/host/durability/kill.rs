@@ -2,7 +2,7 @@
 //! reopen and every call be absent, intent-only (then recovered exactly
 //! once) or completed.
 
-use crate::support::*;
+use super::support::*;
 use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};

@@ -7,9 +7,7 @@
 //! Each test that refuses a call which would write a file proves that the body
 //! did not run by checking the host file system.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "governance/common.rs"]
 mod common;
 
 use common::*;
@@ -23,7 +21,7 @@ use toolhost::{
     RegistryError, SandboxMode, ScopeSpec,
 };
 
-const ASK_WRITES: &str = r#"
+pub(crate) const ASK_WRITES: &str = r#"
 version = 1
 mode = "workspace-write"
 

@@ -3,7 +3,6 @@
 //! JSON-RPC error (or, for notifications, nothing), and the server keeps
 //! answering afterwards. Stdout carries only protocol messages.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -22,14 +21,14 @@ impl Server {
     fn start() -> Server {
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        let mut child = Command::new(crate::support::bin())
             .args(["serve", "--mcp", "--workspace"])
             .arg(ws.path())
             .arg("--state")
             .arg(state.path())
             .env(
                 "TOOLHOST_CACHE_DIR",
-                std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-compile-cache"),
+                crate::support::cache_dir(),
             )
             .env("TOOLHOST_LOG", "debug")
             .stdin(Stdio::piped())

@@ -8,7 +8,6 @@
 //! output. Set `TOOLHOST_SKIP_MCP_PYTHON=1` to skip it where PyPI cannot be
 //! reached.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

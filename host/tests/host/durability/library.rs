@@ -1,7 +1,7 @@
 //! Durability through the library: fsync cost, fault injection on every
 //! write path, cancellation, and a batch larger than the instance pool.
 
-use crate::support::*;
+use super::support::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,32 +10,16 @@ use std::time::{Duration, Instant};
 use toolhost::log::{Event, EventKind, SessionLog};
 use toolhost::{Host, HostBuilder, RuntimeOptions};
 
-/// The binary under test.
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_toolhost")
-}
-
-/// The compile cache shared by every test (so each component compiles once).
-pub fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("toolhost-cache")
-}
+pub use crate::support::{bin, cache_dir};
 
 /// Runtime options for library hosts: the shared cache.
 pub fn runtime_options() -> RuntimeOptions {
-    RuntimeOptions {
-        cache_dir: Some(cache_dir()),
-        max_concurrent_calls: 16,
-        ..RuntimeOptions::default()
-    }
+    crate::support::runtime_options_with_pool(16)
 }
 
 /// A builder with the embedded tools, `workspace` and the shared cache.
 pub fn builder(workspace: &Path) -> HostBuilder {
-    let mut b = HostBuilder::new();
-    b.embedded_tools()
-        .workspace(workspace)
-        .runtime_options(runtime_options());
-    b
+    crate::support::builder_with(workspace, runtime_options())
 }
 
 /// A temporary directory holding a workspace (`ws/`) and a state directory

@@ -1,0 +1,19 @@
+//! The integration tests of the `toolhost` crate, in one binary (wasmtime is
+//! linked once): the governed pipeline through the library, durability
+//! through the library and the binary, the CLI, `toolhost conformance`, and
+//! the MCP server with our own and the official SDKs' clients.
+//!
+//! Run one area with a module filter, e.g.
+//! `cargo test -p toolhost --test host governance::`.
+
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod cli_run;
+mod conformance_cmd;
+mod durability;
+mod governance;
+mod mcp_protocol;
+mod mcp_python;

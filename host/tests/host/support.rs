@@ -1,0 +1,41 @@
+//! What every area of the host's tests shares: the binary under test, one
+//! compile cache (so each component compiles once per test run), and hosts
+//! over the embedded tools.
+
+use std::path::{Path, PathBuf};
+use toolhost::{HostBuilder, RuntimeOptions};
+
+/// The `toolhost` binary of this build.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_toolhost")
+}
+
+/// The compile cache shared by every test, library and CLI alike (the CLI
+/// gets it through `TOOLHOST_CACHE_DIR`).
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("toolhost-cache")
+}
+
+/// Runtime options for library hosts: the shared cache and a pool of
+/// `max_concurrent_calls` instances.
+pub fn runtime_options_with_pool(max_concurrent_calls: u32) -> RuntimeOptions {
+    RuntimeOptions {
+        cache_dir: Some(cache_dir()),
+        max_concurrent_calls,
+        ..RuntimeOptions::default()
+    }
+}
+
+/// A builder with the embedded tools, `workspace` and the given runtime options.
+pub fn builder_with(workspace: &Path, options: RuntimeOptions) -> HostBuilder {
+    let mut b = HostBuilder::new();
+    b.embedded_tools()
+        .workspace(workspace)
+        .runtime_options(options);
+    b
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"))
+}
