@@ -7,17 +7,31 @@
 //! before the body runs; declared examples (the input schema's `examples`)
 //! run and satisfy the output schema; and a capability report compares the
 //! component's imports with what its declared mode and side effect allow.
+//!
+//! The checked component is untrusted: it never chooses its own grants.
+//! Every call it gets here runs in a throwaway workspace (a temporary
+//! directory, never the user's workspace or the host root), in its declared
+//! minimum mode but never wider than [`WIDEST_CHECK_MODE`], with no network
+//! and a short deadline ([`CHECK_DEADLINE`]). A tool whose minimum mode is
+//! wider gets a warning row instead of running its examples.
 
 use crate::host::{CallRequest, HostBuilder};
 use crate::registry::RegisteredTool;
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::sandbox::Limits;
-use crate::tool::{SideEffect, is_valid_name};
+use crate::tool::is_valid_name;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use toolhost_core::ErrorCode;
+use toolhost_core::{ErrorCode, SandboxMode};
+
+/// The widest mode a checked tool's calls run in. `danger-full-access`
+/// would preopen the host root read-write for a tool nobody trusts yet.
+pub const WIDEST_CHECK_MODE: SandboxMode = SandboxMode::WorkspaceWrite;
+
+/// The deadline of every call the checks make.
+pub const CHECK_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The verdict of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,6 +54,9 @@ pub struct Check {
     pub verdict: Verdict,
     /// What was found.
     pub detail: String,
+    /// The sandbox mode the check's call ran in, for checks that ran a call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<SandboxMode>,
 }
 
 /// The whole report.
@@ -62,11 +79,27 @@ impl Report {
             check: check.into(),
             verdict,
             detail: detail.into(),
+            mode: None,
         });
+    }
+
+    /// A row for a check that ran a call in `mode`.
+    fn push_ran(
+        &mut self,
+        check: impl Into<String>,
+        verdict: Verdict,
+        detail: impl Into<String>,
+        mode: SandboxMode,
+    ) {
+        self.push(check, verdict, detail);
+        if let Some(last) = self.checks.last_mut() {
+            last.mode = Some(mode);
+        }
     }
 }
 
-/// Interfaces that reach the network. No sandbox mode grants network.
+/// Interfaces that reach the network. The host links them, but no sandbox
+/// mode grants network: a call that uses them fails inside the tool.
 const NETWORK_IMPORTS: &[&str] = &["wasi:sockets/", "wasi:http/"];
 
 /// Runs every check on the component `bytes` (named `source` in the report).
@@ -139,39 +172,33 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
         .filter(|i| NETWORK_IMPORTS.iter().any(|n| i.starts_with(n)))
         .cloned()
         .collect();
+    let fs = component
+        .imports
+        .iter()
+        .any(|i| i.starts_with("wasi:filesystem/"));
     for d in &descriptors {
         let row = format!("capabilities:{}", d.name);
-        if !network.is_empty() && d.side_effect < SideEffect::External {
-            report.push(
-                row,
-                Verdict::Fail,
-                format!(
-                    "declares side effect {} and minimum mode {}, but imports {}: no sandbox mode grants network, and a tool that needs it must declare side effect external",
-                    d.side_effect,
-                    d.min_mode,
-                    network.join(", ")
-                ),
-            );
-        } else if !network.is_empty() {
-            report.push(
-                row,
-                Verdict::Warn,
-                format!(
-                    "imports {}: calls that use the network will be refused (network is off)",
-                    network.join(", ")
-                ),
-            );
-        } else {
-            let fs = component
-                .imports
-                .iter()
-                .any(|i| i.starts_with("wasi:filesystem/"));
+        // An import the host never grants is not a contract violation:
+        // toolchains import whole interfaces (every componentize-py
+        // component imports all of wasi:sockets). Say what will happen.
+        if network.is_empty() {
             report.push(
                 row,
                 Verdict::Pass,
                 format!(
                     "minimum mode {}, side effect {}; imports filesystem: {fs}; no network imports",
                     d.min_mode, d.side_effect
+                ),
+            );
+        } else {
+            report.push(
+                row,
+                Verdict::Warn,
+                format!(
+                    "minimum mode {}, side effect {}; imports {}: no sandbox mode grants network, so a call that uses it fails inside the tool with the interface's own error (toolchains such as componentize-py import these interfaces whether or not the tool uses them)",
+                    d.min_mode,
+                    d.side_effect,
+                    network.join(", ")
                 ),
             );
         }
@@ -191,7 +218,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
         .tool_bytes(source.to_string(), bytes.to_vec())
         .workspace(workspace.path())
         .limits(Limits {
-            deadline: Duration::from_secs(10),
+            deadline: CHECK_DEADLINE,
             ..Limits::default()
         });
     let host = match b.build().await {
@@ -207,6 +234,8 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
     };
     for t in &tools {
         let d = &t.descriptor;
+        // The tool's own mode, capped: it never picks its own grants here.
+        let mode = d.min_mode.min(WIDEST_CHECK_MODE);
         let row = format!("invalid-args:{}", d.name);
         match invalid_args_for(t) {
             None => report.push(
@@ -216,19 +245,21 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
             ),
             Some(bad) => {
                 let r = host
-                    .call(CallRequest::new(&d.name, bad.clone()).mode(d.min_mode))
+                    .call(CallRequest::new(&d.name, bad.clone()).mode(mode))
                     .await;
                 if r.code() == Some(ErrorCode::InvalidArgs) && r.receipt.mode.is_none() {
-                    report.push(
+                    report.push_ran(
                         row,
                         Verdict::Pass,
                         format!("{bad} refused with INVALID_ARGS before the body"),
+                        mode,
                     );
                 } else {
-                    report.push(
+                    report.push_ran(
                         row,
                         Verdict::Fail,
                         format!("{bad} was not refused before the body: {:?}", r.code()),
+                        mode,
                     );
                 }
             }
@@ -239,18 +270,39 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
             .and_then(|e| e.as_array())
             .cloned()
             .unwrap_or_default();
+        if d.min_mode > WIDEST_CHECK_MODE {
+            if !examples.is_empty() {
+                report.push(
+                    format!("examples:{}", d.name),
+                    Verdict::Warn,
+                    format!(
+                        "examples not run: needs {}; conformance runs a checked tool's calls in a throwaway workspace, never wider than {WIDEST_CHECK_MODE}",
+                        d.min_mode
+                    ),
+                );
+            }
+            continue;
+        }
         for (i, example) in examples.iter().enumerate() {
             let row = format!("example:{}[{i}]", d.name);
             let r = host
-                .call(CallRequest::new(&d.name, example.clone()).mode(d.min_mode))
+                .call(CallRequest::new(&d.name, example.clone()).mode(mode))
                 .await;
             match &r.error {
-                None => report.push(
+                None => report.push_ran(
                     row,
                     Verdict::Pass,
-                    "ran, and its output satisfies the output schema",
+                    format!(
+                        "ran in {mode} (throwaway workspace, no network), and its output satisfies the output schema"
+                    ),
+                    mode,
                 ),
-                Some(e) => report.push(row, Verdict::Fail, format!("{}: {}", e.code, e.message)),
+                Some(e) => report.push_ran(
+                    row,
+                    Verdict::Fail,
+                    format!("ran in {mode}: {}: {}", e.code, e.message),
+                    mode,
+                ),
             }
         }
     }

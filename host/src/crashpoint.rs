@@ -11,7 +11,10 @@
 //! busy there (for example while a tool body runs).
 //!
 //! Without the variable (every normal run) each point is one load of a
-//! value read once from the environment.
+//! value read once from the environment. Optimised builds have no crash
+//! points at all (each is an empty function) unless built with the
+//! `crash-points` feature: a release binary cannot be paused by its
+//! environment.
 //!
 //! The points, in pipeline order:
 //! - `before-intent`: every check passed, the intent is not committed yet;
@@ -25,8 +28,18 @@ use std::io::Write as _;
 use std::sync::OnceLock;
 
 /// The environment variable naming the point to stop at.
+#[cfg_attr(
+    not(any(debug_assertions, feature = "crash-points")),
+    allow(dead_code, reason = "read only where crash points exist")
+)]
 pub(crate) const ENV: &str = "TOOLHOST_TEST_PAUSE_AT";
 
+#[cfg(not(any(debug_assertions, feature = "crash-points")))]
+fn target() -> Option<&'static str> {
+    None
+}
+
+#[cfg(any(debug_assertions, feature = "crash-points"))]
 fn target() -> Option<&'static str> {
     static TARGET: OnceLock<Option<String>> = OnceLock::new();
     TARGET

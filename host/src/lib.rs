@@ -20,16 +20,14 @@
 //! ```
 
 mod approval;
-mod batch;
 mod bindings;
 mod cache;
 mod crashpoint;
 mod embedded;
 mod hooks;
 mod host;
-mod journal;
-mod orchestrator;
 mod output;
+mod record;
 mod registry;
 mod result;
 mod runtime;
@@ -46,8 +44,7 @@ pub use crate::cache::{CacheStats, Cached, CompileCache, default_cache_dir};
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
-pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError};
-pub use crate::orchestrator::MAX_ARGS_BYTES;
+pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
 pub use crate::registry::{RegisteredTool, Registry, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
 pub use crate::runtime::{
@@ -61,8 +58,12 @@ pub use toolhost_core::{ErrorCode, SandboxMode};
 pub use toolhost_log as log;
 pub use toolhost_policy as policy;
 
-/// Running WASI command programs (`toolhost exec`).
+/// Running WASI command programs (`toolhost exec`) outside the pipeline:
+/// for the command line only, which is where a user asks for it.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod exec;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 
 /// Checking third-party tools against the contract (`toolhost conformance`).

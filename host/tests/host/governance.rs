@@ -7,7 +7,6 @@
 //! Each test that refuses a call which would write a file proves that the body
 //! did not run by checking the host file system.
 
-
 mod common;
 
 use common::*;
@@ -1688,4 +1687,29 @@ async fn a_hook_whose_name_panics_is_caught_and_the_host_survives() {
         .call(CallRequest::new("read_file", json!({"path": "a.txt"})))
         .await;
     assert!(again.is_ok(), "the next call works: {again:?}");
+}
+
+// ───────────────────────────── the builder ─────────────────────────────
+
+/// A builder's configuration moves into the host it builds: a second
+/// `build` is an error, never a host that silently lacks the approver,
+/// guards, hooks or tools of the first.
+#[tokio::test]
+async fn a_second_build_is_an_error_not_a_host_without_configuration() {
+    let ws = workspace();
+    let mut b = builder(ws.path());
+    b.policy(policy(GUARD));
+    let first = b.build().await.unwrap();
+    assert!(!first.tools(None).is_empty());
+    match b.build().await {
+        Err(HostError::AlreadyBuilt) => {}
+        Err(e) => panic!("expected AlreadyBuilt, got {e}"),
+        Ok(h) => panic!(
+            "a second build returned a host with tools {:?}",
+            h.tools(None)
+                .iter()
+                .map(|t| &t.descriptor.name)
+                .collect::<Vec<_>>()
+        ),
+    }
 }

@@ -188,3 +188,28 @@ async fn capability_host_abuse() {
     assert_eq!(small.receipt.logs.len(), 1);
     assert_eq!(small.receipt.progress_reports, 1);
 }
+
+/// A component that imports wasi:sockets (as every componentize-py
+/// component does) is not a contract violation: the host grants no network,
+/// so conformance warns and explains, and the report passes.
+#[tokio::test]
+async fn network_imports_are_a_warning_in_conformance() {
+    let runtime = std::sync::Arc::new(toolhost::Runtime::new(suite_options()).unwrap());
+    let bytes = std::fs::read(probes::CAPABILITY_NET).unwrap();
+    let report = toolhost::conformance::check_component(runtime, "net", &bytes).await;
+    let rows: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.check.starts_with("capabilities:"))
+        .collect();
+    assert!(!rows.is_empty(), "{report:#?}");
+    for row in rows {
+        assert_eq!(row.verdict, toolhost::conformance::Verdict::Warn, "{row:?}");
+        assert!(
+            row.detail.contains("wasi:sockets/")
+                && row.detail.contains("no sandbox mode grants network"),
+            "{row:?}"
+        );
+    }
+    assert!(report.passed(), "{report:#?}");
+}

@@ -102,3 +102,57 @@ async fn contract_slow_describe() {
     );
     assert_echo_works(&again).await;
 }
+
+/// `toolhost conformance` gives an untrusted tool no grant it asks for: the
+/// probe's `grab_root` declares `danger-full-access` and its example writes
+/// to an absolute host path. Its examples are not run (a warning row says
+/// why); `write_outside` runs in `workspace-write` on a throwaway workspace
+/// and its row names that mode. Nothing appears on the host.
+#[tokio::test]
+async fn contract_wide_examples() {
+    let target = std::path::Path::new("/tmp/toolhost-conformance-wide-examples");
+    let _ = std::fs::remove_dir_all(target);
+    let runtime = std::sync::Arc::new(toolhost::Runtime::new(suite_options()).unwrap());
+    let bytes = std::fs::read(probes::CONTRACT_WIDE_EXAMPLES).unwrap();
+    let report = toolhost::conformance::check_component(runtime, "wide", &bytes).await;
+    assert!(
+        !target.exists(),
+        "a checked tool wrote to the host: {:?}\n{report:#?}",
+        std::fs::read_dir(target).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+    );
+    let row = |name: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.check == name)
+            .unwrap_or_else(|| panic!("no row {name}: {report:#?}"))
+    };
+    let skipped = row("examples:grab_root");
+    assert_eq!(skipped.verdict, toolhost::conformance::Verdict::Warn);
+    assert!(
+        skipped
+            .detail
+            .contains("examples not run: needs danger-full-access"),
+        "{skipped:?}"
+    );
+    assert!(
+        !report
+            .checks
+            .iter()
+            .any(|c| c.check.starts_with("example:grab_root")),
+        "{report:#?}"
+    );
+    let ran = row("example:write_outside[0]");
+    assert_eq!(ran.verdict, toolhost::conformance::Verdict::Pass, "{ran:?}");
+    assert_eq!(ran.mode, Some(SandboxMode::WorkspaceWrite));
+    assert!(ran.detail.contains("ran in workspace-write"), "{ran:?}");
+    // No row ran anything wider than workspace-write.
+    assert!(
+        report
+            .checks
+            .iter()
+            .filter_map(|c| c.mode)
+            .all(|m| m <= toolhost::conformance::WIDEST_CHECK_MODE),
+        "{report:#?}"
+    );
+}

@@ -248,3 +248,213 @@ async fn durability_ticker() {
         "an exclusive call started while another ran"
     );
 }
+
+/// The overlap errors among `results` ("overlap detected" from the probe).
+fn overlaps(results: &[toolhost::CallResult]) -> usize {
+    results
+        .iter()
+        .filter(|r| {
+            r.error
+                .as_ref()
+                .is_some_and(|e| e.message.contains("overlap detected"))
+        })
+        .count()
+}
+
+/// Runs `n` calls of `tool` as concurrent `Host::call`s (not a batch).
+async fn concurrent_calls(
+    host: &std::sync::Arc<toolhost::Host>,
+    tool: &str,
+    n: usize,
+) -> Vec<toolhost::CallResult> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let host = host.clone();
+        let tool = tool.to_string();
+        tasks.spawn(async move {
+            host.call(request(
+                &tool,
+                serde_json::json!({}),
+                SandboxMode::WorkspaceWrite,
+            ))
+            .await
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        results.push(r.unwrap());
+    }
+    results
+}
+
+/// Exclusivity is the host's, not the batch's: concurrent `Host::call`s of a
+/// tool that is not concurrency-safe never overlap, while the same detector
+/// declared concurrency-safe does overlap under the same load (so the count
+/// of zero means something).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_library_calls_of_an_exclusive_tool_never_overlap() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = std::sync::Arc::new(
+        host_with(probes::DURABILITY_OVERLAP, ws.path(), Limits::default()).await,
+    );
+    let results = concurrent_calls(&host, "overlap", 6).await;
+    assert_eq!(results.len(), 6);
+    assert_eq!(overlaps(&results), 0, "{results:?}");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+
+    let control = concurrent_calls(&host, "overlap_unsafe", 6).await;
+    assert!(
+        overlaps(&control) >= 1,
+        "concurrency-safe bodies did not overlap, so the detector proves nothing: {control:?}"
+    );
+}
+
+/// A minimal MCP client over the server's stdio: requests go out without
+/// waiting, responses are matched by id.
+struct McpClient {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl McpClient {
+    fn start(args: &[&std::ffi::OsStr]) -> McpClient {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(toolhost_bin())
+            .arg("serve")
+            .arg("--mcp")
+            .args(args)
+            .env("TOOLHOST_CACHE_DIR", cache_dir())
+            .env_remove("TOOLHOST_STATE_DIR")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut c = McpClient {
+            child,
+            stdin,
+            lines,
+        };
+        c.send(&serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "exclusivity-test", "version": "0"}}}));
+        c.responses(&[0]);
+        c.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        c
+    }
+
+    fn send(&mut self, v: &serde_json::Value) {
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The responses to `ids`, in the order of `ids`; notifications skipped.
+    fn responses(&mut self, ids: &[i64]) -> Vec<serde_json::Value> {
+        let mut got = std::collections::BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while got.len() < ids.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no response for {ids:?} ({e}); got {got:?}"));
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if let Some(id) = v.get("id").and_then(serde_json::Value::as_i64)
+                && ids.contains(&id)
+            {
+                got.insert(id, v);
+            }
+        }
+        ids.iter().map(|id| got.remove(id).unwrap()).collect()
+    }
+
+    /// Sends one `tools/call` of `tool` per id, all before reading any answer.
+    fn call_all(&mut self, tool: &str, ids: &[i64]) -> Vec<serde_json::Value> {
+        for id in ids {
+            self.send(
+                &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": tool, "arguments": {}}}),
+            );
+        }
+        self.responses(ids)
+    }
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Exclusivity holds across MCP requests too: four `tools/call`s of a tool
+/// that is not concurrency-safe, sent at once, never overlap; four of the
+/// concurrency-safe control do (the server really runs requests at once).
+#[test]
+fn concurrent_mcp_calls_of_an_exclusive_tool_never_overlap() {
+    let tools = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        probes::DURABILITY_OVERLAP,
+        tools.path().join("overlap.wasm"),
+    )
+    .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut client = McpClient::start(&[
+        "--tools".as_ref(),
+        tools.path().as_os_str(),
+        "--tools-only".as_ref(),
+        "--workspace".as_ref(),
+        ws.path().as_os_str(),
+        "--mode".as_ref(),
+        "workspace-write".as_ref(),
+        "--state".as_ref(),
+        state.path().as_os_str(),
+    ]);
+    let text = |r: &serde_json::Value| {
+        r.pointer("/result/content/0/text")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let exclusive = client.call_all("overlap", &[1, 2, 3, 4]);
+    for r in &exclusive {
+        assert!(r.get("result").is_some(), "{r}");
+        assert_ne!(
+            r.pointer("/result/isError"),
+            Some(&serde_json::json!(true)),
+            "an exclusive tool overlapped another call: {}",
+            text(r)
+        );
+    }
+    let control = client.call_all("overlap_unsafe", &[5, 6, 7, 8]);
+    let overlapped = control
+        .iter()
+        .filter(|r| text(r).contains("overlap detected"))
+        .count();
+    assert!(
+        overlapped >= 1,
+        "concurrency-safe calls did not overlap over MCP, so the test proves nothing: {control:?}"
+    );
+}

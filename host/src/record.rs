@@ -1,4 +1,4 @@
-//! The orchestrator's view of the session log: which events a call writes,
+//! [`Recorder`]: the pipeline's view of the session log: which events a call writes,
 //! with which durability. The only durable (fsynced) write on a call's
 //! critical path is the intent; everything else rides on the next durable
 //! commit.
@@ -15,22 +15,22 @@ use toolhost_log::{Durability, EventKind, NewEvent, SessionLog};
 
 /// A shared handle to the session log.
 #[derive(Clone)]
-pub struct Journal {
+pub struct Recorder {
     log: Arc<SessionLog>,
     /// `tool/call` events not yet written, by call id.
     held: Arc<Mutex<HashMap<String, NewEvent>>>,
 }
 
-impl std::fmt::Debug for Journal {
+impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Journal")
+        f.write_str("Recorder")
     }
 }
 
-impl Journal {
+impl Recorder {
     /// Wraps an open log.
     pub fn new(log: Arc<SessionLog>) -> Self {
-        Journal {
+        Recorder {
             log,
             held: Arc::default(),
         }

@@ -1,122 +1,21 @@
-//! The library API: a [`Host`] built with a [`HostBuilder`], and
-//! [`Host::call`], which runs one call through the whole pipeline of
-//! DESIGN.md §1. The CLI and the MCP server are thin layers over it.
+//! [`HostBuilder`]: everything a [`Host`] is made of, checked and loaded at
+//! once. Loading every component, checking names and scopes, opening (and
+//! recovering) the session log and refusing a state directory inside the
+//! workspace happen here; nothing is half-applied.
 
+use super::gate::Gate;
+use super::{Host, HostError};
 use crate::approval::{Approver, NoApprover};
 use crate::hooks::{Observer, PostExecuteHook};
-use crate::journal::Journal;
+use crate::record::Recorder;
 use crate::registry::{RegisteredTool, Registry, ScopeSpec};
 use crate::runtime::{LoadError, Runtime, RuntimeOptions};
 use crate::sandbox::Limits;
-use crate::state::{Interrupt, ProgressSink};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use toolhost_core::SandboxMode;
 use toolhost_log::SessionLog;
 use toolhost_policy::{Guard, Guards, Policy};
-
-/// A requested escalation: run this call in a wider mode, if approved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Escalation {
-    /// The mode asked for; must be strictly wider than the call's mode.
-    pub mode: SandboxMode,
-    /// Why; must not be empty.
-    pub justification: String,
-}
-
-/// One call, from any origin (CLI, library, MCP).
-#[derive(Clone, Default)]
-pub struct CallRequest {
-    /// The tool's name.
-    pub tool: String,
-    /// The arguments as JSON text (parsed and validated by the host).
-    pub args: String,
-    /// The scope the call comes from; `None` is the global scope.
-    pub scope: Option<String>,
-    /// The sandbox mode for this call; `None` uses the policy's default.
-    pub mode: Option<SandboxMode>,
-    /// A one-call escalation request.
-    pub escalation: Option<Escalation>,
-    /// Cancels the call (before dispatch, or by interrupting the body).
-    pub interrupt: Option<Interrupt>,
-    /// Receives the tool's progress reports.
-    pub progress: Option<ProgressSink>,
-}
-
-impl std::fmt::Debug for CallRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallRequest")
-            .field("tool", &self.tool)
-            .field("args", &self.args)
-            .field("scope", &self.scope)
-            .field("mode", &self.mode)
-            .field("escalation", &self.escalation)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CallRequest {
-    /// A call of `tool` with `args`.
-    pub fn new(tool: impl Into<String>, args: serde_json::Value) -> Self {
-        CallRequest {
-            tool: tool.into(),
-            args: args.to_string(),
-            ..CallRequest::default()
-        }
-    }
-
-    /// Sets the mode.
-    pub fn mode(mut self, mode: SandboxMode) -> Self {
-        self.mode = Some(mode);
-        self
-    }
-
-    /// Sets the scope.
-    pub fn scope(mut self, scope: impl Into<String>) -> Self {
-        self.scope = Some(scope.into());
-        self
-    }
-
-    /// Requests an escalation.
-    pub fn escalate(mut self, mode: SandboxMode, justification: impl Into<String>) -> Self {
-        self.escalation = Some(Escalation {
-            mode,
-            justification: justification.into(),
-        });
-        self
-    }
-
-    /// Sets the cancellation token.
-    pub fn interrupt(mut self, interrupt: Interrupt) -> Self {
-        self.interrupt = Some(interrupt);
-        self
-    }
-}
-
-/// Errors building a host: configuration, not calls.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HostError {
-    /// A component could not be loaded.
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// Tool names collide, or a scope is wrong.
-    #[error(transparent)]
-    Registry(#[from] crate::registry::RegistryError),
-    /// A tool's descriptor is unusable.
-    #[error("{0}")]
-    Descriptor(String),
-    /// The workspace is missing.
-    #[error("workspace {0} does not exist or is not a directory")]
-    Workspace(PathBuf),
-    /// The session log could not be opened.
-    #[error("session log: {0}")]
-    Log(String),
-    /// The state directory would be writable by tools.
-    #[error("{0}")]
-    UnsafeState(String),
-}
 
 enum Source {
     Path(PathBuf),
@@ -147,6 +46,10 @@ pub struct HostBuilder {
     limits: Limits,
     runtime: Option<Arc<Runtime>>,
     runtime_options: RuntimeOptions,
+    gate: Option<Arc<Gate>>,
+    /// Set by the first successful or failed `build`: the configuration
+    /// has been moved out, and a second build would silently lose it.
+    built: bool,
 }
 
 impl Default for HostBuilder {
@@ -172,6 +75,8 @@ impl HostBuilder {
             limits: Limits::default(),
             runtime: None,
             runtime_options: RuntimeOptions::default(),
+            gate: None,
+            built: false,
         }
     }
 
@@ -281,9 +186,24 @@ impl HostBuilder {
         self
     }
 
+    /// Shares the exclusivity gate of another host (a rebuilt host on hot
+    /// reload), so that bodies on both exclude each other.
+    pub(crate) fn share_gate(&mut self, gate: Arc<Gate>) -> &mut Self {
+        self.gate = Some(gate);
+        self
+    }
+
     /// Loads every component, checks names and scopes, opens the log.
     /// Nothing is half-applied: any error fails the whole build.
+    ///
+    /// A builder builds once: its configuration (approver, hooks, guards)
+    /// moves into the host. A second `build` fails with
+    /// [`HostError::AlreadyBuilt`] instead of returning a host that silently
+    /// lacks it.
     pub async fn build(&mut self) -> Result<Host, HostError> {
+        if std::mem::replace(&mut self.built, true) {
+            return Err(HostError::AlreadyBuilt);
+        }
         let workspace = match self.workspace.take() {
             Some(w) => w,
             None => {
@@ -367,11 +287,12 @@ impl HostBuilder {
             approver: std::mem::replace(&mut self.approver, Box::new(NoApprover)),
             post_hooks: std::mem::take(&mut self.post_hooks),
             observers: std::mem::take(&mut self.observers),
-            journal: Journal::new(log),
+            recorder: Recorder::new(log),
             workspace,
             limits: self.limits.clone(),
             session: session_id(),
             next_call: AtomicU64::new(1),
+            gate: self.gate.take().unwrap_or_default(),
         })
     }
 }
@@ -496,66 +417,4 @@ fn session_id() -> String {
         (nanos as u64) & 0xffff_ffff_ffff,
         std::process::id() & 0xffff
     )
-}
-
-/// A configured host: tools, policy, guards, approver, hooks and the log.
-pub struct Host {
-    pub(crate) runtime: Arc<Runtime>,
-    pub(crate) registry: Registry,
-    pub(crate) policy: Policy,
-    pub(crate) guards: Guards,
-    pub(crate) approver: Box<dyn Approver>,
-    pub(crate) post_hooks: Vec<Box<dyn PostExecuteHook>>,
-    pub(crate) observers: Vec<Box<dyn Observer>>,
-    pub(crate) journal: Journal,
-    pub(crate) workspace: PathBuf,
-    pub(crate) limits: Limits,
-    pub(crate) session: String,
-    pub(crate) next_call: AtomicU64,
-}
-
-impl std::fmt::Debug for Host {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host")
-            .field("workspace", &self.workspace)
-            .field("tools", &self.registry.visible_names(None))
-            .finish_non_exhaustive()
-    }
-}
-
-impl Host {
-    /// A new builder.
-    pub fn builder() -> HostBuilder {
-        HostBuilder::new()
-    }
-
-    /// The tools visible from `scope`.
-    pub fn tools(&self, scope: Option<&str>) -> Vec<&RegisteredTool> {
-        self.registry.visible(scope)
-    }
-
-    /// The registry.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    /// The runtime.
-    pub fn runtime(&self) -> &Arc<Runtime> {
-        &self.runtime
-    }
-
-    /// The session log.
-    pub fn log(&self) -> &Arc<SessionLog> {
-        self.journal.log()
-    }
-
-    /// The workspace (canonical path).
-    pub fn workspace(&self) -> &Path {
-        &self.workspace
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
 }

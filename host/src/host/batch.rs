@@ -8,8 +8,8 @@
 //! the calls were given, whatever order they finish. A result is committed
 //! as soon as every result before it is, so a crash loses as little as it can.
 
-use crate::host::{CallRequest, Host};
-use crate::orchestrator::{Admitted, intent_payload};
+use super::pipeline::{Admitted, aborted};
+use super::{CallRequest, Host};
 use crate::result::CallResult;
 use futures::StreamExt;
 use toolhost_core::ErrorCode;
@@ -46,33 +46,21 @@ impl Host {
             });
         }
         // 6. one durable commit for every admitted intent.
-        let intents: Vec<_> = slots
+        let ready: Vec<&Admitted<'_>> = slots
             .iter()
             .filter_map(|s| match s {
-                Slot::Ready(a) => Some((a.call_id.clone(), intent_payload(a))),
+                Slot::Ready(a) => Some(a),
                 Slot::Done(_) => None,
             })
             .collect();
-        if !intents.is_empty() {
-            crate::crashpoint::reached("before-intent");
-            if let Err(e) = self.journal.intents(&intents) {
-                slots = slots
-                    .into_iter()
-                    .map(|s| match s {
-                        Slot::Ready(a) => Slot::Done(refused(
-                            &a.call_id,
-                            &a.tool.descriptor.name,
-                            ErrorCode::AbortedBeforeDispatch,
-                            format!(
-                                "the intent could not be made durable, so the tool did not run: {e}"
-                            ),
-                        )),
-                        done => done,
-                    })
-                    .collect();
-            } else {
-                crate::crashpoint::reached("after-intent");
-            }
+        if let Err(e) = self.checkpoint(&ready) {
+            slots = slots
+                .into_iter()
+                .map(|s| match s {
+                    Slot::Ready(a) => Slot::Done(aborted(&a, &e)),
+                    done => done,
+                })
+                .collect();
         }
         // 7-9. bodies, in runs: a run of calls that may overlap (refusals
         // included, they are already done), or one exclusive call. Inside a

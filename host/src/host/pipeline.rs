@@ -8,9 +8,9 @@
 //! - no body runs unless its intent is durable;
 //! - policy and guards run for every call, whatever scope it comes from.
 
+use super::{CallRequest, Host};
 use crate::approval::{ApprovalOutcome, ApprovalRequest};
 use crate::hooks::PostAction;
-use crate::host::{CallRequest, Host};
 use crate::registry::RegisteredTool;
 use crate::result::CallResult;
 use crate::runtime::{BodyOutcome, Receipt};
@@ -47,28 +47,31 @@ impl Host {
     pub async fn call(&self, request: CallRequest) -> CallResult {
         let call_id = self.new_call_id();
         let tool_name = request.tool.clone();
-        match self.admit(call_id.clone(), request).await {
-            Err((code, message)) => self.refuse(&call_id, &tool_name, code, message),
-            Ok(admitted) => {
-                // 6. checkpoint: the intent is durable before the body starts.
-                crate::crashpoint::reached("before-intent");
-                if let Err(e) = self
-                    .journal
-                    .intents(&[(admitted.call_id.clone(), intent_payload(&admitted))])
-                {
-                    return self.refuse(
-                        &call_id,
-                        &tool_name,
-                        ErrorCode::AbortedBeforeDispatch,
-                        format!(
-                            "the intent could not be made durable, so the tool did not run: {e}"
-                        ),
-                    );
-                }
-                crate::crashpoint::reached("after-intent");
-                self.dispatch(admitted).await
-            }
+        let admitted = match self.admit(call_id.clone(), request).await {
+            Ok(admitted) => admitted,
+            Err((code, message)) => return self.refuse(&call_id, &tool_name, code, message),
+        };
+        if let Err(e) = self.checkpoint(&[&admitted]) {
+            return self.commit(aborted(&admitted, &e));
         }
+        self.dispatch(admitted).await
+    }
+
+    /// 6. checkpoint: the intents of `admitted` in one durable commit (the
+    /// calls of a batch share it). On an error no body may run: every call
+    /// ends [`aborted`].
+    pub(crate) fn checkpoint(&self, admitted: &[&Admitted<'_>]) -> Result<(), String> {
+        if admitted.is_empty() {
+            return Ok(());
+        }
+        let intents: Vec<_> = admitted
+            .iter()
+            .map(|a| (a.call_id.clone(), intent_payload(a)))
+            .collect();
+        crate::crashpoint::reached("before-intent");
+        self.recorder.intents(&intents)?;
+        crate::crashpoint::reached("after-intent");
+        Ok(())
     }
 
     pub(crate) fn new_call_id(&self) -> String {
@@ -84,7 +87,7 @@ impl Host {
     ) -> Result<Admitted<'h>, Refusal> {
         // The call record is written with the call's next event (approval,
         // intent or refusal): it costs no commit of its own.
-        self.journal.call(
+        self.recorder.call(
             &call_id,
             json!({ "tool": req.tool, "args": cut(&req.args, 4096), "scope": req.scope,
                     "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})) }),
@@ -244,7 +247,7 @@ impl Host {
         let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| self.approver.name()))
             .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
         let asked = serde_json::to_value(&request).unwrap_or_default();
-        if let Err(e) = self.journal.lazy(
+        if let Err(e) = self.recorder.lazy(
             call_id,
             EventKind::ApprovalAsked,
             json!({ "approver": approver_name, "request": asked }),
@@ -276,7 +279,7 @@ impl Host {
         };
         let decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
         if let Err(e) = self
-            .journal
+            .recorder
             .lazy(call_id, EventKind::ApprovalDecided, decided)
         {
             return Err((
@@ -323,6 +326,21 @@ impl Host {
                 Receipt::default(),
             );
         }
+        // Exclusivity: a body that is not concurrency-safe runs alone on
+        // this host, whoever else is calling.
+        let Some(_pass) = self
+            .gate
+            .enter(a.tool.descriptor.concurrency_safe, &a.interrupt)
+            .await
+        else {
+            return CallResult::error(
+                a.call_id.clone(),
+                name,
+                ErrorCode::Cancelled,
+                "the call was cancelled while it waited for another call to finish",
+                Receipt::default(),
+            );
+        };
         // 7. sandbox + body.
         let spec = SandboxSpec {
             mode: a.mode,
@@ -422,7 +440,7 @@ impl Host {
 
     /// Phase 9: commit the result to the log, then show it to observers.
     pub(crate) fn commit(&self, result: CallResult) -> CallResult {
-        if let Err(e) = self.journal.result(&result) {
+        if let Err(e) = self.recorder.result(&result) {
             // The body has run; the result stays unrecorded and recovery will
             // report the call as TOOL_OUTCOME_UNKNOWN. Say so.
             tracing::error!(call_id = %result.call_id, error = %e, "the result could not be written to the session log");
@@ -452,7 +470,7 @@ impl Host {
 }
 
 /// Resolves once `interrupt` is cancelled.
-async fn wait_cancelled(interrupt: &Interrupt) {
+pub(super) async fn wait_cancelled(interrupt: &Interrupt) {
     while !interrupt.is_cancelled() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -486,6 +504,18 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
     Ok(args)
 }
 
-pub(crate) fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
+/// The result of an admitted call whose intent could not be made durable
+/// (not committed yet).
+pub(crate) fn aborted(a: &Admitted<'_>, error: &str) -> CallResult {
+    CallResult::error(
+        a.call_id.clone(),
+        a.tool.descriptor.name.clone(),
+        ErrorCode::AbortedBeforeDispatch,
+        format!("the intent could not be made durable, so the tool did not run: {error}"),
+        Receipt::default(),
+    )
+}
+
+fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
     json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 })
 }

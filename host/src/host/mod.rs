@@ -1,0 +1,209 @@
+//! The library API: a [`Host`] built with a [`HostBuilder`], and
+//! [`Host::call`], which runs one call through the whole pipeline of
+//! DESIGN.md §1. The CLI and the MCP server are thin layers over it.
+//!
+//! - `builder.rs`: [`HostBuilder`], loading, the state directory check;
+//! - `pipeline.rs`: the phases of one call, in order (lookup, validation,
+//!   policy, guards, approval, the checkpoint, body, output checks,
+//!   post-execute, commit); the checkpoint exists once and serves `call`
+//!   and `call_batch`;
+//! - `batch.rs`: the calls of one step: admitted in order, one group
+//!   commit, bodies in runs, results committed in call order;
+//! - `gate.rs`: exclusivity across every caller of the host.
+
+mod batch;
+mod builder;
+mod gate;
+mod pipeline;
+
+pub use builder::HostBuilder;
+pub use pipeline::MAX_ARGS_BYTES;
+
+use crate::approval::Approver;
+use crate::hooks::{Observer, PostExecuteHook};
+use crate::record::Recorder;
+use crate::registry::{RegisteredTool, Registry};
+use crate::runtime::{LoadError, Runtime};
+use crate::sandbox::Limits;
+use crate::state::{Interrupt, ProgressSink};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use toolhost_core::SandboxMode;
+use toolhost_log::SessionLog;
+use toolhost_policy::{Guards, Policy};
+
+/// A requested escalation: run this call in a wider mode, if approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escalation {
+    /// The mode asked for; must be strictly wider than the call's mode.
+    pub mode: SandboxMode,
+    /// Why; must not be empty.
+    pub justification: String,
+}
+
+/// One call, from any origin (CLI, library, MCP).
+#[derive(Clone, Default)]
+pub struct CallRequest {
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments as JSON text (parsed and validated by the host).
+    pub args: String,
+    /// The scope the call comes from; `None` is the global scope.
+    pub scope: Option<String>,
+    /// The sandbox mode for this call; `None` uses the policy's default.
+    pub mode: Option<SandboxMode>,
+    /// A one-call escalation request.
+    pub escalation: Option<Escalation>,
+    /// Cancels the call (before dispatch, or by interrupting the body).
+    pub interrupt: Option<Interrupt>,
+    /// Receives the tool's progress reports.
+    pub progress: Option<ProgressSink>,
+}
+
+impl std::fmt::Debug for CallRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallRequest")
+            .field("tool", &self.tool)
+            .field("args", &self.args)
+            .field("scope", &self.scope)
+            .field("mode", &self.mode)
+            .field("escalation", &self.escalation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallRequest {
+    /// A call of `tool` with `args`.
+    pub fn new(tool: impl Into<String>, args: serde_json::Value) -> Self {
+        CallRequest {
+            tool: tool.into(),
+            args: args.to_string(),
+            ..CallRequest::default()
+        }
+    }
+
+    /// Sets the mode.
+    pub fn mode(mut self, mode: SandboxMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// Sets the scope.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// Requests an escalation.
+    pub fn escalate(mut self, mode: SandboxMode, justification: impl Into<String>) -> Self {
+        self.escalation = Some(Escalation {
+            mode,
+            justification: justification.into(),
+        });
+        self
+    }
+
+    /// Sets the cancellation token.
+    pub fn interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = Some(interrupt);
+        self
+    }
+}
+
+/// Errors building a host: configuration, not calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// A component could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Tool names collide, or a scope is wrong.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    /// A tool's descriptor is unusable.
+    #[error("{0}")]
+    Descriptor(String),
+    /// The workspace is missing.
+    #[error("workspace {0} does not exist or is not a directory")]
+    Workspace(PathBuf),
+    /// The session log could not be opened.
+    #[error("session log: {0}")]
+    Log(String),
+    /// The state directory would be writable by tools.
+    #[error("{0}")]
+    UnsafeState(String),
+    /// `build` was called a second time on the same builder.
+    #[error(
+        "this HostBuilder already built a host and its configuration moved into it; use a new builder"
+    )]
+    AlreadyBuilt,
+}
+
+/// A configured host: tools, policy, guards, approver, hooks and the log.
+pub struct Host {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) registry: Registry,
+    pub(crate) policy: Policy,
+    pub(crate) guards: Guards,
+    pub(crate) approver: Box<dyn Approver>,
+    pub(crate) post_hooks: Vec<Box<dyn PostExecuteHook>>,
+    pub(crate) observers: Vec<Box<dyn Observer>>,
+    pub(crate) recorder: Recorder,
+    pub(crate) workspace: PathBuf,
+    pub(crate) limits: Limits,
+    pub(crate) session: String,
+    pub(crate) next_call: AtomicU64,
+    pub(crate) gate: Arc<gate::Gate>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("workspace", &self.workspace)
+            .field("tools", &self.registry.visible_names(None))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// A new builder.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::new()
+    }
+
+    /// The tools visible from `scope`.
+    pub fn tools(&self, scope: Option<&str>) -> Vec<&RegisteredTool> {
+        self.registry.visible(scope)
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The session log.
+    pub fn log(&self) -> &Arc<SessionLog> {
+        self.recorder.log()
+    }
+
+    /// The workspace (canonical path).
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The exclusivity gate, for a host rebuilt from this one.
+    pub(crate) fn gate(&self) -> &Arc<gate::Gate> {
+        &self.gate
+    }
+}
