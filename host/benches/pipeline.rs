@@ -1,7 +1,7 @@
 //! The toolhost benchmark: every cost of a governed call, and the
 //! alternatives users would otherwise pick, measured in one run.
 //!
-//! Run: `cargo bench -p toolhost --bench pipeline` (add `-- --json` for one
+//! Run: `cargo bench -p toolhost --bench pipeline --features bench-internals` (add `-- --json` for one
 //! JSON object; `-- --quick` for fewer iterations). Figures are medians and
 //! percentiles of many iterations, reported with their targets; nothing here
 //! asserts a timing.
