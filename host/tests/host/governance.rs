@@ -1698,7 +1698,7 @@ async fn a_hook_whose_name_panics_is_caught_and_the_host_survives() {
 async fn a_second_build_is_an_error_not_a_host_without_configuration() {
     let ws = workspace();
     let mut b = builder(ws.path());
-    b.policy(policy(GUARD));
+    b.policy(policy(ASK_WRITES));
     let first = b.build().await.unwrap();
     assert!(!first.tools(None).is_empty());
     match b.build().await {
