@@ -1,7 +1,6 @@
 //! `toolhost run` on a component file that offers several tools: `--tool`
 //! picks one; without it the CLI names the choices and exits 2.
 
-
 use std::process::Command;
 
 fn run(args: &[&str]) -> std::process::Output {

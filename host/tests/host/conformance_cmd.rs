@@ -1,7 +1,6 @@
 //! `toolhost conformance`: every example tool passes; a component that is
 //! not a tool, or lies, fails with exit status 1 and says why.
 
-
 use std::path::PathBuf;
 use std::process::Command;
 

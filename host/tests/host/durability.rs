@@ -23,7 +23,6 @@
 //! iteration and its xorshift seed, and `TOOLHOST_SOAK_FIRST=I` starts the
 //! loop at iteration I to replay it.
 
-
 mod support;
 
 mod cli;

@@ -7,7 +7,6 @@
 //! Each test that refuses a call which would write a file proves that the body
 //! did not run by checking the host file system.
 
-
 mod common;
 
 use common::*;

@@ -6,7 +6,6 @@
 //! Run one area with a module filter, e.g.
 //! `cargo test -p toolhost --test host governance::`.
 
-
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

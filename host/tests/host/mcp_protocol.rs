@@ -3,7 +3,6 @@
 //! JSON-RPC error (or, for notifications, nothing), and the server keeps
 //! answering afterwards. Stdout carries only protocol messages.
 
-
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -26,10 +25,7 @@ impl Server {
             .arg(ws.path())
             .arg("--state")
             .arg(state.path())
-            .env(
-                "TOOLHOST_CACHE_DIR",
-                crate::support::cache_dir(),
-            )
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
             .env("TOOLHOST_LOG", "debug")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

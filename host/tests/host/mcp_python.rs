@@ -8,7 +8,6 @@
 //! output. Set `TOOLHOST_SKIP_MCP_PYTHON=1` to skip it where PyPI cannot be
 //! reached.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
