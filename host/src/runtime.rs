@@ -5,11 +5,11 @@
 //! nothing about whether a call may run: that is the orchestrator's job, and
 //! by the time [`Runtime::invoke`] is called every check has passed.
 
-use crate::bindings::{ContentBlock, ToolProvider, ToolProviderPre, WitMode, WitSideEffect};
+use crate::bindings::{ContentBlock, HostCalls, ToolProvider, ToolProviderPre};
 use crate::cache::{Cached, CompileCache};
 use crate::sandbox::{self, Limits, SandboxSpec};
-use crate::state::{CallState, HostCalls, Interrupt, Limiter, ProgressSink};
-use crate::tool::{ContentItem, Descriptor, SideEffect};
+use crate::state::{CallState, Interrupt, Limiter, ProgressSink};
+use crate::tool::{ContentItem, Descriptor};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -241,8 +241,11 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| LoadError::Runtime(e.to_string()))?;
-        ToolProvider::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| LoadError::Runtime(e.to_string()))?;
+        ToolProvider::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s: &mut CallState| &mut s.host,
+        )
+        .map_err(|e| LoadError::Runtime(e.to_string()))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let stop = ticker_stop.clone();
         let weak = engine.weak();
@@ -890,23 +893,5 @@ fn lift_output(out: crate::bindings::ToolOutput, max_output: usize) -> BodyOutco
         canonical,
         content,
         meta,
-    }
-}
-
-pub(crate) fn mode_from_wit(m: WitMode) -> SandboxMode {
-    match m {
-        WitMode::None => SandboxMode::None,
-        WitMode::ReadOnly => SandboxMode::ReadOnly,
-        WitMode::WorkspaceWrite => SandboxMode::WorkspaceWrite,
-        WitMode::DangerFullAccess => SandboxMode::DangerFullAccess,
-    }
-}
-
-pub(crate) fn side_effect_from_wit(s: WitSideEffect) -> SideEffect {
-    match s {
-        WitSideEffect::None => SideEffect::None,
-        WitSideEffect::Read => SideEffect::Read,
-        WitSideEffect::Write => SideEffect::Write,
-        WitSideEffect::External => SideEffect::External,
     }
 }

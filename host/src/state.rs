@@ -4,7 +4,7 @@
 //! buffers) is built for every call and dropped with the store; nothing in it
 //! outlives the call, so no call can see another's files, output or logs.
 
-use crate::bindings::LogLevel;
+use crate::bindings::HostCalls;
 use crate::output::CapturedOutput;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,11 +13,6 @@ use toolhost_core::ErrorCode;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-
-/// The most log records a call keeps; later ones are counted, not kept.
-pub const MAX_LOG_RECORDS: usize = 256;
-/// The longest log message kept, in bytes; longer ones are cut.
-pub const MAX_LOG_MESSAGE: usize = 4096;
 
 /// One structured log record written by a tool through `host.log`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -46,15 +41,6 @@ pub struct Progress {
 /// MCP client). Called on the thread running the guest: keep it cheap.
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 
-/// What the `host` interface collects during a call.
-#[derive(Default)]
-pub(crate) struct HostCalls {
-    pub logs: Vec<LogRecord>,
-    pub logs_dropped: u64,
-    pub progress_reports: u64,
-    pub progress_sink: Option<ProgressSink>,
-}
-
 /// `s` cut to at most `max` bytes (on a character boundary), with `…`
 /// appended when something was cut. The one place that shortens text.
 pub(crate) fn cut(s: &str, max: usize) -> String {
@@ -66,44 +52,6 @@ pub(crate) fn cut(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-impl HostCalls {
-    pub fn log(&mut self, level: LogLevel, message: String, fields: Option<String>) {
-        if self.logs.len() >= MAX_LOG_RECORDS {
-            self.logs_dropped += 1;
-            return;
-        }
-        let level = match level {
-            LogLevel::Trace => "trace",
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        };
-        let message = cut(&message, MAX_LOG_MESSAGE);
-        let fields = fields
-            .filter(|f| f.len() <= MAX_LOG_MESSAGE)
-            .and_then(|f| serde_json::from_str(&f).ok());
-        tracing::debug!(target: "toolhost::guest", level, %message, "tool log");
-        self.logs.push(LogRecord {
-            level,
-            message,
-            fields,
-        });
-    }
-
-    pub fn progress(&mut self, done: u64, total: Option<u64>, message: Option<String>) {
-        self.progress_reports += 1;
-        if let Some(sink) = &self.progress_sink {
-            let message = message.map(|m| cut(&m, MAX_LOG_MESSAGE));
-            sink(&Progress {
-                done,
-                total,
-                message,
-            });
-        }
-    }
 }
 
 /// Enforces the memory, table and instance limits of one call and records
