@@ -34,6 +34,7 @@ pub async fn run_command(
     interrupt: Interrupt,
 ) -> Result<ExecOutcome, LoadError> {
     let linked = runtime.link(source, bytes)?;
+    let needs = linked.needs;
     let pre = wasmtime_wasi::p2::bindings::CommandPre::new(linked.pre).map_err(|e| {
         LoadError::WrongWorld {
             file: source.to_string(),
@@ -50,6 +51,7 @@ pub async fn run_command(
     let store = &mut run.store;
     let raced = race(
         async {
+            store.data().admit(needs.as_ref())?;
             let command: Command = pre.instantiate_async(&mut *store).await?;
             command.wasi_cli_run().call_run(&mut *store).await
         },

@@ -10,7 +10,7 @@
 
 use crate::bindings::{ContentBlock, ToolOutput, ToolProviderPre};
 use crate::runtime::engine::{EpochTicker, RuntimeOptions};
-use crate::runtime::store::{CallState, Receipt, Run, StoreBuilder};
+use crate::runtime::store::{CallState, Footprint, Receipt, Run, StoreBuilder};
 use crate::sandbox::SandboxSpec;
 use crate::state::{Interrupt, ProgressSink};
 use crate::tool::ContentItem;
@@ -151,7 +151,7 @@ impl Invoker {
                 ),
             );
         }
-        let (invoker, pre) = (self.clone(), body.pre.clone());
+        let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
         let (tool, args_json, body_spec) = (
             body.tool.to_string(),
             body.args_json.to_string(),
@@ -162,6 +162,7 @@ impl Invoker {
         let mut body = tokio::task::spawn_blocking(move || {
             let body = Body {
                 pre: &pre,
+                needs: needs.as_ref(),
                 tool: &tool,
                 args_json: &args_json,
                 spec: &body_spec,
@@ -224,6 +225,7 @@ impl Invoker {
         let store = &mut run.store;
         let raced = race(
             async {
+                store.data().admit(body.needs)?;
                 let bindings = body.pre.instantiate_async(&mut *store).await?;
                 bindings
                     .toolhost_tool_tool()
@@ -255,6 +257,8 @@ impl Invoker {
 pub(crate) struct Body<'a> {
     /// The component, linked.
     pub pre: &'a ToolProviderPre<CallState>,
+    /// What instantiating the component creates, when counted.
+    pub needs: Option<&'a Footprint>,
     /// The tool to invoke.
     pub tool: &'a str,
     /// Its arguments (JSON text, already validated).

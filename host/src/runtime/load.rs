@@ -1,6 +1,7 @@
 //! Loading a component: check that the bytes are a component, compile them
 //! through the compile cache, link them against the host's interfaces (the
-//! world check), and ask a tool component to describe its tools.
+//! world check), count what instantiating them creates, and ask a tool
+//! component to describe its tools.
 //!
 //! Loading decides nothing about calls. The only guest code it runs is
 //! `describe`, in a store of mode `none` under [`DESCRIBE_DEADLINE`]. It
@@ -9,14 +10,14 @@
 use crate::bindings::ToolProviderPre;
 use crate::cache::{Cached, CompileCache};
 use crate::runtime::invoke::{Invoker, race};
-use crate::runtime::store::{CallState, StoreBuilder};
+use crate::runtime::store::{CallState, Footprint, StoreBuilder};
 use crate::sandbox::{Limits, SandboxSpec};
 use crate::tool::Descriptor;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use toolhost_core::SandboxMode;
-use wasmtime::component::{InstancePre, Linker};
+use wasmtime::component::{Component, InstancePre, Linker};
 
 /// How long `describe` may run when a component is loaded.
 pub const DESCRIBE_DEADLINE: Duration = Duration::from_secs(5);
@@ -77,6 +78,8 @@ pub struct LoadedComponent {
     /// SHA-256 of the component bytes (hex).
     pub sha256: String,
     pub(crate) pre: ToolProviderPre<CallState>,
+    /// What instantiating it creates, when that could be counted.
+    pub(crate) needs: Option<Footprint>,
     /// The component's imports (`namespace:package/interface@version`).
     pub imports: Vec<String>,
 }
@@ -96,6 +99,8 @@ pub(crate) struct Linked {
     pub cached: Cached,
     /// The component linked against the host's interfaces.
     pub pre: InstancePre<CallState>,
+    /// What instantiating it creates, when that could be counted.
+    pub needs: Option<Footprint>,
 }
 
 /// The linker and the compile cache of one runtime.
@@ -142,7 +147,8 @@ impl Loader {
                 file: source.to_string(),
                 detail: format!("{e:#}"),
             })?;
-        Ok(Linked { cached, pre })
+        let needs = footprint(&cached.component, bytes);
+        Ok(Linked { cached, pre, needs })
     }
 
     /// Compiles (or loads from the cache) and links `bytes` as a tool
@@ -164,6 +170,7 @@ impl Loader {
                     hit,
                 },
             pre,
+            needs,
         } = self.link(source, bytes)?;
         let imports = component
             .component_type()
@@ -178,6 +185,7 @@ impl Loader {
             source: source.to_string(),
             sha256,
             pre,
+            needs,
             imports,
         });
         if hit
@@ -217,6 +225,7 @@ async fn describe(
     let store = &mut run.store;
     let raced = race(
         async {
+            store.data().admit(component.needs.as_ref())?;
             let bindings = component.pre.instantiate_async(&mut *store).await?;
             bindings
                 .toolhost_tool_tool()
@@ -238,3 +247,159 @@ async fn describe(
         .map(|d| Descriptor::from_wit(d).map_err(&err))
         .collect()
 }
+
+/// What instantiating `component` (compiled from `bytes`) creates, counted
+/// as wasmtime counts it against a store's limits, or `None` when that
+/// cannot be counted from the binary.
+fn footprint(component: &Component, bytes: &[u8]) -> Option<Footprint> {
+    let resources = component.resources_required()?;
+    Some(Footprint {
+        instances: core_instances(bytes)?,
+        memories: usize::try_from(resources.num_memories).ok()?,
+        tables: usize::try_from(resources.num_tables).ok()?,
+    })
+}
+
+/// A component being read by [`core_instances`].
+struct Frame {
+    /// Core instances instantiating it creates (`None`: not known).
+    count: Option<usize>,
+    /// The same for each component of its component index space.
+    components: Vec<Option<usize>>,
+}
+
+impl Frame {
+    fn new() -> Frame {
+        Frame {
+            count: Some(0),
+            components: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, n: Option<usize>) {
+        self.count = self.count.zip(n).and_then(|(a, b)| a.checked_add(b));
+    }
+
+    fn component(&self, index: u32) -> Option<usize> {
+        self.components
+            .get(usize::try_from(index).ok()?)
+            .copied()
+            .flatten()
+    }
+}
+
+/// How many core instances instantiating the component `bytes` creates, at
+/// least: one per core `instantiate` (an instance made of exports is not
+/// one), in the component and in each nested component as often as it is
+/// instantiated. wasmtime counts one per core module it instantiates; that
+/// is exactly this number unless the component lowers a function that one
+/// of its own components lifts, for which wasmtime instantiates adapter
+/// modules of its own. `None` when a component it instantiates is not
+/// defined in the binary (imported, or an export of an instance), or the
+/// bytes do not parse.
+fn core_instances(bytes: &[u8]) -> Option<usize> {
+    use wasmparser::{
+        Chunk, ComponentAlias, ComponentExternalKind, ComponentInstance, ComponentOuterAliasKind,
+        ComponentTypeRef, Instance, Parser, Payload,
+    };
+    // The enclosing components of the one being read, innermost last.
+    let mut outer: Vec<(Parser, Frame)> = Vec::new();
+    let mut parser = Parser::new(0);
+    let mut frame = Frame::new();
+    let mut data = bytes;
+    loop {
+        let payload = match parser.parse(data, true).ok()? {
+            Chunk::Parsed { consumed, payload } => {
+                data = data.get(consumed..)?;
+                payload
+            }
+            Chunk::NeedMoreData(_) => return None,
+        };
+        match payload {
+            // A nested module's sections follow its header: skip them, so
+            // that the parser resumes after the module.
+            Payload::ModuleSection {
+                unchecked_range, ..
+            } => data = data.get(unchecked_range.len()..)?,
+            // A nested component's sections are read by its own parser.
+            Payload::ComponentSection { parser: nested, .. } => {
+                outer.push((
+                    std::mem::replace(&mut parser, nested),
+                    std::mem::replace(&mut frame, Frame::new()),
+                ));
+            }
+            Payload::InstanceSection(reader) => {
+                for instance in reader {
+                    if let Instance::Instantiate { .. } = instance.ok()? {
+                        frame.add(Some(1));
+                    }
+                }
+            }
+            Payload::ComponentInstanceSection(reader) => {
+                for instance in reader {
+                    if let ComponentInstance::Instantiate {
+                        component_index, ..
+                    } = instance.ok()?
+                    {
+                        frame.add(frame.component(component_index));
+                    }
+                }
+            }
+            Payload::ComponentImportSection(reader) => {
+                for import in reader {
+                    if let ComponentTypeRef::Component(_) = import.ok()?.ty {
+                        frame.components.push(None);
+                    }
+                }
+            }
+            Payload::ComponentExportSection(reader) => {
+                for export in reader {
+                    let export = export.ok()?;
+                    if export.kind == ComponentExternalKind::Component {
+                        frame.components.push(frame.component(export.index));
+                    }
+                }
+            }
+            Payload::ComponentAliasSection(reader) => {
+                for alias in reader {
+                    match alias.ok()? {
+                        ComponentAlias::InstanceExport {
+                            kind: ComponentExternalKind::Component,
+                            ..
+                        } => frame.components.push(None),
+                        ComponentAlias::Outer {
+                            kind: ComponentOuterAliasKind::Component,
+                            count,
+                            index,
+                        } => {
+                            let count = usize::try_from(count).ok()?;
+                            let n = match count {
+                                0 => frame.component(index),
+                                _ => outer
+                                    .len()
+                                    .checked_sub(count)
+                                    .and_then(|i| outer.get(i))
+                                    .and_then(|(_, f)| f.component(index)),
+                            };
+                            frame.components.push(n);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Payload::End(_) => match outer.pop() {
+                Some((p, f)) => {
+                    let nested = std::mem::replace(&mut frame, f).count;
+                    parser = p;
+                    frame.components.push(nested);
+                }
+                None => return frame.count,
+            },
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "load_tests.rs"]
+mod tests;

@@ -9,14 +9,15 @@
 //! - `engine`: the engine configuration, the pooling allocator and the
 //!   epoch thread ([`RuntimeOptions`], [`EPOCH_TICK`]);
 //! - `link`: which host interfaces every component is linked against;
-//! - `load`: compile through the cache, link, `describe`
+//! - `load`: compile through the cache, link, count, `describe`
 //!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]);
-//! - `store`: the store of one call and every limit it runs under, and how
-//!   a body ended ([`Receipt`]), with `wasi`, the call's WASI context per
-//!   mode;
+//! - `store`: the store of one call and every limit it runs under
+//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode;
 //! - `invoke`: running a body, the thread hand-off, the deadline and
-//!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]).
+//!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]);
+//! - `classify`: how a body ended, by type, as a stable code.
 
+mod classify;
 mod engine;
 mod invoke;
 mod link;
@@ -142,6 +143,7 @@ impl Runtime {
     ) -> (BodyOutcome, Receipt) {
         let body = Body {
             pre: &component.pre,
+            needs: component.needs.as_ref(),
             tool,
             args_json,
             spec,

@@ -2,18 +2,20 @@
 //!
 //! [`StoreBuilder`] turns a call's [`SandboxSpec`] into a configured
 //! [`Store`]: the WASI context (from `runtime::wasi`), the deadline (epoch
-//! callback), fuel, the memory, table and instance limits (the resource
-//! limiter), the stdout and stderr caps, and the output cap. A fresh [`CallState`] is built for
+//! callback), fuel, the memory and table growth limits (the resource
+//! limiter), the instance, memory and table counts (checked against the
+//! component's [`Footprint`] before it is instantiated), the stdout and
+//! stderr caps, and the output cap. A fresh [`CallState`] is built for
 //! every call and dropped with the store; nothing in it outlives the call,
 //! so no call can see another's files, output or logs.
 //!
 //! This module decides nothing about whether a call may run, and runs no
 //! guest code: it prepares the store, and turns what the store saw into a
-//! result (classifying how a body failed) and a [`Receipt`] once the body
-//! has stopped.
+//! result and a [`Receipt`] once the body has stopped.
 
 use crate::bindings::{ContentBlock, HostCalls, ToolOutput};
 use crate::output::CapturedOutput;
+use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
 use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
 use crate::runtime::wasi::build_wasi;
 use crate::sandbox::{Limits, SandboxSpec};
@@ -22,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
 use wasmtime::component::ResourceTable;
-use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Everything one `Store` holds.
@@ -50,14 +52,61 @@ impl WasiView for CallState {
     }
 }
 
+impl CallState {
+    /// Checks that instantiating a component of footprint `needs` stays
+    /// within the call's instance, memory and table counts. Called in the
+    /// body, just before instantiating, so that a refusal is classified and
+    /// receipted like any other end of a body. wasmtime enforces the same
+    /// limits on its own count, but reports them untyped: a component this
+    /// check lets through that wasmtime still refuses (one whose footprint
+    /// is `None`, or with adapter instances the binary does not show) ends
+    /// `TRAP` with wasmtime's message.
+    pub(crate) fn admit(&self, needs: Option<&Footprint>) -> Result<(), LimitHit> {
+        let Some(needs) = needs else {
+            return Ok(());
+        };
+        let l = &self.limiter;
+        if needs.instances > l.instances() {
+            return Err(LimitHit::Instances {
+                needed: needs.instances,
+                limit: l.instances(),
+            });
+        }
+        if needs.memories > l.memories() {
+            return Err(LimitHit::Memories {
+                needed: needs.memories,
+                limit: l.memories(),
+            });
+        }
+        if needs.tables > l.tables() {
+            return Err(LimitHit::Tables {
+                needed: needs.tables,
+                limit: l.tables(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What instantiating a component creates, as wasmtime counts it against a
+/// store's limits: core instances (at least this many: see
+/// `runtime::load`), and the linear memories and tables they define
+/// (imported ones are not new).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    pub instances: usize,
+    pub memories: usize,
+    pub tables: usize,
+}
+
 /// Enforces the memory, table and instance limits of one call and records
-/// what it saw (peak memory, whether a limit was hit).
+/// what it saw (peak memory, whether a growth limit was refused).
 pub(crate) struct Limiter {
-    pub max_memory: usize,
-    pub max_table_elements: usize,
-    pub max_instances: usize,
-    pub peak_memory: usize,
-    pub hit: Option<&'static str>,
+    max_memory: usize,
+    max_table_elements: usize,
+    max_instances: usize,
+    peak_memory: usize,
+    hit: Option<LimitHit>,
 }
 
 impl Limiter {
@@ -80,7 +129,9 @@ impl ResourceLimiter for Limiter {
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.max_memory || maximum.is_some_and(|m| desired > m) {
-            self.hit = Some("memory");
+            self.hit = Some(LimitHit::Memory {
+                limit: self.max_memory,
+            });
             return Ok(false);
         }
         // Memories only grow; the peak is the largest size allowed so far.
@@ -95,11 +146,17 @@ impl ResourceLimiter for Limiter {
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.max_table_elements || maximum.is_some_and(|m| desired > m) {
-            self.hit = Some("table");
+            self.hit = Some(LimitHit::Table {
+                limit: self.max_table_elements,
+            });
             return Ok(false);
         }
         Ok(true)
     }
+
+    // wasmtime reads these three once, when the limiter is installed, and
+    // enforces them itself; `CallState::admit` checks the same numbers
+    // first so that exceeding one is reported by type.
 
     fn instances(&self) -> usize {
         self.max_instances
@@ -284,7 +341,14 @@ impl Run {
         let state = self.store.data_mut();
         match raced {
             Some(Ok(r)) => Ok(r),
-            Some(Err(e)) => Err(classify(&e, state)),
+            Some(Err(e)) => Err(classify(
+                &e,
+                &Seen {
+                    stopped_by: state.stopped_by,
+                    limit_hit: state.limiter.hit,
+                    stderr: &state.stderr,
+                },
+            )),
             None => {
                 let code = if state.interrupt.is_cancelled() {
                     ErrorCode::Cancelled
@@ -351,63 +415,4 @@ impl Run {
             denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
         }
     }
-}
-
-fn stop_message(code: ErrorCode) -> String {
-    match code {
-        ErrorCode::Cancelled => "the call was cancelled; the tool was stopped".into(),
-        _ => "the call ran past its deadline and was stopped".into(),
-    }
-}
-
-/// Maps how a body failed to a stable code and a message.
-fn classify(err: &wasmtime::Error, state: &CallState) -> (ErrorCode, String) {
-    if let Some(code) = state.stopped_by {
-        return (code, stop_message(code));
-    }
-    let trap = err.downcast_ref::<Trap>().copied();
-    if trap == Some(Trap::OutOfFuel) {
-        return (
-            ErrorCode::OutOfFuel,
-            "the call used up its fuel budget".into(),
-        );
-    }
-    // Limits wasmtime enforces itself (instance, table and memory counts)
-    // fail instantiation with this error rather than a trap.
-    let text = format!("{err:#}");
-    if trap.is_none() && text.contains("resource limit exceeded") {
-        return (
-            ErrorCode::MemoryLimit,
-            format!("the tool needs more resources than the call allows: {text}"),
-        );
-    }
-    if let Some(what) = state.limiter.hit {
-        return (
-            ErrorCode::MemoryLimit,
-            format!(
-                "the tool tried to grow its {what} past the limit ({} bytes of memory)",
-                state.limiter.max_memory
-            ),
-        );
-    }
-    let (stderr, _) = state.stderr.snapshot();
-    let tail: String = stderr
-        .lines()
-        .rev()
-        .take(5)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect::<Vec<_>>()
-        .join("\n");
-    let what = match trap {
-        Some(t) => t.to_string(),
-        None => format!("{err:#}"),
-    };
-    let message = if tail.is_empty() {
-        format!("the tool trapped: {what}")
-    } else {
-        format!("the tool trapped: {what}\n{tail}")
-    };
-    (ErrorCode::Trap, message)
 }
