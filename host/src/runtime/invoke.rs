@@ -6,7 +6,8 @@
 //! abandoned bodies may hold at most half the instance pool (see
 //! [`Invoker::invoke`]). This module decides nothing about whether a call
 //! may run: by the time a body is invoked every check of the pipeline has
-//! passed.
+//! passed. It is reachable only from inside the crate, so that no body runs
+//! around the pipeline.
 
 use crate::bindings::{ContentBlock, ToolOutput, ToolProviderPre};
 use crate::runtime::engine::{EpochTicker, RuntimeOptions};

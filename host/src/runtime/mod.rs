@@ -2,9 +2,9 @@
 //! the compile cache) and pre-instantiated, and a fresh store per call.
 //!
 //! This module runs tool bodies and classifies how they ended. It decides
-//! nothing about whether a call may run: that is the pipeline's job, and by
-//! the time [`Runtime::invoke`] is called every check has passed. One file
-//! per capability:
+//! nothing about whether a call may run: that is the pipeline's job, and
+//! running a body is reachable only from inside the crate, after every
+//! check of the pipeline has passed. One file per capability:
 //!
 //! - `engine`: the engine configuration, the pooling allocator and the
 //!   epoch thread ([`RuntimeOptions`], [`EPOCH_TICK`]);
@@ -125,6 +125,7 @@ impl Runtime {
     }
 
     /// Runs the body of `tool` once, in a fresh store built for `spec`.
+    /// Only the pipeline calls this, after every check has passed.
     ///
     /// A body with file system access runs on a thread of its own; one
     /// stuck there in a host system call is abandoned [`STUCK_GRACE`] after
@@ -132,7 +133,7 @@ impl Runtime {
     /// the pool ([`Runtime::abandon_limit`]) calls with file system access
     /// are refused `SANDBOX_UNAVAILABLE` (the whole rule is on the
     /// `invoke` module's `Invoker::invoke`).
-    pub async fn invoke(
+    pub(crate) async fn invoke(
         self: &Arc<Self>,
         component: &Arc<LoadedComponent>,
         tool: &str,
@@ -151,14 +152,15 @@ impl Runtime {
         self.invoker.invoke(body, interrupt, progress).await
     }
 
-    /// Bodies abandoned in a host system call (see [`Runtime::invoke`])
-    /// whose threads have not returned yet.
+    /// Bodies abandoned in a host system call (after their deadline or
+    /// cancellation, see [`STUCK_GRACE`]) whose threads have not returned
+    /// yet.
     pub fn abandoned_bodies(&self) -> usize {
         self.invoker.abandoned()
     }
 
-    /// How many abandoned bodies make [`Runtime::invoke`] refuse calls with
-    /// file system access: half the pool, at least one.
+    /// How many abandoned bodies make the runtime refuse calls with file
+    /// system access (`SANDBOX_UNAVAILABLE`): half the pool, at least one.
     pub fn abandon_limit(&self) -> usize {
         self.invoker.abandon_limit()
     }
@@ -179,5 +181,31 @@ impl Runtime {
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    /// Runs the body of `tool` as the pipeline's invoke does, but outside the
+    /// pipeline, in mode `none` (no file system, no network) with default
+    /// limits: what the benchmarks time as "the body alone". No host that
+    /// runs calls has a reason to call it.
+    #[doc(hidden)]
+    pub async fn bench_invoke(
+        &self,
+        component: &LoadedComponent,
+        tool: &str,
+        args_json: &str,
+    ) -> (BodyOutcome, Receipt) {
+        let spec = SandboxSpec {
+            mode: SandboxMode::None,
+            workspace: PathBuf::from("/"),
+            limits: Limits::default(),
+        };
+        let body = Body {
+            pre: &component.pre,
+            needs: component.needs.as_ref(),
+            tool,
+            args_json,
+            spec: &spec,
+        };
+        self.invoker.invoke(body, Interrupt::default(), None).await
     }
 }
