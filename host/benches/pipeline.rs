@@ -157,24 +157,10 @@ async fn main() {
 
     // 2b. Where the warm call's time goes: the body alone (fresh store,
     //     instantiate, invoke) and one session-log append of each kind.
-    let spec = toolhost::SandboxSpec {
-        mode: SandboxMode::None,
-        workspace: ctx.workspace.path().to_path_buf(),
-        limits: Limits::default(),
-    };
     let mut body = Vec::new();
     for i in 0..ctx.iters(3000) + 100 {
         let t = Instant::now();
-        let (outcome, _) = runtime
-            .invoke(
-                &noop_component,
-                "noop",
-                "{}",
-                &spec,
-                toolhost::Interrupt::default(),
-                None,
-            )
-            .await;
+        let (outcome, _) = runtime.bench_invoke(&noop_component, "noop", "{}").await;
         if i >= 100 {
             body.push(us(t.elapsed()));
         }

@@ -2,7 +2,7 @@
 //! exporting `wasi:cli/run`) under the same sandbox modes and limits as
 //! tools, with its stdout/stderr and exit code passed through.
 
-use crate::runtime::{LoadError, Runtime, race};
+use crate::runtime::{LoadError, Runtime, StoreBuilder, race};
 use crate::sandbox::SandboxSpec;
 use crate::state::Interrupt;
 use toolhost_core::ErrorCode;
@@ -33,13 +33,17 @@ pub async fn run_command(
     spec: &SandboxSpec,
     interrupt: Interrupt,
 ) -> Result<ExecOutcome, LoadError> {
-    let (_, pre) = runtime.link(source, bytes)?;
-    let pre =
-        wasmtime_wasi::p2::bindings::CommandPre::new(pre).map_err(|e| LoadError::WrongWorld {
+    let linked = runtime.link(source, bytes)?;
+    let needs = linked.needs;
+    let pre = wasmtime_wasi::p2::bindings::CommandPre::new(linked.pre).map_err(|e| {
+        LoadError::WrongWorld {
             file: source.to_string(),
             detail: format!("not a WASI command (no wasi:cli/run export): {e:#}"),
-        })?;
-    let mut run = match runtime.prepare_with(spec, interrupt, None, Some(args), false) {
+        }
+    })?;
+    let mut builder = StoreBuilder::new(spec);
+    builder.interrupt(interrupt).command(args);
+    let mut run = match runtime.store(&builder) {
         Ok(r) => r,
         Err((code, message)) => return Ok(ExecOutcome::Failed { code, message }),
     };
@@ -47,6 +51,7 @@ pub async fn run_command(
     let store = &mut run.store;
     let raced = race(
         async {
+            store.data().admit(needs.as_ref())?;
             let command: Command = pre.instantiate_async(&mut *store).await?;
             command.wasi_cli_run().call_run(&mut *store).await
         },

@@ -1,23 +1,13 @@
-//! Per-call state: what one `Store` owns for the length of one call.
+//! What a caller and a running call exchange: the interrupt that cancels
+//! it, the progress reports and log records it sends back, and the one
+//! function that shortens text.
 //!
-//! A fresh `CallState` (WASI context, resource table, limiter, host-interface
-//! buffers) is built for every call and dropped with the store; nothing in it
-//! outlives the call, so no call can see another's files, output or logs.
+//! Plain types, no wasmtime: the store a call runs in (and what it holds)
+//! belongs to `runtime::store`, the `host` interface that fills these in to
+//! `bindings`.
 
-use crate::bindings::LogLevel;
-use crate::output::CapturedOutput;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
-use toolhost_core::ErrorCode;
-use wasmtime::ResourceLimiter;
-use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-
-/// The most log records a call keeps; later ones are counted, not kept.
-pub const MAX_LOG_RECORDS: usize = 256;
-/// The longest log message kept, in bytes; longer ones are cut.
-pub const MAX_LOG_MESSAGE: usize = 4096;
 
 /// One structured log record written by a tool through `host.log`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -46,15 +36,6 @@ pub struct Progress {
 /// MCP client). Called on the thread running the guest: keep it cheap.
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 
-/// What the `host` interface collects during a call.
-#[derive(Default)]
-pub(crate) struct HostCalls {
-    pub logs: Vec<LogRecord>,
-    pub logs_dropped: u64,
-    pub progress_reports: u64,
-    pub progress_sink: Option<ProgressSink>,
-}
-
 /// `s` cut to at most `max` bytes (on a character boundary), with `…`
 /// appended when something was cut. The one place that shortens text.
 pub(crate) fn cut(s: &str, max: usize) -> String {
@@ -66,96 +47,6 @@ pub(crate) fn cut(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-impl HostCalls {
-    pub fn log(&mut self, level: LogLevel, message: String, fields: Option<String>) {
-        if self.logs.len() >= MAX_LOG_RECORDS {
-            self.logs_dropped += 1;
-            return;
-        }
-        let level = match level {
-            LogLevel::Trace => "trace",
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        };
-        let message = cut(&message, MAX_LOG_MESSAGE);
-        let fields = fields
-            .filter(|f| f.len() <= MAX_LOG_MESSAGE)
-            .and_then(|f| serde_json::from_str(&f).ok());
-        tracing::debug!(target: "toolhost::guest", level, %message, "tool log");
-        self.logs.push(LogRecord {
-            level,
-            message,
-            fields,
-        });
-    }
-
-    pub fn progress(&mut self, done: u64, total: Option<u64>, message: Option<String>) {
-        self.progress_reports += 1;
-        if let Some(sink) = &self.progress_sink {
-            let message = message.map(|m| cut(&m, MAX_LOG_MESSAGE));
-            sink(&Progress {
-                done,
-                total,
-                message,
-            });
-        }
-    }
-}
-
-/// Enforces the memory, table and instance limits of one call and records
-/// what it saw (peak memory, whether a limit was hit).
-pub(crate) struct Limiter {
-    pub max_memory: usize,
-    pub max_table_elements: usize,
-    pub max_instances: usize,
-    pub peak_memory: usize,
-    pub hit: Option<&'static str>,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_memory || maximum.is_some_and(|m| desired > m) {
-            self.hit = Some("memory");
-            return Ok(false);
-        }
-        // Memories only grow; the peak is the largest size allowed so far.
-        self.peak_memory = self.peak_memory.max(desired).max(current);
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_table_elements || maximum.is_some_and(|m| desired > m) {
-            self.hit = Some("table");
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    fn instances(&self) -> usize {
-        self.max_instances
-    }
-
-    fn tables(&self) -> usize {
-        self.max_instances.saturating_mul(4)
-    }
-
-    fn memories(&self) -> usize {
-        self.max_instances.saturating_mul(2)
-    }
 }
 
 /// Why the runtime interrupted a guest.
@@ -174,30 +65,5 @@ impl Interrupt {
     /// True once cancellation was requested.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
-    }
-}
-
-/// Everything one `Store` holds.
-pub(crate) struct CallState {
-    pub wasi: WasiCtx,
-    pub table: ResourceTable,
-    pub limiter: Limiter,
-    pub host: HostCalls,
-    pub stdout: CapturedOutput,
-    pub stderr: CapturedOutput,
-    pub deadline: Instant,
-    pub interrupt: Interrupt,
-    /// Set by the epoch callback when it stops the guest, so the error can be
-    /// classified without guessing from the trap.
-    pub stopped_by: Option<ErrorCode>,
-    pub denied: Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl WasiView for CallState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
     }
 }

@@ -1,8 +1,7 @@
 //! What the host knows about a tool: its validated descriptor, and the
 //! content blocks of results.
 
-use crate::bindings::ToolDescriptor;
-use crate::runtime::{mode_from_wit, side_effect_from_wit};
+use crate::bindings::{ToolDescriptor, mode_from_wit, side_effect_from_wit};
 use serde::{Deserialize, Serialize};
 use toolhost_core::SandboxMode;
 pub use toolhost_core::SideEffect;

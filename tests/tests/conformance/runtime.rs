@@ -223,11 +223,9 @@ async fn runtime_table_limit() {
 }
 
 /// A component that needs more instances than `Limits.max_instances`
-/// allows is stopped with an error result naming the instance limit, not a
-/// panic. The host does not classify this limit yet: wasmtime reports it as
-/// an instantiation error that the limiter does not see, so it arrives as
-/// TRAP ("the tool trapped: resource limit exceeded: instance count too
-/// high"); MEMORY_LIMIT, like the memory and table limits, is also accepted.
+/// allows ends with MEMORY_LIMIT naming the instance count, like the memory
+/// and table limits, not with a panic: the host counts the component's core
+/// instances when it loads it and refuses the call before instantiating.
 #[tokio::test]
 async fn runtime_instance_limit() {
     let ws = tempfile::tempdir().unwrap();

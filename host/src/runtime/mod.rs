@@ -1,0 +1,211 @@
+//! The Wasm runtime: one shared engine, components compiled once (through
+//! the compile cache) and pre-instantiated, and a fresh store per call.
+//!
+//! This module runs tool bodies and classifies how they ended. It decides
+//! nothing about whether a call may run: that is the pipeline's job, and
+//! running a body is reachable only from inside the crate, after every
+//! check of the pipeline has passed. One file per capability:
+//!
+//! - `engine`: the engine configuration, the pooling allocator and the
+//!   epoch thread ([`RuntimeOptions`], [`EPOCH_TICK`]);
+//! - `link`: which host interfaces every component is linked against;
+//! - `load`: compile through the cache, link, count, `describe`
+//!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]);
+//! - `store`: the store of one call and every limit it runs under
+//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode;
+//! - `invoke`: running a body, the thread hand-off, the deadline and
+//!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]);
+//! - `classify`: how a body ended, by type, as a stable code.
+
+mod classify;
+mod engine;
+mod invoke;
+mod link;
+mod load;
+mod store;
+mod wasi;
+
+pub use self::engine::{EPOCH_TICK, RuntimeOptions};
+pub use self::invoke::{BodyOutcome, STUCK_GRACE};
+pub use self::load::{DESCRIBE_DEADLINE, LoadError, LoadedComponent};
+pub use self::store::Receipt;
+
+pub(crate) use self::invoke::race;
+pub(crate) use self::load::Linked;
+pub(crate) use self::store::{Run, StoreBuilder};
+
+use self::engine::EpochTicker;
+use self::invoke::{Body, Invoker};
+use self::load::Loader;
+use crate::cache::CompileCache;
+use crate::sandbox::{Limits, SandboxSpec};
+use crate::state::{Interrupt, ProgressSink};
+use crate::tool::Descriptor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use toolhost_core::{ErrorCode, SandboxMode};
+use wasmtime::Engine;
+
+/// One engine, its linker and compile cache, and the epoch ticker.
+pub struct Runtime {
+    loader: Loader,
+    invoker: Invoker,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("options", self.options())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Builds the engine (epoch interruption always on) and starts the
+    /// epoch ticker.
+    pub fn new(options: RuntimeOptions) -> Result<Runtime, LoadError> {
+        let engine = Engine::new(&engine::config(&options))
+            .map_err(|e| LoadError::Runtime(e.to_string()))?;
+        let linker = link::linker(&engine).map_err(|e| LoadError::Runtime(e.to_string()))?;
+        let ticker = EpochTicker::start(&engine)
+            .map_err(|e| LoadError::Runtime(format!("cannot start the epoch thread: {e}")))?;
+        let cache = CompileCache::new(&engine, options.cache_dir.clone());
+        Ok(Runtime {
+            loader: Loader::new(linker, cache),
+            invoker: Invoker::new(engine, options, ticker),
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        self.invoker.engine()
+    }
+
+    /// The compile cache.
+    pub fn cache(&self) -> &CompileCache {
+        self.loader.cache()
+    }
+
+    /// The options the runtime was built with.
+    pub fn options(&self) -> &RuntimeOptions {
+        self.invoker.options()
+    }
+
+    /// Compiles (or loads from the cache) and links `bytes`, then asks the
+    /// component to describe its tools. A component loaded from the compile
+    /// cache takes its descriptors from the cache too, when they are there.
+    pub async fn load(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+        self.loader.load(&self.invoker, source, bytes, true).await
+    }
+
+    /// As [`Runtime::load`], but always runs `describe` (the conformance
+    /// checks judge the component's own answer, not a cached one).
+    pub async fn load_and_describe(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<(Arc<LoadedComponent>, Vec<Descriptor>), LoadError> {
+        self.loader.load(&self.invoker, source, bytes, false).await
+    }
+
+    /// Checks that `bytes` are a component, compiles it (or loads it from the
+    /// cache) and links it against the host's imports, without looking for
+    /// any export (`toolhost exec` looks for `wasi:cli/run`).
+    pub(crate) fn link(&self, source: &str, bytes: &[u8]) -> Result<Linked, LoadError> {
+        self.loader.link(source, bytes)
+    }
+
+    /// A fresh store built by `builder`.
+    pub(crate) fn store(&self, builder: &StoreBuilder<'_>) -> Result<Run, (ErrorCode, String)> {
+        self.invoker.store(builder)
+    }
+
+    /// Runs the body of `tool` once, in a fresh store built for `spec`.
+    /// Only the pipeline calls this, after every check has passed.
+    ///
+    /// A body with file system access runs on a thread of its own; one
+    /// stuck there in a host system call is abandoned [`STUCK_GRACE`] after
+    /// its deadline or cancellation, and while abandoned bodies hold half
+    /// the pool ([`Runtime::abandon_limit`]) calls with file system access
+    /// are refused `SANDBOX_UNAVAILABLE` (the whole rule is on the
+    /// `invoke` module's `Invoker::invoke`).
+    pub(crate) async fn invoke(
+        self: &Arc<Self>,
+        component: &Arc<LoadedComponent>,
+        tool: &str,
+        args_json: &str,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+        progress: Option<ProgressSink>,
+    ) -> (BodyOutcome, Receipt) {
+        let body = Body {
+            pre: &component.pre,
+            needs: component.needs.as_ref(),
+            tool,
+            args_json,
+            spec,
+        };
+        self.invoker.invoke(body, interrupt, progress).await
+    }
+
+    /// Bodies abandoned in a host system call (after their deadline or
+    /// cancellation, see [`STUCK_GRACE`]) whose threads have not returned
+    /// yet.
+    pub fn abandoned_bodies(&self) -> usize {
+        self.invoker.abandoned()
+    }
+
+    /// How many abandoned bodies make the runtime refuse calls with file
+    /// system access (`SANDBOX_UNAVAILABLE`): half the pool, at least one.
+    pub fn abandon_limit(&self) -> usize {
+        self.invoker.abandon_limit()
+    }
+
+    /// Builds a fresh store and instantiates `component` in it, without
+    /// calling anything: what the benchmarks time as "instantiation".
+    #[doc(hidden)]
+    pub async fn bench_instantiate(&self, component: &LoadedComponent) -> Result<(), String> {
+        let spec = SandboxSpec {
+            mode: SandboxMode::None,
+            workspace: PathBuf::from("/"),
+            limits: Limits::default(),
+        };
+        let mut run = self.store(&StoreBuilder::new(&spec)).map_err(|(_, m)| m)?;
+        component
+            .pre
+            .instantiate_async(&mut run.store)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Runs the body of `tool` as the pipeline's invoke does, but outside the
+    /// pipeline, in mode `none` (no file system, no network) with default
+    /// limits: what the benchmarks time as "the body alone". No host that
+    /// runs calls has a reason to call it.
+    #[doc(hidden)]
+    pub async fn bench_invoke(
+        &self,
+        component: &LoadedComponent,
+        tool: &str,
+        args_json: &str,
+    ) -> (BodyOutcome, Receipt) {
+        let spec = SandboxSpec {
+            mode: SandboxMode::None,
+            workspace: PathBuf::from("/"),
+            limits: Limits::default(),
+        };
+        let body = Body {
+            pre: &component.pre,
+            needs: component.needs.as_ref(),
+            tool,
+            args_json,
+            spec: &spec,
+        };
+        self.invoker.invoke(body, Interrupt::default(), None).await
+    }
+}

@@ -1,0 +1,418 @@
+//! The store of one call, and every limit it runs under.
+//!
+//! [`StoreBuilder`] turns a call's [`SandboxSpec`] into a configured
+//! [`Store`]: the WASI context (from `runtime::wasi`), the deadline (epoch
+//! callback), fuel, the memory and table growth limits (the resource
+//! limiter), the instance, memory and table counts (checked against the
+//! component's [`Footprint`] before it is instantiated), the stdout and
+//! stderr caps, and the output cap. A fresh [`CallState`] is built for
+//! every call and dropped with the store; nothing in it outlives the call,
+//! so no call can see another's files, output or logs.
+//!
+//! This module decides nothing about whether a call may run, and runs no
+//! guest code: it prepares the store, and turns what the store saw into a
+//! result and a [`Receipt`] once the body has stopped.
+
+use crate::bindings::{ContentBlock, HostCalls, ToolOutput};
+use crate::output::CapturedOutput;
+use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
+use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
+use crate::runtime::wasi::build_wasi;
+use crate::sandbox::{Limits, SandboxSpec};
+use crate::state::{Interrupt, LogRecord, ProgressSink};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use toolhost_core::{ErrorCode, SandboxMode};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Everything one `Store` holds.
+pub(crate) struct CallState {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub limiter: Limiter,
+    pub host: HostCalls,
+    pub stdout: CapturedOutput,
+    pub stderr: CapturedOutput,
+    pub deadline: Instant,
+    pub interrupt: Interrupt,
+    /// Set by the epoch callback when it stops the guest, so the error can be
+    /// classified without guessing from the trap.
+    pub stopped_by: Option<ErrorCode>,
+    pub denied: Arc<Mutex<Vec<String>>>,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl CallState {
+    /// Checks that instantiating a component of footprint `needs` stays
+    /// within the call's instance, memory and table counts. Called in the
+    /// body, just before instantiating, so that a refusal is classified and
+    /// receipted like any other end of a body. wasmtime enforces the same
+    /// limits on its own count, but reports them untyped: a component this
+    /// check lets through that wasmtime still refuses (one whose footprint
+    /// is `None`, or with adapter instances the binary does not show) ends
+    /// `TRAP` with wasmtime's message.
+    pub(crate) fn admit(&self, needs: Option<&Footprint>) -> Result<(), LimitHit> {
+        let Some(needs) = needs else {
+            return Ok(());
+        };
+        let l = &self.limiter;
+        if needs.instances > l.instances() {
+            return Err(LimitHit::Instances {
+                needed: needs.instances,
+                limit: l.instances(),
+            });
+        }
+        if needs.memories > l.memories() {
+            return Err(LimitHit::Memories {
+                needed: needs.memories,
+                limit: l.memories(),
+            });
+        }
+        if needs.tables > l.tables() {
+            return Err(LimitHit::Tables {
+                needed: needs.tables,
+                limit: l.tables(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What instantiating a component creates, as wasmtime counts it against a
+/// store's limits: core instances (at least this many: see
+/// `runtime::load`), and the linear memories and tables they define
+/// (imported ones are not new).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    pub instances: usize,
+    pub memories: usize,
+    pub tables: usize,
+}
+
+/// Enforces the memory, table and instance limits of one call and records
+/// what it saw (peak memory, whether a growth limit was refused).
+pub(crate) struct Limiter {
+    max_memory: usize,
+    max_table_elements: usize,
+    max_instances: usize,
+    peak_memory: usize,
+    hit: Option<LimitHit>,
+}
+
+impl Limiter {
+    fn new(limits: &Limits) -> Limiter {
+        Limiter {
+            max_memory: limits.max_memory,
+            max_table_elements: limits.max_table_elements,
+            max_instances: limits.max_instances,
+            peak_memory: 0,
+            hit: None,
+        }
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_memory || maximum.is_some_and(|m| desired > m) {
+            self.hit = Some(LimitHit::Memory {
+                limit: self.max_memory,
+            });
+            return Ok(false);
+        }
+        // Memories only grow; the peak is the largest size allowed so far.
+        self.peak_memory = self.peak_memory.max(desired).max(current);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_table_elements || maximum.is_some_and(|m| desired > m) {
+            self.hit = Some(LimitHit::Table {
+                limit: self.max_table_elements,
+            });
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    // wasmtime reads these three once, when the limiter is installed, and
+    // enforces them itself; `CallState::admit` checks the same numbers
+    // first so that exceeding one is reported by type.
+
+    fn instances(&self) -> usize {
+        self.max_instances
+    }
+
+    fn tables(&self) -> usize {
+        self.max_instances.saturating_mul(4)
+    }
+
+    fn memories(&self) -> usize {
+        self.max_instances.saturating_mul(2)
+    }
+}
+
+/// What the runtime measured during a body.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Receipt {
+    /// Wall time of the body, in microseconds.
+    pub wall_us: u64,
+    /// Fuel consumed, when metered.
+    pub fuel_used: Option<u64>,
+    /// Largest linear memory the guest reached, in bytes.
+    pub peak_memory_bytes: u64,
+    /// The sandbox mode the body ran in.
+    pub mode: Option<SandboxMode>,
+    /// Bytes the guest wrote to stdout (kept or dropped).
+    pub stdout_bytes: u64,
+    /// Bytes the guest wrote to stderr (kept or dropped).
+    pub stderr_bytes: u64,
+    /// Log records the tool wrote through the host interface.
+    pub logs: Vec<LogRecord>,
+    /// Progress reports received.
+    pub progress_reports: u64,
+    /// Capability attempts the host refused and observed.
+    pub denied: Vec<String>,
+}
+
+/// Builds the store of one call.
+pub(crate) struct StoreBuilder<'a> {
+    spec: &'a SandboxSpec,
+    interrupt: Interrupt,
+    progress: Option<ProgressSink>,
+    command: Option<&'a [String]>,
+    blocking: bool,
+}
+
+impl<'a> StoreBuilder<'a> {
+    /// A store for `spec`: not cancelled, no progress sink, output captured,
+    /// file operations handed to tokio's blocking pool.
+    pub(crate) fn new(spec: &'a SandboxSpec) -> Self {
+        StoreBuilder {
+            spec,
+            interrupt: Interrupt::default(),
+            progress: None,
+            command: None,
+            blocking: false,
+        }
+    }
+
+    /// Cancels the call when `interrupt` is cancelled.
+    pub(crate) fn interrupt(&mut self, interrupt: Interrupt) -> &mut Self {
+        self.interrupt = interrupt;
+        self
+    }
+
+    /// Forwards the tool's progress reports to `sink`.
+    pub(crate) fn progress(&mut self, sink: Option<ProgressSink>) -> &mut Self {
+        self.progress = sink;
+        self
+    }
+
+    /// Runs a command program (`toolhost exec`): `args` are passed and
+    /// stdout/stderr inherited instead of captured.
+    pub(crate) fn command(&mut self, args: &'a [String]) -> &mut Self {
+        self.command = Some(args);
+        self
+    }
+
+    /// Lets the guest's file operations block the current thread (only for
+    /// a body on a thread of its own).
+    pub(crate) fn blocking(&mut self, blocking: bool) -> &mut Self {
+        self.blocking = blocking;
+        self
+    }
+
+    /// Builds the store on `engine`, which was configured with `options`.
+    /// Fails `SANDBOX_UNAVAILABLE` when a limit cannot be enforced by this
+    /// runtime or the WASI context cannot be built.
+    pub(crate) fn build(
+        &self,
+        engine: &Engine,
+        options: &RuntimeOptions,
+    ) -> Result<Run, (ErrorCode, String)> {
+        let limits = &self.spec.limits;
+        if limits.max_memory > POOL_MAX_MEMORY && options.pooling {
+            return Err((
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "memory limit {} exceeds the pool's {} bytes",
+                    limits.max_memory, POOL_MAX_MEMORY
+                ),
+            ));
+        }
+        if limits.fuel.is_some() && !options.fuel {
+            return Err((
+                ErrorCode::SandboxUnavailable,
+                "a fuel budget was requested but this runtime does not meter fuel".into(),
+            ));
+        }
+        let stdout = CapturedOutput::new(limits.max_stdio);
+        let stderr = CapturedOutput::new(limits.max_stdio);
+        let built = build_wasi(self.spec, (&stdout, &stderr), self.command, self.blocking)
+            .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        let state = CallState {
+            wasi: built.wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter::new(limits),
+            host: HostCalls {
+                progress_sink: self.progress.clone(),
+                ..HostCalls::default()
+            },
+            stdout,
+            stderr,
+            deadline: Instant::now() + limits.deadline,
+            interrupt: self.interrupt.clone(),
+            stopped_by: None,
+            denied: built.denied,
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limiter);
+        if options.fuel {
+            let fuel = limits.fuel.unwrap_or(u64::MAX);
+            store
+                .set_fuel(fuel)
+                .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        }
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
+            if state.interrupt.is_cancelled() {
+                state.stopped_by = Some(ErrorCode::Cancelled);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if Instant::now() >= state.deadline {
+                state.stopped_by = Some(ErrorCode::Timeout);
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            // Yield so that a CPU-bound guest shares its thread and the
+            // deadline and cancellation race stays responsive.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        Ok(Run {
+            store,
+            fuel_budget: limits.fuel.unwrap_or(u64::MAX),
+            metered: options.fuel,
+            mode: self.spec.mode,
+            max_output: limits.max_output,
+            _scratch: built.scratch,
+        })
+    }
+}
+
+/// One prepared store and what must live as long as it.
+pub(crate) struct Run {
+    pub(crate) store: Store<CallState>,
+    fuel_budget: u64,
+    metered: bool,
+    mode: SandboxMode,
+    max_output: usize,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl Run {
+    /// Turns the raced outcome of a body (`None`: stopped from outside
+    /// while it waited in a host call) into a result, classifying failures.
+    /// Called after the body's future is gone: the body has stopped
+    /// (completed, trapped, or dropped while it waited in a host call).
+    pub(crate) fn finish<R>(
+        &mut self,
+        raced: Option<wasmtime::Result<R>>,
+    ) -> Result<R, (ErrorCode, String)> {
+        let state = self.store.data_mut();
+        match raced {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => Err(classify(
+                &e,
+                &Seen {
+                    stopped_by: state.stopped_by,
+                    limit_hit: state.limiter.hit,
+                    stderr: &state.stderr,
+                },
+            )),
+            None => {
+                let code = if state.interrupt.is_cancelled() {
+                    ErrorCode::Cancelled
+                } else {
+                    ErrorCode::Timeout
+                };
+                state.stopped_by = Some(code);
+                Err((code, stop_message(code)))
+            }
+        }
+    }
+
+    /// The call's deadline and interrupt, for racing its body.
+    pub(crate) fn deadline(&self) -> (tokio::time::Instant, Interrupt) {
+        let state = self.store.data();
+        (
+            tokio::time::Instant::from_std(state.deadline),
+            state.interrupt.clone(),
+        )
+    }
+
+    /// Fails `OUTPUT_TOO_LARGE` when a tool's result (canonical, content
+    /// and meta together) is above the call's output cap.
+    pub(crate) fn check_output(&self, out: &ToolOutput) -> Result<(), (ErrorCode, String)> {
+        let size = out.canonical.len()
+            + out.meta.as_ref().map_or(0, |m| m.len())
+            + out
+                .content
+                .iter()
+                .map(|ContentBlock::Text(t)| t.len())
+                .sum::<usize>();
+        if size > self.max_output {
+            return Err((
+                ErrorCode::OutputTooLarge,
+                format!(
+                    "the result is {size} bytes; the limit is {}",
+                    self.max_output
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the store measured; `wall_us` is left to the caller.
+    pub(crate) fn receipt(&self) -> Receipt {
+        let state = self.store.data();
+        let fuel_used = if self.metered {
+            self.store
+                .get_fuel()
+                .ok()
+                .map(|left| self.fuel_budget.saturating_sub(left))
+        } else {
+            None
+        };
+        Receipt {
+            wall_us: 0,
+            fuel_used,
+            peak_memory_bytes: state.limiter.peak_memory as u64,
+            mode: Some(self.mode),
+            stdout_bytes: state.stdout.total_bytes(),
+            stderr_bytes: state.stderr.total_bytes(),
+            logs: state.host.logs.clone(),
+            progress_reports: state.host.progress_reports,
+            denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The WASI context of one call: what a guest can reach, per sandbox mode.
+//!
+//! This module is the only place that decides which host directories a guest
+//! sees and with which permissions, and the only one with ambient authority
+//! (it opens host directories by path, in [`build_wasi`]). Everything else a
+//! tool could reach through WASI (env, args, stdin, sockets, name lookup) is
+//! empty or refused here. It sets no limit: the store module gives it the
+//! bounded stdout/stderr buffers and holds every limit.
+
+use crate::output::CapturedOutput;
+use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use toolhost_core::SandboxMode;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+
+/// What building a WASI context produced besides the context.
+pub(crate) struct Built {
+    pub wasi: WasiCtx,
+    /// The per-call scratch directory, removed when dropped.
+    pub scratch: Option<tempfile::TempDir>,
+    /// Capability attempts the host refused and could observe.
+    pub denied: Arc<Mutex<Vec<String>>>,
+}
+
+/// Builds the WASI context of one call: preopens for `spec.mode`, stdout and
+/// stderr into the given bounded buffers, no env, args, stdin or network.
+/// `command` (for `toolhost exec` only) passes args and inherits stdout and
+/// stderr instead. `blocking`: file operations block the current thread
+/// (only for a body on a thread of its own).
+///
+/// # Ambient Authority
+///
+/// Opens host directories by path (the workspace, the scratch directory and,
+/// in `danger-full-access`, `/`). This is the one place that does.
+pub(crate) fn build_wasi(
+    spec: &SandboxSpec,
+    (stdout, stderr): (&CapturedOutput, &CapturedOutput),
+    command: Option<&[String]>,
+    blocking: bool,
+) -> Result<Built, SandboxError> {
+    let denied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut b = WasiCtxBuilder::new();
+    // File operations block the current thread instead of going through
+    // tokio's blocking pool: only for a body on a thread of its own.
+    b.allow_blocking_current_thread(blocking);
+    match command {
+        // Tools: output is captured and bounded, never inherited; no args.
+        None => {
+            b.stdout(stdout.clone()).stderr(stderr.clone());
+        }
+        // `toolhost exec`: the user runs a command program and sees its
+        // output; still no env and no stdin.
+        Some(args) => {
+            b.inherit_stdout().inherit_stderr().args(args);
+        }
+    }
+    // Network: off. A guest may create a socket object, but every address
+    // it tries to bind, connect or send to is refused by the check below,
+    // which records the attempt for the receipt. Name lookup is refused
+    // outright (it has no address to check).
+    b.allow_tcp(true)
+        .allow_udp(true)
+        .allow_ip_name_lookup(false);
+    let seen = denied.clone();
+    b.socket_addr_check(move |addr, addr_use| {
+        if let Ok(mut d) = seen.lock() {
+            d.push(format!("network: {addr_use:?} {addr}"));
+        }
+        Box::pin(async { false })
+    });
+
+    let mut scratch = None;
+    if spec.mode != SandboxMode::None {
+        check_workspace(&spec.workspace)?;
+    }
+    match spec.mode {
+        SandboxMode::None => {}
+        SandboxMode::ReadOnly => {
+            preopen(&mut b, &spec.workspace, GUEST_WORKSPACE, FsPerms::ReadOnly)?;
+        }
+        SandboxMode::WorkspaceWrite => {
+            preopen(&mut b, &spec.workspace, GUEST_WORKSPACE, FsPerms::ReadWrite)?;
+            let dir = tempfile::Builder::new()
+                .prefix("toolhost-scratch-")
+                .tempdir()
+                .map_err(|e| SandboxError::Preopen {
+                    path: std::env::temp_dir(),
+                    detail: e.to_string(),
+                })?;
+            preopen(&mut b, dir.path(), GUEST_SCRATCH, FsPerms::ReadWrite)?;
+            scratch = Some(dir);
+        }
+        SandboxMode::DangerFullAccess => {
+            // The host root is the guest's root; the guest starts in the
+            // workspace, so relative paths still mean the workspace. The
+            // guest's libc ignores WASI `initial-cwd`, so the one variable
+            // any mode sets is `PWD`, which the guest SDK enters.
+            let Some(cwd) = spec.workspace.to_str() else {
+                return Err(SandboxError::Preopen {
+                    path: spec.workspace.clone(),
+                    detail: "the workspace path is not UTF-8, so it cannot be the guest's working directory".into(),
+                });
+            };
+            b.initial_cwd(cwd).env("PWD", cwd);
+            preopen(&mut b, Path::new("/"), "/", FsPerms::ReadWrite)?;
+        }
+    }
+    Ok(Built {
+        wasi: b.build(),
+        scratch,
+        denied,
+    })
+}
+
+/// Fails unless `workspace` is an existing directory.
+fn check_workspace(workspace: &Path) -> Result<(), SandboxError> {
+    if workspace.is_dir() {
+        Ok(())
+    } else {
+        Err(SandboxError::NoWorkspace(workspace.to_path_buf()))
+    }
+}
+
+fn preopen(
+    b: &mut WasiCtxBuilder,
+    host: &Path,
+    guest: &str,
+    perms: FsPerms,
+) -> Result<(), SandboxError> {
+    b.preopened_dir(host, guest, perms)
+        .map(|_| ())
+        .map_err(|e| SandboxError::Preopen {
+            path: host.to_path_buf(),
+            detail: e.to_string(),
+        })
+}
