@@ -1,6 +1,6 @@
 //! The durable session log of toolhost (DESIGN.md §5).
 //!
-//! One redb file per state directory (`STATE_DIR/session.redb`), with its intent journal
+//! One redb file per state directory (`STATE_DIR/session.redb`), with its intent WAL
 //! beside it (`STATE_DIR/session.wal`, where durable appends land first), holds the
 //! append-only events of a session: what the model asked for (`tool/call`), the approvals, the durable
 //! checkpoint before a body runs (`tool/intent`), the result, and what recovery decided.
@@ -11,8 +11,8 @@
 //! it. No type of redb appears in its public API.
 //!
 //! Map of the crate:
-//! - [`SessionLog`]: open, append, read, flush, recover; the journaled mode and the
-//!   journal's format are private (`journaled.rs`, `wal.rs`).
+//! - [`SessionLog`]: open, append, read, flush, recover; the WAL mode and the
+//!   WAL's format are private (`wal_mode.rs`, `wal.rs`).
 //! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
 //! - [`Storage`] and its implementations: where the bytes go. [`FileStorage`] is the real
 //!   file; [`MemStorage`], [`CountingStorage`] and [`FailingStorage`] exist so that tests
@@ -21,12 +21,12 @@
 
 mod error;
 mod event;
-mod journaled;
 mod log;
 mod recovery;
 mod storage;
 mod tables;
 mod wal;
+mod wal_mode;
 
 pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};

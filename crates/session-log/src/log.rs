@@ -25,12 +25,12 @@
 //!
 //! # Two modes
 //!
-//! [`SessionLog::open`] is *journaled* (`journaled.rs`): a durable append is one record
-//! in the intent journal `session.wal` and one `fdatasync`, and redb only takes
+//! [`SessionLog::open`] is in *WAL mode* (`wal_mode.rs`): a durable append is one record
+//! in the intent WAL `session.wal` and one `fdatasync`, and redb only takes
 //! non-durable commits between checkpoints. That is what makes the durable intent cost
 //! little more than a raw `write` + `fdatasync`: a durable redb commit writes several
 //! B-tree pages and its header before its sync, and measured about 120 µs more than the
-//! raw write of the same event. [`SessionLog::open_with_backend`] has no journal: every
+//! raw write of the same event. [`SessionLog::open_with_backend`] has no WAL: every
 //! durable append is a durable redb commit, as described above.
 
 use std::path::{Path, PathBuf};
@@ -42,16 +42,16 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableError, WriteTransacti
 
 use crate::error::{LogError, from_open_io, from_redb, from_redb_open};
 use crate::event::{Event, EventKind, NewEvent, StoredEventRef, decode_event};
-use crate::journaled::Journaled;
 use crate::storage::{Backend, FileStorage, Storage};
 use crate::tables::{BY_CALL, EVENTS, FORMAT_VERSION, FORMAT_VERSION_KEY, META, PENDING};
 use crate::wal::Staged;
+use crate::wal_mode::WalMutex;
 
 /// The name of the log file inside a state directory.
 const FILE_NAME: &str = "session.redb";
 
-/// The name of the intent journal inside a state directory (`wal.rs`).
-const JOURNAL_NAME: &str = "session.wal";
+/// The name of the intent WAL inside a state directory (`wal.rs`).
+const WAL_NAME: &str = "session.wal";
 
 /// redb's page cache. The log is read rarely (recovery, `toolhost log`), so this is small.
 const CACHE_BYTES: usize = 16 * 1024 * 1024;
@@ -63,9 +63,9 @@ pub const SESSION_CALL_ID: &str = "";
 /// How durable a commit must be before [`SessionLog::append`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
-    /// Durable on return: synced to storage. In the journaled mode of
-    /// [`SessionLog::open`], one journal record and one `fdatasync` (a log that gets no
-    /// lazy appends may also pay for a rare checkpoint); without a journal, one redb
+    /// Durable on return: synced to storage. In the WAL mode of
+    /// [`SessionLog::open`], one WAL record and one `fdatasync` (a log that gets no
+    /// lazy appends may also pay for a rare checkpoint); without a WAL, one redb
     /// commit and its `fdatasync`, plus one more in the rare commit that grows the file
     /// (redb grows it geometrically).
     Durable,
@@ -76,7 +76,7 @@ pub enum Durability {
 }
 
 /// The durable session log: one redb database (and, when opened with
-/// [`SessionLog::open`], its intent journal) holding append-only events.
+/// [`SessionLog::open`], its intent WAL) holding append-only events.
 ///
 /// `Send + Sync`: share it behind an `Arc`. Appends from several threads are serialised.
 ///
@@ -100,26 +100,26 @@ pub(crate) struct RedbLog {
     /// Set by a `Lazy` commit, cleared by a `Durable` one: whether [`SessionLog::flush`]
     /// has anything to make durable.
     lazy_pending: AtomicBool,
-    /// The intent journal, in journaled mode (`journaled.rs`); `None` when every durable
+    /// The intent WAL, in WAL mode (`wal_mode.rs`); `None` when every durable
     /// append is a durable redb commit.
-    pub(crate) journal: Option<Journaled>,
+    pub(crate) wal: Option<WalMutex>,
 }
 
 impl Drop for RedbLog {
     fn drop(&mut self) {
-        if let Some(journaled) = &self.journal {
-            self.close_journal(journaled);
+        if let Some(wal) = &self.wal {
+            self.close_wal(wal);
         }
     }
 }
 
 impl SessionLog {
     /// Opens the log of `state_dir` (the database `state_dir/session.redb` and its intent
-    /// journal `state_dir/session.wal`), creating the directory and the files if missing.
-    /// Events that the journal holds and the database lacks (after a crash) are moved
+    /// WAL `state_dir/session.wal`), creating the directory and the files if missing.
+    /// Events that the WAL holds and the database lacks (after a crash) are moved
     /// into the database first.
     ///
-    /// A durable append then costs one journal record and one `fdatasync`; the database
+    /// A durable append then costs one WAL record and one `fdatasync`; the database
     /// catches up before every read and is made durable at checkpoints and on drop.
     ///
     /// # Ambient Authority
@@ -132,13 +132,13 @@ impl SessionLog {
     /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
     /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
     /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise
-    /// (also if the journal does not continue the database).
+    /// (also if the WAL does not continue the database).
     pub fn open(state_dir: &Path) -> Result<SessionLog, LogError> {
         RedbLog::open(state_dir).map(SessionLog::redb)
     }
 
     /// Opens the log stored in `storage`, initialising it if it is empty, without an
-    /// intent journal: every durable append is a durable redb commit. Used by tests to
+    /// intent WAL: every durable append is a durable redb commit. Used by tests to
     /// count fsyncs, inject faults or simulate crashes of the database alone.
     ///
     /// # Errors
@@ -148,19 +148,21 @@ impl SessionLog {
         RedbLog::open_with_backend(storage).map(SessionLog::redb)
     }
 
-    /// Opens the log stored in `storage` with its intent journal in `journal`, as
-    /// [`SessionLog::open`] does with files. Used by tests and benchmarks to count fsyncs,
-    /// inject faults or simulate crashes of both.
+    /// Opens the log stored in `storage` with its intent WAL (the write-ahead file that
+    /// [`SessionLog::open`] keeps in `session.wal`) in `wal`, as [`SessionLog::open`] does
+    /// with files. Used by tests and benchmarks to count fsyncs, inject faults or simulate
+    /// crashes of both.
     ///
     /// # Errors
     ///
     /// As [`SessionLog::open`], except that locking is up to the storages.
+    #[doc(alias = "open_with_wal")]
     pub fn open_with_journal(
         storage: impl Storage,
-        journal: impl Storage,
+        wal: impl Storage,
     ) -> Result<SessionLog, LogError> {
         let mut log = RedbLog::open_with_backend(storage)?;
-        log.attach_journal(Box::new(journal))?;
+        log.attach_wal(Box::new(wal))?;
         Ok(SessionLog::redb(log))
     }
 
@@ -240,9 +242,9 @@ impl SessionLog {
         self.append(&all, Durability::Durable)
     }
 
-    /// Makes every earlier [`Durability::Lazy`] append durable: one journal record of
-    /// the lazy events in the journaled mode, an empty durable redb commit without a
-    /// journal; one `fdatasync` either way. Does nothing when there is nothing to make
+    /// Makes every earlier [`Durability::Lazy`] append durable: one WAL record of
+    /// the lazy events in the WAL mode, an empty durable redb commit without a
+    /// WAL; one `fdatasync` either way. Does nothing when there is nothing to make
     /// durable.
     ///
     /// # Errors
@@ -295,7 +297,7 @@ impl SessionLog {
 
     /// Resolves every pending call (a durable `tool/intent` without a `tool/result`) as
     /// `TOOL_OUTCOME_UNKNOWN`, plus one `session/recovered` event, in one durable commit.
-    /// Idempotent: when nothing is pending it appends nothing (in the journaled mode it
+    /// Idempotent: when nothing is pending it appends nothing (in the WAL mode it
     /// may still move appended events into the database, as every read does).
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
@@ -405,9 +407,9 @@ impl RedbLog {
         }
         let storage = FileStorage::open(&path)?;
         let mut log = RedbLog::open_with_backend(storage)?;
-        let journal_path = state_dir.join(JOURNAL_NAME);
-        log.attach_journal(Box::new(FileStorage::open(&journal_path)?))?;
-        // The journal's directory entry must survive a power loss before any record in
+        let wal_path = state_dir.join(WAL_NAME);
+        log.attach_wal(Box::new(FileStorage::open(&wal_path)?))?;
+        // The WAL's directory entry must survive a power loss before any record in
         // it is relied on. Synced on every open, not only when this open created the
         // file: an earlier open may have died between creating it and syncing.
         std::fs::File::open(state_dir)
@@ -438,7 +440,7 @@ impl RedbLog {
         let log = RedbLog {
             db,
             lazy_pending: AtomicBool::new(false),
-            journal: None,
+            wal: None,
         };
         log.check_format()?;
         Ok(log)
@@ -458,7 +460,7 @@ impl RedbLog {
                 Some(found) if found.value() == FORMAT_VERSION => return Ok(()),
                 Some(_) => {
                     // An older format of this crate: the tables are the same; the new
-                    // number keeps older builds from opening a log whose intent journal
+                    // number keeps older builds from opening a log whose intent WAL
                     // they would ignore.
                     drop(read);
                     return self.write(Durability::Durable, |tx| {
@@ -515,8 +517,8 @@ impl RedbLog {
     /// may still have reached the storage: treat its outcome as unknown (recovery then
     /// resolves it), never as "not written".
     fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
-        if let Some(journaled) = &self.journal {
-            return self.append_journaled(journaled, events, durability);
+        if let Some(wal) = &self.wal {
+            return self.append_wal_mode(wal, events, durability);
         }
         if events.is_empty() && durability == Durability::Lazy {
             return Ok(Vec::new());
@@ -531,8 +533,8 @@ impl RedbLog {
     ///
     /// [`LogError::Storage`] if the storage failed.
     fn flush(&self) -> Result<(), LogError> {
-        if let Some(journaled) = &self.journal {
-            return self.flush_journaled(journaled);
+        if let Some(wal) = &self.wal {
+            return self.flush_wal_mode(wal);
         }
         if !self.lazy_pending.load(Ordering::SeqCst) {
             return Ok(());
@@ -546,7 +548,7 @@ impl RedbLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`].
     fn events(&self) -> Result<Vec<Event>, LogError> {
-        let _caught_up = self.catch_up_if_journaled()?;
+        let _caught_up = self.catch_up_if_wal_mode()?;
         let read = self.db.begin_read().map_err(from_redb)?;
         let table = read.open_table(EVENTS).map_err(from_redb)?;
         let mut events = Vec::new();
@@ -564,7 +566,7 @@ impl RedbLog {
     /// [`LogError::Storage`] or [`LogError::Corrupt`] (also if the index names an event
     /// that does not exist).
     fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
-        let _caught_up = self.catch_up_if_journaled()?;
+        let _caught_up = self.catch_up_if_wal_mode()?;
         let read = self.db.begin_read().map_err(from_redb)?;
         let index = read.open_multimap_table(BY_CALL).map_err(from_redb)?;
         let table = read.open_table(EVENTS).map_err(from_redb)?;
@@ -588,7 +590,7 @@ impl RedbLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`].
     pub(crate) fn pending_calls(&self) -> Result<Vec<String>, LogError> {
-        let _caught_up = self.catch_up_if_journaled()?;
+        let _caught_up = self.catch_up_if_wal_mode()?;
         self.pending_in_db()
     }
 
@@ -605,15 +607,12 @@ impl RedbLog {
         Ok(pending.into_iter().map(|(_, call_id)| call_id).collect())
     }
 
-    /// In journaled mode, inserts the events the database lacks and returns the held
-    /// journal lock, so that no append lands until the caller's read is done.
-    fn catch_up_if_journaled(
+    /// In WAL mode, inserts the events the database lacks and returns the held
+    /// WAL lock, so that no append lands until the caller's read is done.
+    fn catch_up_if_wal_mode(
         &self,
-    ) -> Result<Option<std::sync::MutexGuard<'_, crate::journaled::JournalState>>, LogError> {
-        self.journal
-            .as_ref()
-            .map(|journaled| self.catch_up(journaled))
-            .transpose()
+    ) -> Result<Option<std::sync::MutexGuard<'_, crate::wal_mode::WalState>>, LogError> {
+        self.wal.as_ref().map(|wal| self.catch_up(wal)).transpose()
     }
 
     /// Runs `f` in one write transaction and commits it with `durability`. An error from

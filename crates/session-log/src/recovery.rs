@@ -37,7 +37,7 @@ impl RedbLog {
     /// `tool/result` with `TOOL_OUTCOME_UNKNOWN` for each, then one `session/recovered`
     /// event (call id [`SESSION_CALL_ID`]) listing them, all in one durable commit.
     ///
-    /// Idempotent: when nothing is pending it appends nothing (in the journaled mode it
+    /// Idempotent: when nothing is pending it appends nothing (in the WAL mode it
     /// may still move appended events into the database, as every read does).
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
@@ -47,9 +47,9 @@ impl RedbLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
     pub(crate) fn recover(&self) -> Result<Recovery, LogError> {
-        if let Some(journaled) = &self.journal {
-            // Read and write under one hold of the journal: it is the authority.
-            let mut state = self.catch_up(journaled)?;
+        if let Some(wal) = &self.wal {
+            // Read and write under one hold of the WAL: it is the authority.
+            let mut state = self.catch_up(wal)?;
             let recovered = self.pending_in_db()?;
             if recovered.is_empty() {
                 return Ok(Recovery::default());

@@ -8,10 +8,10 @@ mod child;
 mod crash;
 mod faults;
 mod fsync;
-mod journal;
 mod open_errors;
 mod recovery;
 mod roundtrip;
+mod wal_mode;
 
 use serde_json::json;
 use toolhost_log::{Event, EventKind, NewEvent};

@@ -1,31 +1,31 @@
-//! The journaled mode of the redb log (the mode of [`SessionLog::open`]): a durable
-//! append goes to the intent journal (`wal.rs`) with one `fdatasync`; events reach redb
+//! The WAL mode of the redb log (the mode of [`SessionLog::open`]): a durable
+//! append goes to the intent WAL (`wal.rs`) with one `fdatasync`; events reach redb
 //! later, in non-durable commits, and redb is made durable at checkpoints.
 //!
-//! This module owns when events move from memory and the journal into redb, and when the
-//! journal is emptied. It must keep one invariant: every event whose append returned
-//! durable is in the journal or in a durable redb commit, and the journal's events always
+//! This module owns when events move from memory and the WAL into redb, and when the
+//! WAL is emptied. It must keep one invariant: every event whose append returned
+//! durable is in the WAL or in a durable redb commit, and the WAL's events always
 //! continue the database's durable sequence without a gap.
 //!
 //! # How an event moves
 //!
-//! - **Durable append:** the events (after any lazily appended events not yet journaled)
-//!   go to the journal in one record and one `fdatasync`. They are then *unapplied*: in
-//!   the journal, not yet in redb.
+//! - **Durable append:** the events (after any lazily appended events not yet in the WAL)
+//!   go to the WAL in one record and one `fdatasync`. They are then *unapplied*: in
+//!   the WAL, not yet in redb.
 //! - **Lazy append:** the events are *unsynced* (in memory only) and unapplied. The next
-//!   durable append or [`SessionLog::flush`] carries them into the journal.
+//!   durable append or [`SessionLog::flush`] carries them into the WAL.
 //! - **Apply:** before any read, unapplied events are inserted into redb in one
 //!   non-durable commit (no sync), so readers see every appended event. A read holds the
-//!   journal's lock until it is done, so appends wait for it; and since it writes, a
+//!   WAL's lock until it is done, so appends wait for it; and since it writes, a
 //!   storage failure during a read breaks the log like any other write.
-//! - **Checkpoint:** on a lazy append once the journal holds [`CHECKPOINT_BYTES`] (or
+//! - **Checkpoint:** on a lazy append once the WAL holds [`CHECKPOINT_BYTES`] (or
 //!   [`CHECKPOINT_EVENTS`] wait in memory), on a durable append only at four times those
 //!   (a log without lazy appends), and when the log is dropped: apply, one durable redb
-//!   commit (which makes every non-durable commit before it durable), then the journal
+//!   commit (which makes every non-durable commit before it durable), then the WAL
 //!   starts a new round.
-//! - **Open:** the journal's events after the database's last event are inserted in one
-//!   durable commit, then the journal starts a new round. A crash therefore loses no
-//!   event whose durable append returned. The journal's events that the database already
+//! - **Open:** the WAL's events after the database's last event are inserted in one
+//!   durable commit, then the WAL starts a new round. A crash therefore loses no
+//!   event whose durable append returned. The WAL's events that the database already
 //!   has must be byte for byte the stored ones, and the first missing one must follow the
 //!   database's last: otherwise the files do not belong together and opening fails
 //!   ([`LogError::Corrupt`](crate::LogError::Corrupt)), leaving both untouched.
@@ -42,49 +42,49 @@ use crate::event::{NewEvent, decode_event};
 use crate::log::{Durability, RedbLog, insert_staged, next_seq, now_unix_ms, stage};
 use crate::storage::Storage;
 use crate::tables::EVENTS;
-use crate::wal::{Journal, Staged, encode_record};
+use crate::wal::{IntentWal, Staged, encode_record};
 
-/// A checkpoint runs once the journal's current round holds this many bytes.
+/// A checkpoint runs once the WAL's current round holds this many bytes.
 pub(crate) const CHECKPOINT_BYTES: u64 = 768 * 1024;
 
 /// ... or once this many events wait in memory for redb.
 pub(crate) const CHECKPOINT_EVENTS: usize = 4096;
 
-/// The journal and the events on their way to redb.
+/// The WAL and the events on their way to redb.
 #[derive(Debug)]
-pub(crate) struct JournalState {
-    journal: Journal,
+pub(crate) struct WalState {
+    wal: IntentWal,
     /// The sequence number of the next appended event.
     next_seq: u64,
     /// Appended events not yet inserted into redb, in order.
     unapplied: Vec<Arc<Staged>>,
-    /// Lazily appended events not yet in the journal, in order (shared with
+    /// Lazily appended events not yet in the WAL, in order (shared with
     /// `unapplied`: a lazy event's bytes are not copied).
     unsynced: Vec<Arc<Staged>>,
     /// Set by the first storage failure; the log refuses further use.
     broken: Option<String>,
 }
 
-/// The lock of the journal state.
-pub(crate) type Journaled = Mutex<JournalState>;
+/// The lock of the WAL state.
+pub(crate) type WalMutex = Mutex<WalState>;
 
 fn storage_error(what: &str, e: &dyn std::fmt::Display) -> LogError {
     LogError::Storage(format!("{what}: {e}"))
 }
 
 impl RedbLog {
-    /// Attaches the intent journal in `storage` to an opened database: replays the
-    /// journal's events that the database lacks (one durable commit), then empties the
-    /// journal and prepares it for appends.
-    pub(crate) fn attach_journal(&mut self, storage: Box<dyn Storage>) -> Result<(), LogError> {
-        let journal_error = |e: std::io::Error| storage_error("intent journal", &e);
-        let mut journal = Journal::new(storage).map_err(journal_error)?;
-        let (events, end) = journal.read_records().map_err(journal_error)?;
+    /// Attaches the intent WAL in `storage` to an opened database: replays the
+    /// WAL's events that the database lacks (one durable commit), then empties the
+    /// WAL and prepares it for appends.
+    pub(crate) fn attach_wal(&mut self, storage: Box<dyn Storage>) -> Result<(), LogError> {
+        let wal_error = |e: std::io::Error| storage_error("intent WAL", &e);
+        let mut wal = IntentWal::new(storage).map_err(wal_error)?;
+        let (events, end) = wal.read_records().map_err(wal_error)?;
         let (last, missing) = {
             let read = self.db.begin_read().map_err(from_redb)?;
             let table = read.open_table(EVENTS).map_err(from_redb)?;
             let last = next_seq(&table)? - 1;
-            // Events the database has must be exactly the journal's: the journal holds
+            // Events the database has must be exactly the WAL's: the WAL holds
             // the stored bytes (timestamps included), so anything else means the two
             // files do not belong together (a replaced or rewritten database).
             let (kept, missing): (Vec<_>, Vec<_>) =
@@ -93,8 +93,8 @@ impl RedbLog {
                 let stored = table.get(*seq).map_err(from_redb)?;
                 if stored.as_ref().map(|s| s.value()) != Some(bytes.as_slice()) {
                     return Err(LogError::Corrupt(format!(
-                        "the intent journal's event {seq} differs from the database's: the \
-                         journal belongs to another log"
+                        "the intent WAL's event {seq} differs from the database's: the \
+                         WAL belongs to another log"
                     )));
                 }
             }
@@ -116,8 +116,8 @@ impl RedbLog {
             && first.seq != last + 1
         {
             return Err(LogError::Corrupt(format!(
-                "the intent journal continues at event {} but the database ends at event \
-                 {last}: the journal belongs to another log",
+                "the intent WAL continues at event {} but the database ends at event \
+                 {last}: the WAL belongs to another log",
                 first.seq
             )));
         }
@@ -129,11 +129,11 @@ impl RedbLog {
             .map_or(last, |s| s.seq)
             .checked_add(1)
             .ok_or_else(exhausted)?;
-        journal.set_round_end(end);
-        journal.reset().map_err(journal_error)?;
-        journal.prepare().map_err(journal_error)?;
-        self.journal = Some(Mutex::new(JournalState {
-            journal,
+        wal.set_round_end(end);
+        wal.reset().map_err(wal_error)?;
+        wal.prepare().map_err(wal_error)?;
+        self.wal = Some(Mutex::new(WalState {
+            wal,
             next_seq,
             unapplied: Vec::new(),
             unsynced: Vec::new(),
@@ -142,9 +142,9 @@ impl RedbLog {
         Ok(())
     }
 
-    /// Locks the journal state, refusing a log that a storage failure broke.
-    fn state<'a>(journaled: &'a Journaled) -> Result<MutexGuard<'a, JournalState>, LogError> {
-        let state = journaled.lock().map_err(|_| {
+    /// Locks the WAL state, refusing a log that a storage failure broke.
+    fn state<'a>(wal: &'a WalMutex) -> Result<MutexGuard<'a, WalState>, LogError> {
+        let state = wal.lock().map_err(|_| {
             LogError::Storage("the session log was poisoned by a panic".to_string())
         })?;
         if let Some(why) = &state.broken {
@@ -156,14 +156,14 @@ impl RedbLog {
         Ok(state)
     }
 
-    /// Appends `events` in journaled mode (see the module documentation).
-    pub(crate) fn append_journaled(
+    /// Appends `events` in WAL mode (see the module documentation).
+    pub(crate) fn append_wal_mode(
         &self,
-        journaled: &Journaled,
+        wal: &WalMutex,
         events: &[NewEvent],
         durability: Durability,
     ) -> Result<Vec<u64>, LogError> {
-        let mut state = Self::state(journaled)?;
+        let mut state = Self::state(wal)?;
         let after = advance(state.next_seq, events.len())?;
         let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
         let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
@@ -172,7 +172,7 @@ impl RedbLog {
                 if staged.is_empty() && state.unsynced.is_empty() {
                     return Ok(seqs);
                 }
-                journal_record(&mut state, &staged)?;
+                wal_record(&mut state, &staged)?;
             }
             Durability::Lazy => state.unsynced.extend(staged.iter().cloned()),
         }
@@ -180,14 +180,14 @@ impl RedbLog {
         state.unapplied.extend(staged);
         // A checkpoint costs a durable redb commit: it runs on a lazy append
         // (a result, after the body), so that a durable append (an intent,
-        // before the body) costs exactly its one journal fsync. Only a log
+        // before the body) costs exactly its one WAL fsync. Only a log
         // that never gets lazy appends checkpoints on a durable one, at four
         // times the threshold.
         let factor = match durability {
             Durability::Lazy => 1,
             Durability::Durable => 4,
         };
-        if state.journal.len() >= factor * CHECKPOINT_BYTES
+        if state.wal.len() >= factor * CHECKPOINT_BYTES
             || state.unapplied.len() + state.unsynced.len() >= factor as usize * CHECKPOINT_EVENTS
         {
             self.checkpoint(&mut state)?;
@@ -195,28 +195,28 @@ impl RedbLog {
         Ok(seqs)
     }
 
-    /// Makes lazily appended events durable: one journal record and one `fdatasync`, or
+    /// Makes lazily appended events durable: one WAL record and one `fdatasync`, or
     /// nothing when every event is durable already.
-    pub(crate) fn flush_journaled(&self, journaled: &Journaled) -> Result<(), LogError> {
-        let mut state = Self::state(journaled)?;
+    pub(crate) fn flush_wal_mode(&self, wal: &WalMutex) -> Result<(), LogError> {
+        let mut state = Self::state(wal)?;
         if state.unsynced.is_empty() {
             return Ok(());
         }
-        journal_record(&mut state, &[])
+        wal_record(&mut state, &[])
     }
 
     /// Inserts every unapplied event into redb (one non-durable commit), so that readers
     /// see it. Returns the locked state for callers that go on writing.
     pub(crate) fn catch_up<'a>(
         &self,
-        journaled: &'a Journaled,
-    ) -> Result<MutexGuard<'a, JournalState>, LogError> {
-        let mut state = Self::state(journaled)?;
+        wal: &'a WalMutex,
+    ) -> Result<MutexGuard<'a, WalState>, LogError> {
+        let mut state = Self::state(wal)?;
         self.apply(&mut state)?;
         Ok(state)
     }
 
-    fn apply(&self, state: &mut JournalState) -> Result<(), LogError> {
+    fn apply(&self, state: &mut WalState) -> Result<(), LogError> {
         if state.unapplied.is_empty() {
             return Ok(());
         }
@@ -230,16 +230,16 @@ impl RedbLog {
         Ok(())
     }
 
-    /// Apply, one durable redb commit, and a new journal round.
-    fn checkpoint(&self, state: &mut JournalState) -> Result<(), LogError> {
+    /// Apply, one durable redb commit, and a new WAL round.
+    fn checkpoint(&self, state: &mut WalState) -> Result<(), LogError> {
         self.apply(state)?;
         if let Err(e) = self.write(Durability::Durable, |_| Ok(())) {
             state.broken = Some(e.to_string());
             return Err(e);
         }
         state.unsynced.clear();
-        if let Err(e) = state.journal.reset() {
-            let e = storage_error("intent journal", &e);
+        if let Err(e) = state.wal.reset() {
+            let e = storage_error("intent WAL", &e);
             state.broken = Some(e.to_string());
             return Err(e);
         }
@@ -248,41 +248,38 @@ impl RedbLog {
 
     /// Appends `events` durably while holding the state that [`RedbLog::catch_up`]
     /// returned (recovery reads and writes under one lock).
-    pub(crate) fn append_locked(
-        state: &mut JournalState,
-        events: &[NewEvent],
-    ) -> Result<(), LogError> {
+    pub(crate) fn append_locked(state: &mut WalState, events: &[NewEvent]) -> Result<(), LogError> {
         let after = advance(state.next_seq, events.len())?;
         let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
-        journal_record(state, &staged)?;
+        wal_record(state, &staged)?;
         state.next_seq = after;
         state.unapplied.extend(staged);
         Ok(())
     }
 
-    /// At close: a last checkpoint (best effort: the journal keeps every durable event
-    /// anyway), then the journal's storage is released.
-    pub(crate) fn close_journal(&self, journaled: &Journaled) {
-        if let Ok(mut state) = journaled.lock() {
+    /// At close: a last checkpoint (best effort: the WAL keeps every durable event
+    /// anyway), then the WAL's storage is released.
+    pub(crate) fn close_wal(&self, wal: &WalMutex) {
+        if let Ok(mut state) = wal.lock() {
             let clean =
-                state.journal.len() == 0 && state.unsynced.is_empty() && state.unapplied.is_empty();
+                state.wal.len() == 0 && state.unsynced.is_empty() && state.unapplied.is_empty();
             if state.broken.is_none() && !clean {
                 let _ = self.checkpoint(&mut state);
             }
-            let _ = state.journal.close();
+            let _ = state.wal.close();
         }
     }
 }
 
-/// Writes the unsynced events and then `staged` as one journal record (one `fdatasync`).
+/// Writes the unsynced events and then `staged` as one WAL record (one `fdatasync`).
 /// A record that cannot be encoded is refused ([`LogError::Invalid`], nothing written).
 /// On a storage failure the log is broken: the record may or may not have reached the
 /// storage.
-fn journal_record(state: &mut JournalState, staged: &[Arc<Staged>]) -> Result<(), LogError> {
+fn wal_record(state: &mut WalState, staged: &[Arc<Staged>]) -> Result<(), LogError> {
     let events: Vec<&Staged> = state.unsynced.iter().chain(staged).map(|s| &**s).collect();
     let record = encode_record(&events).map_err(|e| LogError::Invalid(e.to_string()))?;
-    if let Err(e) = state.journal.append(&record) {
-        let e = storage_error("intent journal", &e);
+    if let Err(e) = state.wal.append(&record) {
+        let e = storage_error("intent WAL", &e);
         state.broken = Some(e.to_string());
         return Err(e);
     }
