@@ -7,9 +7,11 @@
 use serde_json::json;
 use toolhost_core::ErrorCode;
 
+use crate::engine::LogEngine;
 use crate::error::{LogError, from_redb};
 use crate::event::{EventKind, NewEvent};
-use crate::log::{Durability, RedbLog, SESSION_CALL_ID, insert_events};
+use crate::log::{Durability, SESSION_CALL_ID};
+use crate::redb_engine::{RedbLog, insert_events};
 use crate::tables::PENDING;
 
 use redb::ReadableTable;
@@ -46,7 +48,7 @@ impl RedbLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
-    pub(crate) fn recover(&self) -> Result<Recovery, LogError> {
+    pub(crate) fn resolve_pending(&self) -> Result<Recovery, LogError> {
         if let Some(wal) = &self.wal {
             // Read and write under one hold of the WAL: it is the authority.
             let mut state = self.catch_up(wal)?;
@@ -81,8 +83,11 @@ impl RedbLog {
     }
 }
 
-/// One `TOOL_OUTCOME_UNKNOWN` result per call, then one `session/recovered`.
-pub(crate) fn recovery_events(recovered: &[String]) -> Vec<NewEvent> {
+/// The events that resolve `recovered` (pending calls, in the order of their intents): one
+/// `TOOL_OUTCOME_UNKNOWN` result per call, then one `session/recovered` event (call id
+/// [`SESSION_CALL_ID`]) listing them. Every [`LogEngine`] appends exactly these, so
+/// that what the model is told does not depend on the engine.
+pub fn recovery_events(recovered: &[String]) -> Vec<NewEvent> {
     let mut events: Vec<NewEvent> = recovered
         .iter()
         .map(|call_id| NewEvent::new(call_id.clone(), EventKind::ToolResult, unknown()))

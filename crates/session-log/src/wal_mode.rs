@@ -38,8 +38,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redb::ReadableDatabase;
 
 use crate::error::{LogError, from_redb};
+use crate::event::now_unix_ms;
 use crate::event::{NewEvent, decode_event};
-use crate::log::{Durability, RedbLog, insert_staged, next_seq, now_unix_ms, stage};
+use crate::log::Durability;
+use crate::redb_engine::{RedbLog, insert_staged, next_seq, stage};
 use crate::storage::Storage;
 use crate::tables::EVENTS;
 use crate::wal::{IntentWal, Staged, encode_record};

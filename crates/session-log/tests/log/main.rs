@@ -6,6 +6,7 @@
 
 mod child;
 mod crash;
+mod engine;
 mod faults;
 mod fsync;
 mod open_errors;
