@@ -54,8 +54,9 @@ impl SessionLog {
     /// Events that the WAL holds and the database lacks (after a crash) are moved
     /// into the database first.
     ///
-    /// A durable append then costs one WAL record and one `fdatasync`; the database
-    /// catches up before every read and is made durable at checkpoints and on drop.
+    /// A durable append then costs one WAL record and one `fdatasync`; events reach the
+    /// database in one durable commit at checkpoints and on drop, and reads in this
+    /// process add the events that are still on their way.
     ///
     /// # Ambient Authority
     ///
@@ -207,8 +208,7 @@ impl SessionLog {
 
     /// Resolves every pending call (a durable `tool/intent` without a `tool/result`) as
     /// `TOOL_OUTCOME_UNKNOWN`, plus one `session/recovered` event, in one durable commit.
-    /// Idempotent: when nothing is pending it appends nothing (in the WAL mode it
-    /// may still move appended events into the database, as every read does).
+    /// Idempotent: when nothing is pending it appends nothing.
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
     /// this process is pending too, and would be resolved as unknown.

@@ -39,8 +39,7 @@ impl RedbLog {
     /// `tool/result` with `TOOL_OUTCOME_UNKNOWN` for each, then one `session/recovered`
     /// event (call id [`SESSION_CALL_ID`]) listing them, all in one durable commit.
     ///
-    /// Idempotent: when nothing is pending it appends nothing (in the WAL mode it
-    /// may still move appended events into the database, as every read does).
+    /// Idempotent: when nothing is pending it appends nothing.
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
     /// this process is pending too, and would be resolved as unknown.
@@ -50,14 +49,7 @@ impl RedbLog {
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
     pub(crate) fn resolve_pending(&self) -> Result<Recovery, LogError> {
         if let Some(wal) = &self.wal {
-            // Read and write under one hold of the WAL: it is the authority.
-            let mut state = self.catch_up(wal)?;
-            let recovered = self.pending_in_db()?;
-            if recovered.is_empty() {
-                return Ok(Recovery::default());
-            }
-            RedbLog::append_locked(&mut state, &recovery_events(&recovered))?;
-            return Ok(Recovery { recovered });
+            return self.recover_wal_mode(wal);
         }
         if self.pending_calls()?.is_empty() {
             return Ok(Recovery::default());

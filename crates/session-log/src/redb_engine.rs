@@ -29,17 +29,20 @@
 //!
 //! [`SessionLog::open`](crate::SessionLog::open) is in *WAL mode* (`wal_mode.rs`): a
 //! durable append is one record in the intent WAL `session.wal` and one `fdatasync`, and
-//! redb only takes non-durable commits between checkpoints. That is what makes the
+//! redb takes one durable commit per checkpoint. That is what makes the
 //! durable intent cost little more than a raw `write` + `fdatasync`: a durable redb
 //! commit writes several B-tree pages and its header before its sync, and measured about
 //! 120 µs more than the raw write of the same event.
 //! [`SessionLog::open_with_backend`](crate::SessionLog::open_with_backend) has no WAL:
 //! every durable append is a durable redb commit, as described above.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableError, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableError, WriteTransaction,
+};
 
 use crate::engine::LogEngine;
 use crate::error::{LogError, from_open_io, from_redb, from_redb_open};
@@ -221,38 +224,27 @@ impl LogEngine for RedbLog {
     }
 
     fn events(&self) -> Result<Vec<Event>, LogError> {
-        let _caught_up = self.catch_up_if_wal_mode()?;
-        let read = self.db.begin_read().map_err(from_redb)?;
-        let table = read.open_table(EVENTS).map_err(from_redb)?;
-        let mut events = Vec::new();
-        for entry in table.iter().map_err(from_redb)? {
-            let (seq, bytes) = entry.map_err(from_redb)?;
-            events.push(decode_event(seq.value(), bytes.value())?);
+        if let Some(wal) = &self.wal {
+            return self.events_wal_mode(wal);
         }
-        Ok(events)
+        let read = self.db.begin_read().map_err(from_redb)?;
+        read_events(&read, [])
     }
 
     fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
-        let _caught_up = self.catch_up_if_wal_mode()?;
-        let read = self.db.begin_read().map_err(from_redb)?;
-        let index = read.open_multimap_table(BY_CALL).map_err(from_redb)?;
-        let table = read.open_table(EVENTS).map_err(from_redb)?;
-        let mut events = Vec::new();
-        for seq in index.get(call_id).map_err(from_redb)? {
-            let seq = seq.map_err(from_redb)?.value();
-            let bytes = table.get(seq).map_err(from_redb)?.ok_or_else(|| {
-                LogError::Corrupt(format!(
-                    "the index of call {call_id:?} names event {seq}, which does not exist"
-                ))
-            })?;
-            events.push(decode_event(seq, bytes.value())?);
+        if let Some(wal) = &self.wal {
+            return self.events_for_call_wal_mode(wal, call_id);
         }
-        Ok(events)
+        let read = self.db.begin_read().map_err(from_redb)?;
+        read_events_for_call(&read, call_id, [])
     }
 
     fn pending_calls(&self) -> Result<Vec<String>, LogError> {
-        let _caught_up = self.catch_up_if_wal_mode()?;
-        self.pending_in_db()
+        if let Some(wal) = &self.wal {
+            return self.pending_calls_wal_mode(wal);
+        }
+        let read = self.db.begin_read().map_err(from_redb)?;
+        read_pending(&read, [])
     }
 
     fn recover(&self) -> Result<Recovery, LogError> {
@@ -261,27 +253,6 @@ impl LogEngine for RedbLog {
 }
 
 impl RedbLog {
-    /// [`RedbLog::pending_calls`] as the database has them (without catching up).
-    pub(crate) fn pending_in_db(&self) -> Result<Vec<String>, LogError> {
-        let read = self.db.begin_read().map_err(from_redb)?;
-        let table = read.open_table(PENDING).map_err(from_redb)?;
-        let mut pending = Vec::new();
-        for entry in table.iter().map_err(from_redb)? {
-            let (call_id, seq) = entry.map_err(from_redb)?;
-            pending.push((seq.value(), call_id.value().to_string()));
-        }
-        pending.sort();
-        Ok(pending.into_iter().map(|(_, call_id)| call_id).collect())
-    }
-
-    /// In WAL mode, inserts the events the database lacks and returns the held
-    /// WAL lock, so that no append lands until the caller's read is done.
-    fn catch_up_if_wal_mode(
-        &self,
-    ) -> Result<Option<std::sync::MutexGuard<'_, crate::wal_mode::WalState>>, LogError> {
-        self.wal.as_ref().map(|wal| self.catch_up(wal)).transpose()
-    }
-
     /// Runs `f` in one write transaction and commits it with `durability`. An error from
     /// `f` aborts the transaction: nothing is written.
     pub(crate) fn write<T>(
@@ -315,6 +286,79 @@ impl RedbLog {
         }
         Ok(value)
     }
+}
+
+/// Every event of the database read by `read`, in sequence order, followed by `tail`:
+/// events that follow the database's last, in order (the unapplied events of the WAL
+/// mode, or the WAL's records a reader adds).
+pub(crate) fn read_events<'a>(
+    read: &ReadTransaction,
+    tail: impl IntoIterator<Item = &'a Staged>,
+) -> Result<Vec<Event>, LogError> {
+    let table = read.open_table(EVENTS).map_err(from_redb)?;
+    let mut events = Vec::new();
+    for entry in table.iter().map_err(from_redb)? {
+        let (seq, bytes) = entry.map_err(from_redb)?;
+        events.push(decode_event(seq.value(), bytes.value())?);
+    }
+    for staged in tail {
+        events.push(decode_event(staged.seq, &staged.bytes)?);
+    }
+    Ok(events)
+}
+
+/// The events of one call in the database read by `read` (through the call-id index),
+/// followed by its events in `tail` (as in [`read_events`]).
+pub(crate) fn read_events_for_call<'a>(
+    read: &ReadTransaction,
+    call_id: &str,
+    tail: impl IntoIterator<Item = &'a Staged>,
+) -> Result<Vec<Event>, LogError> {
+    let index = read.open_multimap_table(BY_CALL).map_err(from_redb)?;
+    let table = read.open_table(EVENTS).map_err(from_redb)?;
+    let mut events = Vec::new();
+    for seq in index.get(call_id).map_err(from_redb)? {
+        let seq = seq.map_err(from_redb)?.value();
+        let bytes = table.get(seq).map_err(from_redb)?.ok_or_else(|| {
+            LogError::Corrupt(format!(
+                "the index of call {call_id:?} names event {seq}, which does not exist"
+            ))
+        })?;
+        events.push(decode_event(seq, bytes.value())?);
+    }
+    for staged in tail.into_iter().filter(|s| s.call_id == call_id) {
+        events.push(decode_event(staged.seq, &staged.bytes)?);
+    }
+    Ok(events)
+}
+
+/// The pending calls of the database read by `read`, updated by the events of `tail` (as
+/// in [`read_events`]: an intent adds its call, a result removes it), in the order of
+/// their intents.
+pub(crate) fn read_pending<'a>(
+    read: &ReadTransaction,
+    tail: impl IntoIterator<Item = &'a Staged>,
+) -> Result<Vec<String>, LogError> {
+    let table = read.open_table(PENDING).map_err(from_redb)?;
+    let mut pending: HashMap<String, u64> = HashMap::new();
+    for entry in table.iter().map_err(from_redb)? {
+        let (call_id, seq) = entry.map_err(from_redb)?;
+        pending.insert(call_id.value().to_string(), seq.value());
+    }
+    for staged in tail {
+        match staged.kind {
+            EventKind::ToolIntent => {
+                pending.insert(staged.call_id.clone(), staged.seq);
+            }
+            EventKind::ToolResult => {
+                pending.remove(&staged.call_id);
+            }
+            _ => {}
+        }
+    }
+    let mut by_seq: Vec<(u64, String)> = pending.into_iter().map(|(c, s)| (s, c)).collect();
+    by_seq.sort();
+    Ok(by_seq.into_iter().map(|(_, call_id)| call_id).collect())
 }
 
 /// Inserts `events` with the next sequence numbers, updates the call-id index and the

@@ -1,6 +1,6 @@
 //! The WAL mode of the redb log (the mode of [`SessionLog::open`]): a durable
 //! append goes to the intent WAL (`wal.rs`) with one `fdatasync`; events reach redb
-//! later, in non-durable commits, and redb is made durable at checkpoints.
+//! later, in one durable commit per checkpoint.
 //!
 //! This module owns when events move from memory and the WAL into redb, and when the
 //! WAL is emptied. It must keep one invariant: every event whose append returned
@@ -11,18 +11,17 @@
 //!
 //! - **Durable append:** the events (after any lazily appended events not yet in the WAL)
 //!   go to the WAL in one record and one `fdatasync`. They are then *unapplied*: in
-//!   the WAL, not yet in redb.
+//!   the WAL and in memory, not yet in redb.
 //! - **Lazy append:** the events are *unsynced* (in memory only) and unapplied. The next
 //!   durable append or [`SessionLog::flush`] carries them into the WAL.
-//! - **Apply:** before any read, unapplied events are inserted into redb in one
-//!   non-durable commit (no sync), so readers see every appended event. A read holds the
-//!   WAL's lock until it is done, so appends wait for it; and since it writes, a
-//!   storage failure during a read breaks the log like any other write.
+//! - **Reads** (in this process) hold the state's lock, read redb and add the unapplied
+//!   events from memory, so they see every appended event; appends wait for them. A read
+//!   writes nothing. (Another process sees the database and the WAL's records: see
+//!   `reader.rs`.)
 //! - **Checkpoint:** on a lazy append once the WAL holds [`CHECKPOINT_BYTES`] (or
 //!   [`CHECKPOINT_EVENTS`] wait in memory), on a durable append only at four times those
-//!   (a log without lazy appends), and when the log is dropped: apply, one durable redb
-//!   commit (which makes every non-durable commit before it durable), then the WAL
-//!   starts a new round.
+//!   (a log without lazy appends), and when the log is dropped: one durable redb commit
+//!   inserts the unapplied events, then the WAL starts a new round.
 //! - **Open:** the WAL's events after the database's last event are inserted in one
 //!   durable commit, then the WAL starts a new round. A crash therefore loses no
 //!   event whose durable append returned. The WAL's events that the database already
@@ -39,9 +38,12 @@ use redb::ReadableDatabase;
 
 use crate::error::{LogError, from_redb};
 use crate::event::now_unix_ms;
-use crate::event::{NewEvent, decode_event};
+use crate::event::{Event, NewEvent, decode_event};
 use crate::log::Durability;
-use crate::redb_engine::{RedbLog, insert_staged, next_seq, stage};
+use crate::recovery::{Recovery, recovery_events};
+use crate::redb_engine::{
+    RedbLog, insert_staged, next_seq, read_events, read_events_for_call, read_pending, stage,
+};
 use crate::storage::Storage;
 use crate::tables::EVENTS;
 use crate::wal::{IntentWal, Staged, encode_record};
@@ -207,37 +209,58 @@ impl RedbLog {
         wal_record(&mut state, &[])
     }
 
-    /// Inserts every unapplied event into redb (one non-durable commit), so that readers
-    /// see it. Returns the locked state for callers that go on writing.
-    pub(crate) fn catch_up<'a>(
+    /// Every event: the database's, then the unapplied ones from memory. Writes nothing.
+    pub(crate) fn events_wal_mode(&self, wal: &WalMutex) -> Result<Vec<Event>, LogError> {
+        // The state's lock is held across the read, so that no checkpoint moves events
+        // from memory into the database in between.
+        let state = Self::state(wal)?;
+        let read = self.db.begin_read().map_err(from_redb)?;
+        read_events(&read, unapplied(&state))
+    }
+
+    /// The events of one call: the database's, then the unapplied ones. Writes nothing.
+    pub(crate) fn events_for_call_wal_mode(
         &self,
-        wal: &'a WalMutex,
-    ) -> Result<MutexGuard<'a, WalState>, LogError> {
+        wal: &WalMutex,
+        call_id: &str,
+    ) -> Result<Vec<Event>, LogError> {
+        let state = Self::state(wal)?;
+        let read = self.db.begin_read().map_err(from_redb)?;
+        read_events_for_call(&read, call_id, unapplied(&state))
+    }
+
+    /// The pending calls of the database, updated by the unapplied events. Writes nothing.
+    pub(crate) fn pending_calls_wal_mode(&self, wal: &WalMutex) -> Result<Vec<String>, LogError> {
+        let state = Self::state(wal)?;
+        let read = self.db.begin_read().map_err(from_redb)?;
+        read_pending(&read, unapplied(&state))
+    }
+
+    /// Recovery in WAL mode: the pending calls are read and their results appended (one
+    /// WAL record) under one hold of the state, so that no append lands in between.
+    pub(crate) fn recover_wal_mode(&self, wal: &WalMutex) -> Result<Recovery, LogError> {
         let mut state = Self::state(wal)?;
-        self.apply(&mut state)?;
-        Ok(state)
+        let recovered = {
+            let read = self.db.begin_read().map_err(from_redb)?;
+            read_pending(&read, unapplied(&state))?
+        };
+        if recovered.is_empty() {
+            return Ok(Recovery::default());
+        }
+        append_locked(&mut state, &recovery_events(&recovered))?;
+        Ok(Recovery { recovered })
     }
 
-    fn apply(&self, state: &mut WalState) -> Result<(), LogError> {
-        if state.unapplied.is_empty() {
-            return Ok(());
-        }
-        let unapplied = std::mem::take(&mut state.unapplied);
-        if let Err(e) = self.write(Durability::Lazy, |tx| {
-            insert_staged(tx, unapplied.iter().map(|s| &**s))
-        }) {
-            state.broken = Some(e.to_string());
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// Apply, one durable redb commit, and a new WAL round.
+    /// One durable redb commit that inserts every unapplied event, and a new WAL round.
     fn checkpoint(&self, state: &mut WalState) -> Result<(), LogError> {
-        self.apply(state)?;
-        if let Err(e) = self.write(Durability::Durable, |_| Ok(())) {
-            state.broken = Some(e.to_string());
-            return Err(e);
+        if !state.unapplied.is_empty() {
+            if let Err(e) = self.write(Durability::Durable, |tx| {
+                insert_staged(tx, unapplied(state))
+            }) {
+                state.broken = Some(e.to_string());
+                return Err(e);
+            }
+            state.unapplied.clear();
         }
         state.unsynced.clear();
         if let Err(e) = state.wal.reset() {
@@ -245,17 +268,6 @@ impl RedbLog {
             state.broken = Some(e.to_string());
             return Err(e);
         }
-        Ok(())
-    }
-
-    /// Appends `events` durably while holding the state that [`RedbLog::catch_up`]
-    /// returned (recovery reads and writes under one lock).
-    pub(crate) fn append_locked(state: &mut WalState, events: &[NewEvent]) -> Result<(), LogError> {
-        let after = advance(state.next_seq, events.len())?;
-        let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
-        wal_record(state, &staged)?;
-        state.next_seq = after;
-        state.unapplied.extend(staged);
         Ok(())
     }
 
@@ -271,6 +283,22 @@ impl RedbLog {
             let _ = state.wal.close();
         }
     }
+}
+
+/// Appends `events` durably while holding the state (recovery reads and writes under
+/// one lock).
+fn append_locked(state: &mut WalState, events: &[NewEvent]) -> Result<(), LogError> {
+    let after = advance(state.next_seq, events.len())?;
+    let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
+    wal_record(state, &staged)?;
+    state.next_seq = after;
+    state.unapplied.extend(staged);
+    Ok(())
+}
+
+/// The events not yet in the database, in order.
+fn unapplied(state: &WalState) -> impl Iterator<Item = &Staged> {
+    state.unapplied.iter().map(|s| &**s)
 }
 
 /// Writes the unsynced events and then `staged` as one WAL record (one `fdatasync`).

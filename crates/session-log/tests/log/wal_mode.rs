@@ -1,5 +1,6 @@
 //! The WAL mode (what `SessionLog::open` uses): a durable append is one intent WAL
-//! record and one fdatasync; the database catches up before reads and at checkpoints.
+//! record and one fdatasync; the database takes the events at checkpoints, and reads
+//! write nothing.
 //! Checked for fsync counts, for power loss at every point of the WAL's writes, for
 //! faults, and for a WAL that does not belong to its database.
 
@@ -42,9 +43,13 @@ fn a_durable_append_is_one_wal_fsync_and_no_database_fsync() {
     log.append(&[call("c1"), intent("c1")], Durability::Durable)
         .unwrap();
     assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 1));
-    // A lazy append syncs nothing; reading it costs no sync either.
+    // A lazy append syncs nothing; reading it costs no sync either, and no write.
     log.append(&[result("c1")], Durability::Lazy).unwrap();
+    let writes = (dbc.writes(), walc.writes());
     assert_eq!(shape(&log.events().unwrap()).len(), 3);
+    assert_eq!(log.events_for_call("c1").unwrap().len(), 3);
+    assert!(log.pending_calls().unwrap().is_empty());
+    assert_eq!((dbc.writes(), walc.writes()), writes, "a read wrote");
     assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 1));
     // Flush makes the lazy event durable with one WAL record.
     log.flush().unwrap();
