@@ -27,6 +27,7 @@
 mod engine;
 mod error;
 mod event;
+mod holder;
 mod log;
 mod memory;
 mod recovery;
@@ -39,7 +40,8 @@ mod wal_mode;
 pub use crate::engine::LogEngine;
 pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
-pub use crate::log::{Durability, SESSION_CALL_ID, SessionLog};
+pub use crate::holder::Holder;
+pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
 pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};
 pub use crate::storage::{
     CountingStorage, FailingStorage, FaultHandle, FileStorage, MemStorage, Op, Storage, SyncCounter,

@@ -7,6 +7,7 @@
 //! itself: every operation goes to one [`LogEngine`] (`engine.rs`).
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::engine::LogEngine;
 use crate::error::LogError;
@@ -15,6 +16,10 @@ use crate::memory::MemoryEngine;
 use crate::recovery::Recovery;
 use crate::redb_engine::RedbLog;
 use crate::storage::Storage;
+
+/// How long [`SessionLog::open`] waits for another writer to release a state directory
+/// before it fails with [`LogError::Locked`].
+pub const DEFAULT_OPEN_WAIT: Duration = Duration::from_secs(5);
 
 /// The call id of events that belong to the session rather than to a call
 /// (`session/recovered`).
@@ -58,6 +63,12 @@ impl SessionLog {
     /// database in one durable commit at checkpoints and on drop, and reads in this
     /// process add the events that are still on their way.
     ///
+    /// One writer holds a state directory at a time. While it has it open, a `holder` file
+    /// in the directory names it (pid, program, since when). A second open waits for up
+    /// to [`DEFAULT_OPEN_WAIT`] for it to close, then fails with [`LogError::Locked`]
+    /// naming the holder; [`SessionLog::open_with_wait`] sets the wait. A writer opens
+    /// beside processes that read the database.
+    ///
     /// # Ambient Authority
     ///
     /// Creates `state_dir` and opens the files in the process's file system namespace.
@@ -65,12 +76,27 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::NotWritable`] if the directory or file cannot be created or written;
-    /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
+    /// [`LogError::Locked`] if the log stayed open elsewhere for as long as the open
+    /// waited; [`LogError::NotADatabase`] if the
     /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
     /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise
     /// (also if the WAL does not continue the database).
     pub fn open(state_dir: &Path) -> Result<SessionLog, LogError> {
-        RedbLog::open(state_dir).map(SessionLog::from_engine)
+        SessionLog::open_with_wait(state_dir, DEFAULT_OPEN_WAIT)
+    }
+
+    /// [`SessionLog::open`], waiting up to `wait` (instead of [`DEFAULT_OPEN_WAIT`]) for
+    /// another writer to release the state. `Duration::ZERO` tries once.
+    ///
+    /// # Ambient Authority
+    ///
+    /// As [`SessionLog::open`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionLog::open`].
+    pub fn open_with_wait(state_dir: &Path, wait: Duration) -> Result<SessionLog, LogError> {
+        RedbLog::open(state_dir, wait).map(SessionLog::from_engine)
     }
 
     /// Opens the log stored in `storage`, initialising it if it is empty, without an

@@ -25,6 +25,16 @@
 //! - Closing the database (dropping the log) makes pending non-durable commits durable.
 //!   We do not rely on it: a crash skips it.
 //!
+//! The above is redb's `ExclusiveWriter` mode, the mode of a log opened over a
+//! [`Storage`]. The database of a state directory is opened in `SingleWriter` mode, so
+//! that other processes can open it read-only while the writer has it (`reader.rs`).
+//! There redb refuses non-durable commits (another process could not see them), and
+//! every commit is two-phase: the pages are synced, then the header names them, synced
+//! again, so a reader never follows a header to pages that are not on disk. A reader
+//! sees a commit once its header is flushed. WAL mode needs only durable commits, one per
+//! checkpoint, so the mode costs the pipeline nothing: a durable append is still one
+//! record and one `fdatasync` of the intent WAL.
+//!
 //! # Two modes
 //!
 //! [`SessionLog::open`](crate::SessionLog::open) is in *WAL mode* (`wal_mode.rs`): a
@@ -39,14 +49,18 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use redb::backends::FileBackend;
 use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableError, WriteTransaction,
+    ConcurrencyMode, Database, ReadTransaction, ReadableDatabase, ReadableTable, TableError,
+    WriteTransaction,
 };
 
 use crate::engine::LogEngine;
 use crate::error::{LogError, from_open_io, from_redb, from_redb_open};
 use crate::event::{Event, EventKind, NewEvent, StoredEventRef, decode_event, now_unix_ms};
+use crate::holder::{HolderFile, retry_while_locked};
 use crate::log::Durability;
 use crate::recovery::Recovery;
 use crate::storage::{Backend, FileStorage, Storage};
@@ -64,8 +78,15 @@ const WAL_NAME: &str = "session.wal";
 const CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The redb-backed log (a file, or a test storage).
+///
+/// Its fields are dropped in their order, after [`Drop::drop`] has made a last
+/// checkpoint: the holder file is removed, then redb closes the database, and only then
+/// does the intent WAL release its file lock, the state's lock. A writer that waits for
+/// the state therefore never finds the database still open.
 #[derive(Debug)]
 pub(crate) struct RedbLog {
+    /// The holder file of the state directory, for a log opened from one.
+    holder: Option<HolderFile>,
     pub(crate) db: Database,
     /// Set by a `Lazy` commit, cleared by a `Durable` one: whether [`SessionLog::flush`]
     /// has anything to make durable.
@@ -84,30 +105,55 @@ impl Drop for RedbLog {
 }
 
 impl RedbLog {
-    /// Opens the log of `state_dir` (the file `state_dir/session.redb`), creating the
-    /// directory and the file if missing.
+    /// Opens the log of `state_dir` for writing (the database `state_dir/session.redb`
+    /// and its intent WAL `state_dir/session.wal`), creating the directory and the files
+    /// if missing, and writes the holder file. While another writer holds the state, the
+    /// open tries again for up to `wait`.
+    ///
+    /// The database is opened in redb's `ConcurrencyMode::SingleWriter`, so that a
+    /// reader in another process can open it read-only beside this writer. The state's
+    /// lock is the intent WAL's file lock, taken first and released last.
     ///
     /// # Ambient Authority
     ///
-    /// Creates `state_dir` and opens the file in the process's file system namespace.
+    /// Creates `state_dir` and opens the files in the process's file system namespace.
     ///
     /// # Errors
     ///
-    /// [`LogError::NotWritable`] if the directory or file cannot be created or written;
-    /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
-    /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
-    /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise.
-    pub(crate) fn open(state_dir: &Path) -> Result<RedbLog, LogError> {
+    /// [`LogError::NotWritable`] if the directory or a file cannot be created or written;
+    /// [`LogError::Locked`] (naming the holder) if the log stayed open elsewhere for
+    /// `wait`; [`LogError::NotADatabase`] if the file is not a redb database (it is not
+    /// modified); [`LogError::NewerFormat`] if a newer toolhost wrote it;
+    /// [`LogError::Storage`] or [`LogError::Corrupt`] otherwise.
+    pub(crate) fn open(state_dir: &Path, wait: Duration) -> Result<RedbLog, LogError> {
         std::fs::create_dir_all(state_dir)
             .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
+        let mut log = retry_while_locked(state_dir, wait, || RedbLog::try_open(state_dir))?;
+        log.holder = Some(HolderFile::write(state_dir));
+        Ok(log)
+    }
+
+    /// One attempt of [`RedbLog::open`]: fails at once with [`LogError::Locked`] if the
+    /// state is held.
+    fn try_open(state_dir: &Path) -> Result<RedbLog, LogError> {
+        let wal = FileStorage::open(&state_dir.join(WAL_NAME))?;
         let path = state_dir.join(FILE_NAME);
         if !path.exists() {
             create_atomically(state_dir, &path)?;
         }
-        let storage = FileStorage::open(&path)?;
-        let mut log = RedbLog::open_with_backend(storage)?;
-        let wal_path = state_dir.join(WAL_NAME);
-        log.attach_wal(Box::new(FileStorage::open(&wal_path)?))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| from_open_io(&e, path.clone()))?;
+        let backend = FileBackend::new(file).map_err(|e| from_redb_open(e, path.clone()))?;
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .set_concurrency_mode(ConcurrencyMode::SingleWriter)
+            .create_with_backend(backend)
+            .map_err(|e| from_redb_open(e, path))?;
+        let mut log = RedbLog::from_database(db)?;
+        log.attach_wal(Box::new(wal))?;
         // The WAL's directory entry must survive a power loss before any record in
         // it is relied on. Synced on every open, not only when this open created the
         // file: an earlier open may have died between creating it and syncing.
@@ -137,6 +183,7 @@ impl RedbLog {
 
     fn from_database(db: Database) -> Result<RedbLog, LogError> {
         let log = RedbLog {
+            holder: None,
             db,
             lazy_pending: AtomicBool::new(false),
             wal: None,

@@ -304,10 +304,12 @@ impl IntentWal {
         }
         self.zero(0, used)
     }
+}
 
+impl Drop for IntentWal {
     /// Releases the storage (its lock).
-    pub(crate) fn close(&self) -> io::Result<()> {
-        self.storage.close()
+    fn drop(&mut self) {
+        let _ = self.storage.close();
     }
 }
 

@@ -272,7 +272,8 @@ impl RedbLog {
     }
 
     /// At close: a last checkpoint (best effort: the WAL keeps every durable event
-    /// anyway), then the WAL's storage is released.
+    /// anyway). The WAL's storage is released when it is dropped, after the database
+    /// (see [`RedbLog`]).
     pub(crate) fn close_wal(&self, wal: &WalMutex) {
         if let Ok(mut state) = wal.lock() {
             let clean =
@@ -280,7 +281,6 @@ impl RedbLog {
             if state.broken.is_none() && !clean {
                 let _ = self.checkpoint(&mut state);
             }
-            let _ = state.wal.close();
         }
     }
 }

@@ -12,6 +12,7 @@ mod fsync;
 mod open_errors;
 mod recovery;
 mod roundtrip;
+mod sharing;
 mod wal_mode;
 
 use serde_json::json;
