@@ -70,6 +70,37 @@ pub enum LogError {
     /// the log, which recovers the last durable state.
     #[error("session log storage failed: {0}")]
     Storage(String),
+    /// The log was opened read-only
+    /// ([`SessionLog::open_read_only`](crate::SessionLog::open_read_only)): it cannot be
+    /// appended to or recovered. Nothing was written.
+    #[error(
+        "session log {} was opened read-only (to read it beside a running toolhost); it cannot be written",
+        path.display()
+    )]
+    ReadOnly {
+        /// The log file.
+        path: PathBuf,
+    },
+    /// The state directory or the log file cannot be read.
+    #[error("session log {} cannot be read: {detail}", path.display())]
+    NotReadable {
+        /// The directory or file that could not be read.
+        path: PathBuf,
+        /// What the operating system said.
+        detail: String,
+    },
+    /// The log's last writer stopped without closing it (it was killed or crashed), and
+    /// no writer has it open now: its database needs a repair that a read-only open does
+    /// not make. Opening it for writing once ([`SessionLog::open`](crate::SessionLog::open),
+    /// `toolhost recover`) repairs it; that alone resolves no call.
+    #[error(
+        "session log {} was not closed by its last writer and none has it open now; a read-only open cannot repair it: open it for writing once (e.g. `toolhost recover`)",
+        path.display()
+    )]
+    NeedsRepair {
+        /// The log file.
+        path: PathBuf,
+    },
     /// The caller asked for something the log does not store (nothing was written).
     #[error("invalid append: {0}")]
     Invalid(String),

@@ -15,7 +15,11 @@
 //!   [`LogEngine`] (`engine.rs`), the interface every storage engine implements: the redb
 //!   engine (`redb_engine.rs`, private, with its intent WAL: `wal_mode.rs` decides when
 //!   events move, `wal.rs` owns the file format), the in-memory engine (`memory.rs`,
-//!   private), or any engine given to [`SessionLog::from_engine`].
+//!   private), the read-only view of a state directory beside its writer
+//!   (`reader.rs`, [`SessionLog::open_read_only`]), or any engine given to
+//!   [`SessionLog::from_engine`].
+//! - [`Holder`] (`holder.rs`): who holds a state directory, and a second writer's
+//!   bounded wait.
 //! - [`Recovery`], [`recovery_events`] (`recovery.rs`): what recovery appends, the same
 //!   for every engine.
 //! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
@@ -30,6 +34,7 @@ mod event;
 mod holder;
 mod log;
 mod memory;
+mod reader;
 mod recovery;
 mod redb_engine;
 mod storage;

@@ -13,6 +13,7 @@ use crate::engine::LogEngine;
 use crate::error::LogError;
 use crate::event::{Event, EventKind, NewEvent};
 use crate::memory::MemoryEngine;
+use crate::reader::ReadOnlyLog;
 use crate::recovery::Recovery;
 use crate::redb_engine::RedbLog;
 use crate::storage::Storage;
@@ -66,8 +67,8 @@ impl SessionLog {
     /// One writer holds a state directory at a time. While it has it open, a `holder` file
     /// in the directory names it (pid, program, since when). A second open waits for up
     /// to [`DEFAULT_OPEN_WAIT`] for it to close, then fails with [`LogError::Locked`]
-    /// naming the holder; [`SessionLog::open_with_wait`] sets the wait. A writer opens
-    /// beside processes that read the database.
+    /// naming the holder; [`SessionLog::open_with_wait`] sets the wait. Readers
+    /// ([`SessionLog::open_read_only`]) do not count: they read beside the writer.
     ///
     /// # Ambient Authority
     ///
@@ -97,6 +98,39 @@ impl SessionLog {
     /// As [`SessionLog::open`].
     pub fn open_with_wait(state_dir: &Path, wait: Duration) -> Result<SessionLog, LogError> {
         RedbLog::open(state_dir, wait).map(SessionLog::from_engine)
+    }
+
+    /// Opens the log of `state_dir` read-only, to read it beside a writer that has it open
+    /// (`toolhost serve`, a running `toolhost run`) or after one. It never writes,
+    /// creates, repairs or recovers anything: appends and [`SessionLog::recover`] fail
+    /// with [`LogError::ReadOnly`], and [`SessionLog::flush`] does nothing.
+    ///
+    /// Every read is a fresh snapshot of the database and the intent WAL, and sees:
+    ///
+    /// - every event whose durable append has returned (with the lazy events that append
+    ///   carried), including those the writer holds only in the intent WAL so far;
+    /// - lazy events only once they are durable, after the writer's next durable append,
+    ///   [`SessionLog::flush`], checkpoint or close;
+    /// - never a WAL record that is torn or still being written (the read stops before
+    ///   it, as recovery after a crash would).
+    ///
+    /// A missing state directory or log file reads as an empty log.
+    ///
+    /// # Ambient Authority
+    ///
+    /// Opens the files of `state_dir`, read-only, in the process's file system namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::NotReadable`] if the directory or a file cannot be read;
+    /// [`LogError::NeedsRepair`] if the last writer did not close the log and no writer has
+    /// it open (open it for writing once); [`LogError::Locked`] if, for
+    /// [`DEFAULT_OPEN_WAIT`], a writer was still opening it or a process held it in a way
+    /// that excludes readers (an older toolhost); [`LogError::NotADatabase`],
+    /// [`LogError::NewerFormat`] or [`LogError::Corrupt`] as for [`SessionLog::open`]
+    /// (also if the intent WAL does not continue the database).
+    pub fn open_read_only(state_dir: &Path) -> Result<SessionLog, LogError> {
+        ReadOnlyLog::open(state_dir, DEFAULT_OPEN_WAIT).map(SessionLog::from_engine)
     }
 
     /// Opens the log stored in `storage`, initialising it if it is empty, without an

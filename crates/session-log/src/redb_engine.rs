@@ -69,13 +69,13 @@ use crate::wal::Staged;
 use crate::wal_mode::WalMutex;
 
 /// The name of the log file inside a state directory.
-const FILE_NAME: &str = "session.redb";
+pub(crate) const FILE_NAME: &str = "session.redb";
 
 /// The name of the intent WAL inside a state directory (`wal.rs`).
-const WAL_NAME: &str = "session.wal";
+pub(crate) const WAL_NAME: &str = "session.wal";
 
 /// redb's page cache. The log is read rarely (recovery, `toolhost log`), so this is small.
-const CACHE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The redb-backed log (a file, or a test storage).
 ///
@@ -111,7 +111,8 @@ impl RedbLog {
     /// open tries again for up to `wait`.
     ///
     /// The database is opened in redb's `ConcurrencyMode::SingleWriter`, so that a
-    /// reader in another process can open it read-only beside this writer. The state's
+    /// reader in another process can open it read-only beside this writer
+    /// ([`SessionLog::open_read_only`](crate::SessionLog::open_read_only)). The state's
     /// lock is the intent WAL's file lock, taken first and released last.
     ///
     /// # Ambient Authority
@@ -392,6 +393,15 @@ pub(crate) fn read_pending<'a>(
         let (call_id, seq) = entry.map_err(from_redb)?;
         pending.insert(call_id.value().to_string(), seq.value());
     }
+    Ok(pending_after(pending, tail))
+}
+
+/// The calls of `pending` (call id → sequence number of its intent) after the events of
+/// `tail`, in the order of their intents.
+pub(crate) fn pending_after<'a>(
+    mut pending: HashMap<String, u64>,
+    tail: impl IntoIterator<Item = &'a Staged>,
+) -> Vec<String> {
     for staged in tail {
         match staged.kind {
             EventKind::ToolIntent => {
@@ -405,7 +415,7 @@ pub(crate) fn read_pending<'a>(
     }
     let mut by_seq: Vec<(u64, String)> = pending.into_iter().map(|(c, s)| (s, c)).collect();
     by_seq.sort();
-    Ok(by_seq.into_iter().map(|(_, call_id)| call_id).collect())
+    by_seq.into_iter().map(|(_, call_id)| call_id).collect()
 }
 
 /// Inserts `events` with the next sequence numbers, updates the call-id index and the

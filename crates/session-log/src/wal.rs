@@ -111,7 +111,6 @@ pub(crate) fn encode_record(events: &[&Staged]) -> Result<Vec<u8>, EncodeError> 
 /// The events of the WAL's intact records, in order, as `(seq, stored bytes)`, and the
 /// offset where the intact records end. Never fails on content: whatever is not an intact
 /// continuation ends the WAL (see the module documentation).
-#[cfg(test)]
 pub(crate) fn parse(bytes: &[u8]) -> Parsed {
     let read = |at: u64, out: &mut [u8]| {
         let start = usize::try_from(at).map_err(io::Error::other)?;

@@ -10,6 +10,7 @@ mod engine;
 mod faults;
 mod fsync;
 mod open_errors;
+mod read_only;
 mod recovery;
 mod roundtrip;
 mod sharing;
