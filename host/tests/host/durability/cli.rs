@@ -165,6 +165,20 @@ fn a_log_held_by_another_process_is_read_beside_it_and_refused_to_writers() {
     }
     let ended = first.kill();
     assert_eq!(ended.status.signal(), Some(9));
+    // Killed, the writer left its database for a writer to repair: `log`
+    // does that once (nobody else holds the state) and still only reads the
+    // call, intent-only.
+    let out = sb.command(&["log", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lines = log_lines(&out);
+    assert!(
+        lines.iter().any(|l| l["kind"] == "tool/intent"),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l["kind"] == "tool/result"),
+        "{lines:?}"
+    );
     // The first process's call is intact: intent-only, then recovered.
     let calls = check_log(&read_events(&sb.state()));
     assert_eq!(pending(&calls).len(), 1, "{calls:?}");
