@@ -37,8 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redb::ReadableDatabase;
 
 use crate::error::{LogError, from_redb};
-use crate::event::now_unix_ms;
-use crate::event::{Event, NewEvent, decode_event};
+use crate::event::{Event, NewEvent, decode_event, now_unix_ms};
 use crate::log::Durability;
 use crate::recovery::{Recovery, recovery_events};
 use crate::redb_engine::{
