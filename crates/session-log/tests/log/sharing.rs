@@ -42,7 +42,7 @@ fn a_second_writer_waits_then_fails_naming_the_holders_pid() {
     let text = err.to_string();
     assert!(text.contains(&format!("held by pid {pid} (")), "{text}");
     assert!(text.contains(", since 20"), "{text}");
-    assert!(text.contains("gave up after waiting 0.4 s"), "{text}");
+    assert!(text.contains("; gave up after waiting "), "{text}");
 
     // Another process is told the same.
     let out = run_child_waiting("open", dir.path(), wait);
