@@ -32,7 +32,7 @@ enum Command {
     List(ListArgs),
     /// Run a WASI command program under a sandbox mode.
     Exec(ExecArgs),
-    /// Show the session log.
+    /// Show the session log (read-only: also while `serve` or `run` holds it).
     Log(LogArgs),
     /// Resolve calls whose outcome is unknown after a crash.
     Recover(StateArgs),
@@ -623,8 +623,22 @@ fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
     toolhost::log::SessionLog::open(&dir).map_err(|e| anyhow!("{e}"))
 }
 
+/// The log for `toolhost log`: read-only, so that it reads beside a running
+/// `serve` or `run` and never waits for them. Only a log whose last writer was
+/// killed, with no writer alive to repair it, is opened for writing once, as
+/// before: that repairs the files and resolves no call.
+fn read_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
+    use toolhost::log::{LogError, SessionLog};
+    let dir = state_dir_of(state)?;
+    match SessionLog::open_read_only(&dir) {
+        Err(LogError::NeedsRepair { .. }) => SessionLog::open(&dir),
+        read_only => read_only,
+    }
+    .map_err(|e| anyhow!("{e}"))
+}
+
 fn show_log(a: LogArgs) -> Result<ExitCode> {
-    let log = open_log(&a.state)?;
+    let log = read_log(&a.state)?;
     let events = log.events().map_err(|e| anyhow!("{e}"))?;
     if a.json {
         for e in events {

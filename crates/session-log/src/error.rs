@@ -7,7 +7,9 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use crate::holder::Holder;
 use crate::tables::FORMAT_VERSION;
 
 /// Why the session log could not be opened, read or written.
@@ -17,17 +19,24 @@ use crate::tables::FORMAT_VERSION;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LogError {
-    /// The log file is open elsewhere: by another process, or by another [`SessionLog`]
-    /// of this process.
+    /// The log is open for writing elsewhere (by another process, or by another
+    /// [`SessionLog`] of this process), and stayed so for as long as the open waited.
     ///
     /// [`SessionLog`]: crate::SessionLog
     #[error(
-        "session log {} is in use by another toolhost (another process or another open in this one)",
-        path.display()
+        "session log {} is in use by another toolhost: {}{}",
+        path.display(),
+        holder_text(holder.as_ref()),
+        waited_text(*waited)
     )]
     Locked {
         /// The log file.
         path: PathBuf,
+        /// Who holds it, as the holder file of its state directory says; `None` when
+        /// there is none (the holder is opening or closing, or does not write one).
+        holder: Option<Holder>,
+        /// How long the open waited for it ([`Duration::ZERO`]: it did not wait).
+        waited: Duration,
     },
     /// The file exists but is not a redb database. It was left exactly as it was.
     #[error(
@@ -61,6 +70,37 @@ pub enum LogError {
     /// the log, which recovers the last durable state.
     #[error("session log storage failed: {0}")]
     Storage(String),
+    /// The log was opened read-only
+    /// ([`SessionLog::open_read_only`](crate::SessionLog::open_read_only)): it cannot be
+    /// appended to or recovered. Nothing was written.
+    #[error(
+        "session log {} was opened read-only (to read it beside a running toolhost); it cannot be written",
+        path.display()
+    )]
+    ReadOnly {
+        /// The log file.
+        path: PathBuf,
+    },
+    /// The state directory or the log file cannot be read.
+    #[error("session log {} cannot be read: {detail}", path.display())]
+    NotReadable {
+        /// The directory or file that could not be read.
+        path: PathBuf,
+        /// What the operating system said.
+        detail: String,
+    },
+    /// The log's last writer stopped without closing it (it was killed or crashed), and
+    /// no writer has it open now: its database needs a repair that a read-only open does
+    /// not make. Opening it for writing once ([`SessionLog::open`](crate::SessionLog::open),
+    /// `toolhost recover`) repairs it; that alone resolves no call.
+    #[error(
+        "session log {} was not closed by its last writer and none has it open now; a read-only open cannot repair it: open it for writing once (e.g. `toolhost recover`)",
+        path.display()
+    )]
+    NeedsRepair {
+        /// The log file.
+        path: PathBuf,
+    },
     /// The caller asked for something the log does not store (nothing was written).
     #[error("invalid append: {0}")]
     Invalid(String),
@@ -70,6 +110,16 @@ pub enum LogError {
 }
 
 impl LogError {
+    /// The error for a log file at `path` that is locked, found without waiting and before
+    /// its holder is known.
+    pub(crate) fn locked(path: PathBuf) -> Self {
+        LogError::Locked {
+            path,
+            holder: None,
+            waited: Duration::ZERO,
+        }
+    }
+
     /// The error for a file whose format version is `found` (> [`FORMAT_VERSION`]).
     pub(crate) fn newer_format(found: u64) -> Self {
         LogError::NewerFormat {
@@ -101,7 +151,9 @@ pub(crate) fn from_redb(err: impl Into<redb::Error>) -> LogError {
 /// database" and "already open" are told apart from other failures.
 pub(crate) fn from_redb_open(err: redb::DatabaseError, path: PathBuf) -> LogError {
     match err {
-        redb::DatabaseError::DatabaseAlreadyOpen => LogError::Locked { path },
+        redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
+            LogError::locked(path)
+        }
         // redb reports a magic-number mismatch (checked before anything is written) as an
         // I/O error of kind InvalidData.
         redb::DatabaseError::Storage(redb::StorageError::Io(e))
@@ -126,5 +178,24 @@ pub(crate) fn from_open_io(err: &io::Error, path: PathBuf) -> LogError {
             detail: err.to_string(),
         },
         _ => LogError::Storage(format!("{}: {err}", path.display())),
+    }
+}
+
+/// Who holds a locked log, for [`LogError::Locked`].
+fn holder_text(holder: Option<&Holder>) -> String {
+    match holder {
+        Some(holder) => holder.to_string(),
+        None => "held by a process that left no holder file (another toolhost opening or \
+                 closing it, an older toolhost, or another open in this process)"
+            .to_string(),
+    }
+}
+
+/// How long an open waited, for [`LogError::Locked`].
+fn waited_text(waited: Duration) -> String {
+    if waited.is_zero() {
+        String::new()
+    } else {
+        format!("; gave up after waiting {:.1} s", waited.as_secs_f64())
     }
 }

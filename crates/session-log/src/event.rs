@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -167,4 +168,12 @@ pub(crate) fn decode_event(seq: u64, bytes: &[u8]) -> Result<Event, crate::LogEr
         at_unix_ms: stored.at_unix_ms,
         payload: stored.payload,
     })
+}
+
+/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it): the
+/// timestamp of appended events.
+pub(crate) fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -1,6 +1,6 @@
 //! The durable session log of toolhost (DESIGN.md §5).
 //!
-//! One redb file per state directory (`STATE_DIR/session.redb`), with its intent journal
+//! One redb file per state directory (`STATE_DIR/session.redb`), with its intent WAL
 //! beside it (`STATE_DIR/session.wal`, where durable appends land first), holds the
 //! append-only events of a session: what the model asked for (`tool/call`), the approvals, the durable
 //! checkpoint before a body runs (`tool/intent`), the result, and what recovery decided.
@@ -11,27 +11,43 @@
 //! it. No type of redb appears in its public API.
 //!
 //! Map of the crate:
-//! - [`SessionLog`]: open, append, read, flush, recover; the journaled mode and the
-//!   journal's format are private (`journaled.rs`, `wal.rs`).
+//! - [`SessionLog`] (`log.rs`): open, append, read, flush, recover. A thin handle over one
+//!   [`LogEngine`] (`engine.rs`), the interface every storage engine implements: the redb
+//!   engine (`redb_engine.rs`, private, with its intent WAL: `wal_mode.rs` decides when
+//!   events move, `wal.rs` owns the file format), the in-memory engine (`memory.rs`,
+//!   private), the read-only view of a state directory beside its writer
+//!   (`reader.rs`, [`SessionLog::open_read_only`]), or any engine given to
+//!   [`SessionLog::from_engine`].
+//! - [`Holder`] (`holder.rs`): who holds a state directory, and a second writer's
+//!   bounded wait.
+//! - [`Recovery`], [`recovery_events`] (`recovery.rs`): what recovery appends, the same
+//!   for every engine.
 //! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
 //! - [`Storage`] and its implementations: where the bytes go. [`FileStorage`] is the real
 //!   file; [`MemStorage`], [`CountingStorage`] and [`FailingStorage`] exist so that tests
 //!   can count fsyncs, inject faults and simulate power loss.
 //! - [`LogError`]: every way opening or writing can fail.
 
+mod engine;
 mod error;
 mod event;
-mod journaled;
+mod holder;
 mod log;
+mod memory;
+mod reader;
 mod recovery;
+mod redb_engine;
 mod storage;
 mod tables;
 mod wal;
+mod wal_mode;
 
+pub use crate::engine::LogEngine;
 pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
-pub use crate::log::{Durability, SESSION_CALL_ID, SessionLog};
-pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery};
+pub use crate::holder::Holder;
+pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
+pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};
 pub use crate::storage::{
     CountingStorage, FailingStorage, FaultHandle, FileStorage, MemStorage, Op, Storage, SyncCounter,
 };

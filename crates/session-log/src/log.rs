@@ -1,60 +1,26 @@
-//! [`SessionLog`]: opening the log, appending events, reading them back, and flushing.
+//! [`SessionLog`]: the handle through which the host uses the session log, whatever
+//! engine stores it, and [`Durability`].
 //!
-//! This module owns the transactions: which tables an append touches and with which
-//! durability it commits. It must not decide what an event means beyond the two facts the
-//! log indexes (call id, and intent/result pairing); recovery lives in `recovery.rs`.
-//!
-//! # What redb guarantees, and what we rely on
-//!
-//! - A commit with `redb::Durability::Immediate` is durable when `commit()` returns. In
-//!   redb's default single-process mode with 1-phase commit (checksummed roots), that is
-//!   one `sync_data` of the storage, plus one more only when the commit had to grow the
-//!   file (redb syncs the new length before a header can name it).
-//! - A commit with `redb::Durability::None` is visible to later transactions at once but
-//!   is not written durably; after a crash it may be lost. A later `Immediate` commit
-//!   persists the whole database state, so it makes every earlier non-durable commit
-//!   durable too (redb: "will not be persisted to disk unless followed by a commit with
-//!   `Durability::Immediate`").
-//! - After a crash, redb opens at the last durable commit (it checks the checksums of the
-//!   newest root and falls back to the previous one). A failed write poisons the open
-//!   `Database` (every later call fails); reopening recovers the last durable state.
-//! - Write transactions are serialised by redb, so appends from several threads are safe
-//!   and sequence numbers never collide.
-//! - Closing the database (dropping the log) makes pending non-durable commits durable.
-//!   We do not rely on it: a crash skips it.
-//!
-//! # Two modes
-//!
-//! [`SessionLog::open`] is *journaled* (`journaled.rs`): a durable append is one record
-//! in the intent journal `session.wal` and one `fdatasync`, and redb only takes
-//! non-durable commits between checkpoints. That is what makes the durable intent cost
-//! little more than a raw `write` + `fdatasync`: a durable redb commit writes several
-//! B-tree pages and its header before its sync, and measured about 120 µs more than the
-//! raw write of the same event. [`SessionLog::open_with_backend`] has no journal: every
-//! durable append is a durable redb commit, as described above.
+//! This module owns the public surface: the constructors for the engines of this crate,
+//! the checks that do not depend on an engine (which events `record_intents` accepts),
+//! and the documentation of each operation's guarantees. It must not store anything
+//! itself: every operation goes to one [`LogEngine`] (`engine.rs`).
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableError, WriteTransaction};
+use crate::engine::LogEngine;
+use crate::error::LogError;
+use crate::event::{Event, EventKind, NewEvent};
+use crate::memory::MemoryEngine;
+use crate::reader::ReadOnlyLog;
+use crate::recovery::Recovery;
+use crate::redb_engine::RedbLog;
+use crate::storage::Storage;
 
-use crate::error::{LogError, from_open_io, from_redb, from_redb_open};
-use crate::event::{Event, EventKind, NewEvent, StoredEventRef, decode_event};
-use crate::journaled::Journaled;
-use crate::storage::{Backend, FileStorage, Storage};
-use crate::tables::{BY_CALL, EVENTS, FORMAT_VERSION, FORMAT_VERSION_KEY, META, PENDING};
-use crate::wal::Staged;
-
-/// The name of the log file inside a state directory.
-const FILE_NAME: &str = "session.redb";
-
-/// The name of the intent journal inside a state directory (`wal.rs`).
-const JOURNAL_NAME: &str = "session.wal";
-
-/// redb's page cache. The log is read rarely (recovery, `toolhost log`), so this is small.
-const CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// How long [`SessionLog::open`] waits for another writer to release a state directory
+/// before it fails with [`LogError::Locked`].
+pub const DEFAULT_OPEN_WAIT: Duration = Duration::from_secs(5);
 
 /// The call id of events that belong to the session rather than to a call
 /// (`session/recovered`).
@@ -63,9 +29,9 @@ pub const SESSION_CALL_ID: &str = "";
 /// How durable a commit must be before [`SessionLog::append`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
-    /// Durable on return: synced to storage. In the journaled mode of
-    /// [`SessionLog::open`], one journal record and one `fdatasync` (a log that gets no
-    /// lazy appends may also pay for a rare checkpoint); without a journal, one redb
+    /// Durable on return: synced to storage. In the WAL mode of
+    /// [`SessionLog::open`], one WAL record and one `fdatasync` (a log that gets no
+    /// lazy appends may also pay for a rare checkpoint); without a WAL, one redb
     /// commit and its `fdatasync`, plus one more in the rare commit that grows the file
     /// (redb grows it geometrically).
     Durable,
@@ -75,8 +41,9 @@ pub enum Durability {
     Lazy,
 }
 
-/// The durable session log: one redb database (and, when opened with
-/// [`SessionLog::open`], its intent journal) holding append-only events.
+/// The durable session log: a handle over one [`LogEngine`]. [`SessionLog::open`] stores
+/// it in one redb database and its intent WAL; [`SessionLog::in_memory`] keeps it in
+/// memory; [`SessionLog::from_engine`] takes any engine.
 ///
 /// `Send + Sync`: share it behind an `Arc`. Appends from several threads are serialised.
 ///
@@ -84,43 +51,24 @@ pub enum Durability {
 /// ([`LogError::Storage`]); reopen it to continue from the last durable state.
 #[derive(Debug)]
 pub struct SessionLog {
-    store: Store,
-}
-
-#[derive(Debug)]
-enum Store {
-    Redb(RedbLog),
-    Memory(Mutex<MemLog>),
-}
-
-/// The redb-backed log (a file, or a test storage).
-#[derive(Debug)]
-pub(crate) struct RedbLog {
-    pub(crate) db: Database,
-    /// Set by a `Lazy` commit, cleared by a `Durable` one: whether [`SessionLog::flush`]
-    /// has anything to make durable.
-    lazy_pending: AtomicBool,
-    /// The intent journal, in journaled mode (`journaled.rs`); `None` when every durable
-    /// append is a durable redb commit.
-    pub(crate) journal: Option<Journaled>,
-}
-
-impl Drop for RedbLog {
-    fn drop(&mut self) {
-        if let Some(journaled) = &self.journal {
-            self.close_journal(journaled);
-        }
-    }
+    engine: Box<dyn LogEngine>,
 }
 
 impl SessionLog {
     /// Opens the log of `state_dir` (the database `state_dir/session.redb` and its intent
-    /// journal `state_dir/session.wal`), creating the directory and the files if missing.
-    /// Events that the journal holds and the database lacks (after a crash) are moved
+    /// WAL `state_dir/session.wal`), creating the directory and the files if missing.
+    /// Events that the WAL holds and the database lacks (after a crash) are moved
     /// into the database first.
     ///
-    /// A durable append then costs one journal record and one `fdatasync`; the database
-    /// catches up before every read and is made durable at checkpoints and on drop.
+    /// A durable append then costs one WAL record and one `fdatasync`; events reach the
+    /// database in one durable commit at checkpoints and on drop, and reads in this
+    /// process add the events that are still on their way.
+    ///
+    /// One writer holds a state directory at a time. While it has it open, a `holder` file
+    /// in the directory names it (pid, program, since when). A second open waits for up
+    /// to [`DEFAULT_OPEN_WAIT`] for it to close, then fails with [`LogError::Locked`]
+    /// naming the holder; [`SessionLog::open_with_wait`] sets the wait. Readers
+    /// ([`SessionLog::open_read_only`]) do not count: they read beside the writer.
     ///
     /// # Ambient Authority
     ///
@@ -129,39 +77,89 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::NotWritable`] if the directory or file cannot be created or written;
-    /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
+    /// [`LogError::Locked`] if the log stayed open elsewhere for as long as the open
+    /// waited; [`LogError::NotADatabase`] if the
     /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
     /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise
-    /// (also if the journal does not continue the database).
+    /// (also if the WAL does not continue the database).
     pub fn open(state_dir: &Path) -> Result<SessionLog, LogError> {
-        RedbLog::open(state_dir).map(SessionLog::redb)
+        SessionLog::open_with_wait(state_dir, DEFAULT_OPEN_WAIT)
+    }
+
+    /// [`SessionLog::open`], waiting up to `wait` (instead of [`DEFAULT_OPEN_WAIT`]) for
+    /// another writer to release the state. `Duration::ZERO` tries once.
+    ///
+    /// # Ambient Authority
+    ///
+    /// As [`SessionLog::open`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionLog::open`].
+    pub fn open_with_wait(state_dir: &Path, wait: Duration) -> Result<SessionLog, LogError> {
+        RedbLog::open(state_dir, wait).map(SessionLog::from_engine)
+    }
+
+    /// Opens the log of `state_dir` read-only, to read it beside a writer that has it open
+    /// (`toolhost serve`, a running `toolhost run`) or after one. It never writes,
+    /// creates, repairs or recovers anything: appends and [`SessionLog::recover`] fail
+    /// with [`LogError::ReadOnly`], and [`SessionLog::flush`] does nothing.
+    ///
+    /// Every read is a fresh snapshot of the database and the intent WAL, and sees:
+    ///
+    /// - every event whose durable append has returned (with the lazy events that append
+    ///   carried), including those the writer holds only in the intent WAL so far;
+    /// - lazy events only once they are durable, after the writer's next durable append,
+    ///   [`SessionLog::flush`], checkpoint or close;
+    /// - never a WAL record that is torn or still being written (the read stops before
+    ///   it, as recovery after a crash would).
+    ///
+    /// A missing state directory or log file reads as an empty log.
+    ///
+    /// # Ambient Authority
+    ///
+    /// Opens the files of `state_dir`, read-only, in the process's file system namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::NotReadable`] if the directory or a file cannot be read;
+    /// [`LogError::NeedsRepair`] if the last writer did not close the log and no writer has
+    /// it open (open it for writing once); [`LogError::Locked`] if, for
+    /// [`DEFAULT_OPEN_WAIT`], a writer was still opening it or a process held it in a way
+    /// that excludes readers (an older toolhost); [`LogError::NotADatabase`],
+    /// [`LogError::NewerFormat`] or [`LogError::Corrupt`] as for [`SessionLog::open`]
+    /// (also if the intent WAL does not continue the database).
+    pub fn open_read_only(state_dir: &Path) -> Result<SessionLog, LogError> {
+        ReadOnlyLog::open(state_dir, DEFAULT_OPEN_WAIT).map(SessionLog::from_engine)
     }
 
     /// Opens the log stored in `storage`, initialising it if it is empty, without an
-    /// intent journal: every durable append is a durable redb commit. Used by tests to
+    /// intent WAL: every durable append is a durable redb commit. Used by tests to
     /// count fsyncs, inject faults or simulate crashes of the database alone.
     ///
     /// # Errors
     ///
     /// As [`SessionLog::open`], except that locking is up to the storage.
     pub fn open_with_backend(storage: impl Storage) -> Result<SessionLog, LogError> {
-        RedbLog::open_with_backend(storage).map(SessionLog::redb)
+        RedbLog::open_with_backend(storage).map(SessionLog::from_engine)
     }
 
-    /// Opens the log stored in `storage` with its intent journal in `journal`, as
-    /// [`SessionLog::open`] does with files. Used by tests and benchmarks to count fsyncs,
-    /// inject faults or simulate crashes of both.
+    /// Opens the log stored in `storage` with its intent WAL (the write-ahead file that
+    /// [`SessionLog::open`] keeps in `session.wal`) in `wal`, as [`SessionLog::open`] does
+    /// with files. Used by tests and benchmarks to count fsyncs, inject faults or simulate
+    /// crashes of both.
     ///
     /// # Errors
     ///
     /// As [`SessionLog::open`], except that locking is up to the storages.
+    #[doc(alias = "open_with_wal")]
     pub fn open_with_journal(
         storage: impl Storage,
-        journal: impl Storage,
+        wal: impl Storage,
     ) -> Result<SessionLog, LogError> {
         let mut log = RedbLog::open_with_backend(storage)?;
-        log.attach_journal(Box::new(journal))?;
-        Ok(SessionLog::redb(log))
+        log.attach_wal(Box::new(wal))?;
+        Ok(SessionLog::from_engine(log))
     }
 
     /// A log in memory: nothing survives the process, and nothing is ever synced (both
@@ -172,14 +170,15 @@ impl SessionLog {
     ///
     /// None today; the `Result` keeps the signature of the other constructors.
     pub fn in_memory() -> Result<SessionLog, LogError> {
-        Ok(SessionLog {
-            store: Store::Memory(Mutex::new(MemLog::default())),
-        })
+        Ok(SessionLog::from_engine(MemoryEngine::default()))
     }
 
-    fn redb(log: RedbLog) -> SessionLog {
+    /// A log stored by `engine`: any implementation of [`LogEngine`], such as an engine of
+    /// another crate. Every method of the log goes to the engine, after the checks that do
+    /// not depend on it.
+    pub fn from_engine(engine: impl LogEngine + 'static) -> SessionLog {
         SessionLog {
-            store: Store::Redb(log),
+            engine: Box::new(engine),
         }
     }
 
@@ -195,10 +194,7 @@ impl SessionLog {
         events: &[NewEvent],
         durability: Durability,
     ) -> Result<Vec<u64>, LogError> {
-        match &self.store {
-            Store::Redb(r) => r.append(events, durability),
-            Store::Memory(m) => Ok(lock(m)?.append(events)),
-        }
+        self.engine.append(events, durability)
     }
 
     /// Appends a batch of `tool/intent` events in one durable commit (group commit: one
@@ -209,13 +205,8 @@ impl SessionLog {
     /// [`LogError::Invalid`] if an event is not a `tool/intent` (nothing is written);
     /// otherwise as [`SessionLog::append`].
     pub fn record_intents(&self, intents: &[NewEvent]) -> Result<Vec<u64>, LogError> {
-        if let Some(other) = intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
-            return Err(LogError::Invalid(format!(
-                "record_intents got a {} event for call {:?}",
-                other.kind, other.call_id
-            )));
-        }
-        self.append(intents, Durability::Durable)
+        only_intents(intents)?;
+        self.engine.append(intents, Durability::Durable)
     }
 
     /// Appends `before` (any events, e.g. the `tool/call` of the calls) and then the
@@ -230,29 +221,20 @@ impl SessionLog {
         before: &[NewEvent],
         intents: &[NewEvent],
     ) -> Result<Vec<u64>, LogError> {
-        if let Some(other) = intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
-            return Err(LogError::Invalid(format!(
-                "record_intents got a {} event for call {:?}",
-                other.kind, other.call_id
-            )));
-        }
-        let all: Vec<NewEvent> = before.iter().chain(intents).cloned().collect();
-        self.append(&all, Durability::Durable)
+        only_intents(intents)?;
+        self.engine.append_intents_after(before, intents)
     }
 
-    /// Makes every earlier [`Durability::Lazy`] append durable: one journal record of
-    /// the lazy events in the journaled mode, an empty durable redb commit without a
-    /// journal; one `fdatasync` either way. Does nothing when there is nothing to make
+    /// Makes every earlier [`Durability::Lazy`] append durable: one WAL record of
+    /// the lazy events in the WAL mode, an empty durable redb commit without a
+    /// WAL; one `fdatasync` either way. Does nothing when there is nothing to make
     /// durable.
     ///
     /// # Errors
     ///
     /// [`LogError::Storage`] if the storage failed.
     pub fn flush(&self) -> Result<(), LogError> {
-        match &self.store {
-            Store::Redb(r) => r.flush(),
-            Store::Memory(_) => Ok(()),
-        }
+        self.engine.flush()
     }
 
     /// Every event, in sequence order.
@@ -261,10 +243,7 @@ impl SessionLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`].
     pub fn events(&self) -> Result<Vec<Event>, LogError> {
-        match &self.store {
-            Store::Redb(r) => r.events(),
-            Store::Memory(m) => Ok(lock(m)?.events.clone()),
-        }
+        self.engine.events()
     }
 
     /// The events of one call, in sequence order (read through the call-id index).
@@ -274,10 +253,7 @@ impl SessionLog {
     /// [`LogError::Storage`] or [`LogError::Corrupt`] (also if the index names an event
     /// that does not exist).
     pub fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
-        match &self.store {
-            Store::Redb(r) => r.events_for_call(call_id),
-            Store::Memory(m) => Ok(lock(m)?.events_for_call(call_id)),
-        }
+        self.engine.events_for_call(call_id)
     }
 
     /// The calls that have a `tool/intent` and no `tool/result`, in the order of their
@@ -287,16 +263,12 @@ impl SessionLog {
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`].
     pub fn pending_calls(&self) -> Result<Vec<String>, LogError> {
-        match &self.store {
-            Store::Redb(r) => r.pending_calls(),
-            Store::Memory(m) => Ok(lock(m)?.pending_calls()),
-        }
+        self.engine.pending_calls()
     }
 
     /// Resolves every pending call (a durable `tool/intent` without a `tool/result`) as
     /// `TOOL_OUTCOME_UNKNOWN`, plus one `session/recovered` event, in one durable commit.
-    /// Idempotent: when nothing is pending it appends nothing (in the journaled mode it
-    /// may still move appended events into the database, as every read does).
+    /// Idempotent: when nothing is pending it appends nothing.
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
     /// this process is pending too, and would be resolved as unknown.
@@ -304,498 +276,18 @@ impl SessionLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
-    pub fn recover(&self) -> Result<crate::Recovery, LogError> {
-        match &self.store {
-            Store::Redb(r) => r.recover(),
-            Store::Memory(m) => {
-                let mut m = lock(m)?;
-                let recovered = m.pending_calls();
-                if recovered.is_empty() {
-                    return Ok(crate::Recovery::default());
-                }
-                m.append(&crate::recovery::recovery_events(&recovered));
-                Ok(crate::Recovery { recovered })
-            }
-        }
+    pub fn recover(&self) -> Result<Recovery, LogError> {
+        self.engine.recover()
     }
 }
 
-fn lock(m: &Mutex<MemLog>) -> Result<std::sync::MutexGuard<'_, MemLog>, LogError> {
-    m.lock()
-        .map_err(|_| LogError::Storage("the in-memory log was poisoned by a panic".to_string()))
-}
-
-/// The in-memory log: the same events, index and pending set as the redb tables.
-#[derive(Debug, Default)]
-struct MemLog {
-    events: Vec<Event>,
-    by_call: std::collections::HashMap<String, Vec<usize>>,
-    pending: std::collections::HashMap<String, u64>,
-}
-
-impl MemLog {
-    fn append(&mut self, events: &[NewEvent]) -> Vec<u64> {
-        let at_unix_ms = now_unix_ms();
-        let mut seqs = Vec::with_capacity(events.len());
-        for e in events {
-            let seq = self.events.len() as u64 + 1;
-            match e.kind {
-                EventKind::ToolIntent => {
-                    self.pending.insert(e.call_id.clone(), seq);
-                }
-                EventKind::ToolResult => {
-                    self.pending.remove(&e.call_id);
-                }
-                _ => {}
-            }
-            self.by_call
-                .entry(e.call_id.clone())
-                .or_default()
-                .push(self.events.len());
-            self.events.push(Event {
-                seq,
-                call_id: e.call_id.clone(),
-                kind: e.kind,
-                at_unix_ms,
-                payload: e.payload.clone(),
-            });
-            seqs.push(seq);
-        }
-        seqs
-    }
-
-    fn events_for_call(&self, call_id: &str) -> Vec<Event> {
-        self.by_call
-            .get(call_id)
-            .map(|ix| {
-                ix.iter()
-                    .filter_map(|&i| self.events.get(i).cloned())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    fn pending_calls(&self) -> Vec<String> {
-        let mut p: Vec<(u64, String)> = self.pending.iter().map(|(c, s)| (*s, c.clone())).collect();
-        p.sort();
-        p.into_iter().map(|(_, c)| c).collect()
-    }
-}
-
-impl RedbLog {
-    /// Opens the log of `state_dir` (the file `state_dir/session.redb`), creating the
-    /// directory and the file if missing.
-    ///
-    /// # Ambient Authority
-    ///
-    /// Creates `state_dir` and opens the file in the process's file system namespace.
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::NotWritable`] if the directory or file cannot be created or written;
-    /// [`LogError::Locked`] if the log is open elsewhere; [`LogError::NotADatabase`] if the
-    /// file is not a redb database (it is not modified); [`LogError::NewerFormat`] if a
-    /// newer toolhost wrote it; [`LogError::Storage`] or [`LogError::Corrupt`] otherwise.
-    fn open(state_dir: &Path) -> Result<RedbLog, LogError> {
-        std::fs::create_dir_all(state_dir)
-            .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
-        let path = state_dir.join(FILE_NAME);
-        if !path.exists() {
-            create_atomically(state_dir, &path)?;
-        }
-        let storage = FileStorage::open(&path)?;
-        let mut log = RedbLog::open_with_backend(storage)?;
-        let journal_path = state_dir.join(JOURNAL_NAME);
-        log.attach_journal(Box::new(FileStorage::open(&journal_path)?))?;
-        // The journal's directory entry must survive a power loss before any record in
-        // it is relied on. Synced on every open, not only when this open created the
-        // file: an earlier open may have died between creating it and syncing.
-        std::fs::File::open(state_dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| from_open_io(&e, state_dir.to_path_buf()))?;
-        Ok(log)
-    }
-
-    /// Opens the log stored in `storage`, initialising it if it is empty. Used by tests to
-    /// count fsyncs, inject faults or simulate crashes.
-    ///
-    /// # Errors
-    ///
-    /// As [`SessionLog::open`], except that locking is up to the storage.
-    fn open_with_backend(storage: impl Storage) -> Result<RedbLog, LogError> {
-        let path = storage.path().map_or_else(
-            || PathBuf::from("(storage without a path)"),
-            Path::to_path_buf,
-        );
-        let db = redb::Builder::new()
-            .set_cache_size(CACHE_BYTES)
-            .create_with_backend(Backend(storage))
-            .map_err(|e| from_redb_open(e, path))?;
-        RedbLog::from_database(db)
-    }
-
-    fn from_database(db: Database) -> Result<RedbLog, LogError> {
-        let log = RedbLog {
-            db,
-            lazy_pending: AtomicBool::new(false),
-            journal: None,
-        };
-        log.check_format()?;
-        Ok(log)
-    }
-
-    /// Refuses a newer format; initialises a new file (durably) with the current one.
-    fn check_format(&self) -> Result<(), LogError> {
-        let read = self.db.begin_read().map_err(from_redb)?;
-        match read.open_table(META) {
-            Ok(meta) => match meta.get(FORMAT_VERSION_KEY).map_err(from_redb)? {
-                Some(found) if found.value() > FORMAT_VERSION => {
-                    return Err(LogError::newer_format(found.value()));
-                }
-                Some(found) if found.value() == 0 => {
-                    return Err(LogError::Corrupt("format version 0".to_string()));
-                }
-                Some(found) if found.value() == FORMAT_VERSION => return Ok(()),
-                Some(_) => {
-                    // An older format of this crate: the tables are the same; the new
-                    // number keeps older builds from opening a log whose intent journal
-                    // they would ignore.
-                    drop(read);
-                    return self.write(Durability::Durable, |tx| {
-                        tx.open_table(META)
-                            .map_err(from_redb)?
-                            .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)
-                            .map_err(from_redb)?;
-                        Ok(())
-                    });
-                }
-                None => {}
-            },
-            Err(TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(from_redb(e)),
-        }
-        // No version: only an empty database may be initialised. A redb file that some
-        // other program filled is not ours to write to.
-        if read.list_tables().map_err(from_redb)?.next().is_some()
-            || read
-                .list_multimap_tables()
-                .map_err(from_redb)?
-                .next()
-                .is_some()
-        {
-            return Err(LogError::Corrupt(
-                "a redb database without a toolhost format version (not a session log)".to_string(),
-            ));
-        }
-        drop(read);
-        self.write(Durability::Durable, |tx| {
-            tx.open_table(META)
-                .map_err(from_redb)?
-                .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)
-                .map_err(from_redb)?;
-            tx.open_table(EVENTS).map_err(from_redb)?;
-            tx.open_multimap_table(BY_CALL).map_err(from_redb)?;
-            tx.open_table(PENDING).map_err(from_redb)?;
-            Ok(())
-        })
-    }
-
-    /// Appends `events` in one commit, in order, and returns their sequence numbers.
-    ///
-    /// With [`Durability::Durable`] the commit is synced before this returns (one
-    /// `fdatasync` for the whole batch, however many events it holds). With
-    /// [`Durability::Lazy`] it is not; see [`Durability`].
-    ///
-    /// A `tool/intent` marks its call pending until a `tool/result` for the same call id
-    /// is appended ([`SessionLog::pending_calls`]).
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::Storage`] if the storage failed. A durable append that returns an error
-    /// may still have reached the storage: treat its outcome as unknown (recovery then
-    /// resolves it), never as "not written".
-    fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
-        if let Some(journaled) = &self.journal {
-            return self.append_journaled(journaled, events, durability);
-        }
-        if events.is_empty() && durability == Durability::Lazy {
-            return Ok(Vec::new());
-        }
-        self.write(durability, |tx| insert_events(tx, events))
-    }
-
-    /// Makes every earlier [`Durability::Lazy`] append durable (an empty durable commit:
-    /// one `fdatasync`). Does nothing when there is nothing to make durable.
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::Storage`] if the storage failed.
-    fn flush(&self) -> Result<(), LogError> {
-        if let Some(journaled) = &self.journal {
-            return self.flush_journaled(journaled);
-        }
-        if !self.lazy_pending.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.write(Durability::Durable, |_| Ok(()))
-    }
-
-    /// Every event, in sequence order.
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::Storage`] or [`LogError::Corrupt`].
-    fn events(&self) -> Result<Vec<Event>, LogError> {
-        let _caught_up = self.catch_up_if_journaled()?;
-        let read = self.db.begin_read().map_err(from_redb)?;
-        let table = read.open_table(EVENTS).map_err(from_redb)?;
-        let mut events = Vec::new();
-        for entry in table.iter().map_err(from_redb)? {
-            let (seq, bytes) = entry.map_err(from_redb)?;
-            events.push(decode_event(seq.value(), bytes.value())?);
-        }
-        Ok(events)
-    }
-
-    /// The events of one call, in sequence order (read through the call-id index).
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::Storage`] or [`LogError::Corrupt`] (also if the index names an event
-    /// that does not exist).
-    fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
-        let _caught_up = self.catch_up_if_journaled()?;
-        let read = self.db.begin_read().map_err(from_redb)?;
-        let index = read.open_multimap_table(BY_CALL).map_err(from_redb)?;
-        let table = read.open_table(EVENTS).map_err(from_redb)?;
-        let mut events = Vec::new();
-        for seq in index.get(call_id).map_err(from_redb)? {
-            let seq = seq.map_err(from_redb)?.value();
-            let bytes = table.get(seq).map_err(from_redb)?.ok_or_else(|| {
-                LogError::Corrupt(format!(
-                    "the index of call {call_id:?} names event {seq}, which does not exist"
-                ))
-            })?;
-            events.push(decode_event(seq, bytes.value())?);
-        }
-        Ok(events)
-    }
-
-    /// The calls that have a `tool/intent` and no `tool/result`, in the order of their
-    /// intents.
-    ///
-    /// # Errors
-    ///
-    /// [`LogError::Storage`] or [`LogError::Corrupt`].
-    pub(crate) fn pending_calls(&self) -> Result<Vec<String>, LogError> {
-        let _caught_up = self.catch_up_if_journaled()?;
-        self.pending_in_db()
-    }
-
-    /// [`RedbLog::pending_calls`] as the database has them (without catching up).
-    pub(crate) fn pending_in_db(&self) -> Result<Vec<String>, LogError> {
-        let read = self.db.begin_read().map_err(from_redb)?;
-        let table = read.open_table(PENDING).map_err(from_redb)?;
-        let mut pending = Vec::new();
-        for entry in table.iter().map_err(from_redb)? {
-            let (call_id, seq) = entry.map_err(from_redb)?;
-            pending.push((seq.value(), call_id.value().to_string()));
-        }
-        pending.sort();
-        Ok(pending.into_iter().map(|(_, call_id)| call_id).collect())
-    }
-
-    /// In journaled mode, inserts the events the database lacks and returns the held
-    /// journal lock, so that no append lands until the caller's read is done.
-    fn catch_up_if_journaled(
-        &self,
-    ) -> Result<Option<std::sync::MutexGuard<'_, crate::journaled::JournalState>>, LogError> {
-        self.journal
-            .as_ref()
-            .map(|journaled| self.catch_up(journaled))
-            .transpose()
-    }
-
-    /// Runs `f` in one write transaction and commits it with `durability`. An error from
-    /// `f` aborts the transaction: nothing is written.
-    pub(crate) fn write<T>(
-        &self,
-        durability: Durability,
-        f: impl FnOnce(&WriteTransaction) -> Result<T, LogError>,
-    ) -> Result<T, LogError> {
-        let mut tx = self.db.begin_write().map_err(from_redb)?;
-        tx.set_durability(match durability {
-            Durability::Durable => redb::Durability::Immediate,
-            Durability::Lazy => redb::Durability::None,
-        })
-        .map_err(from_redb)?;
-        let value = f(&tx)?;
-        match durability {
-            Durability::Durable => {
-                // Cleared while this transaction holds the writer: no lazy commit can land
-                // between the swap and the commit, which persists everything before it.
-                let had_lazy = self.lazy_pending.swap(false, Ordering::SeqCst);
-                if let Err(e) = tx.commit() {
-                    if had_lazy {
-                        self.lazy_pending.store(true, Ordering::SeqCst);
-                    }
-                    return Err(from_redb(e));
-                }
-            }
-            Durability::Lazy => {
-                tx.commit().map_err(from_redb)?;
-                self.lazy_pending.store(true, Ordering::SeqCst);
-            }
-        }
-        Ok(value)
-    }
-}
-
-/// Inserts `events` with the next sequence numbers, updates the call-id index and the
-/// pending set, and returns the sequence numbers.
-pub(crate) fn insert_events(
-    tx: &WriteTransaction,
-    events: &[NewEvent],
-) -> Result<Vec<u64>, LogError> {
-    let first = {
-        let table = tx.open_table(EVENTS).map_err(from_redb)?;
-        next_seq(&table)?
-    };
-    let staged = stage(events, first, now_unix_ms())?;
-    insert_staged(tx, &staged)?;
-    Ok(staged.iter().map(|s| s.seq).collect())
-}
-
-/// The sequence number after the last event of `table` (1 for an empty log).
-pub(crate) fn next_seq(table: &impl ReadableTable<u64, &'static [u8]>) -> Result<u64, LogError> {
-    match table.last().map_err(from_redb)? {
-        Some((seq, _)) => seq
-            .value()
-            .checked_add(1)
-            .ok_or_else(|| LogError::Corrupt("the sequence number space is exhausted".to_string())),
-        None => Ok(1),
-    }
-}
-
-/// Encodes `events` for the events table with sequence numbers from `first`.
-pub(crate) fn stage(
-    events: &[NewEvent],
-    first: u64,
-    at_unix_ms: u64,
-) -> Result<Vec<Staged>, LogError> {
-    // `first..` never wraps: u64 sequence numbers cannot run out in practice.
-    events
-        .iter()
-        .zip(first..)
-        .map(|(event, seq)| {
-            let bytes = StoredEventRef {
-                call_id: &event.call_id,
-                kind: event.kind,
-                at_unix_ms,
-                payload: &event.payload,
-            }
-            .encode()?;
-            Ok(Staged {
-                seq,
-                call_id: event.call_id.clone(),
-                kind: event.kind,
-                bytes,
-            })
-        })
-        .collect()
-}
-
-/// Inserts staged events under their own sequence numbers and updates the call-id index
-/// and the pending set.
-pub(crate) fn insert_staged<'a>(
-    tx: &WriteTransaction,
-    staged: impl IntoIterator<Item = &'a Staged>,
-) -> Result<(), LogError> {
-    let mut table = tx.open_table(EVENTS).map_err(from_redb)?;
-    let mut index = tx.open_multimap_table(BY_CALL).map_err(from_redb)?;
-    let mut pending = tx.open_table(PENDING).map_err(from_redb)?;
-    for event in staged {
-        table
-            .insert(event.seq, event.bytes.as_slice())
-            .map_err(from_redb)?;
-        index
-            .insert(event.call_id.as_str(), event.seq)
-            .map_err(from_redb)?;
-        match event.kind {
-            EventKind::ToolIntent => {
-                pending
-                    .insert(event.call_id.as_str(), event.seq)
-                    .map_err(from_redb)?;
-            }
-            EventKind::ToolResult => {
-                pending.remove(event.call_id.as_str()).map_err(from_redb)?;
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Creates a new, initialised log file at `path` so that it appears whole or
-/// not at all: it is built under a temporary name, synced, then linked into
-/// place. A process killed half-way through leaves only a temporary file
-/// (removed by a later open), never a `session.redb` that redb refuses.
-fn create_atomically(state_dir: &Path, path: &Path) -> Result<(), LogError> {
-    remove_stale_creations(state_dir);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let tmp = state_dir.join(format!(
-        "{FILE_NAME}{CREATING}{}-{nanos}",
-        std::process::id()
-    ));
-    let io = |e: std::io::Error| from_open_io(&e, path.to_path_buf());
-    {
-        let log = RedbLog::open_with_backend(FileStorage::open(&tmp)?)?;
-        drop(log);
-    }
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(io)?;
-    // `hard_link` fails if another process created the log meanwhile: then
-    // that one is used and ours is discarded.
-    let linked = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(e)),
-    }
-    std::fs::File::open(state_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)?;
-    Ok(())
-}
-
-/// The infix of a log file being created.
-const CREATING: &str = ".creating-";
-
-/// Removes temporary files of creations that did not finish (their process
-/// died). A file another process is still creating is locked, so it is left.
-fn remove_stale_creations(state_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(state_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let is_ours = name
-            .to_str()
-            .is_some_and(|n| n.starts_with(FILE_NAME) && n.contains(CREATING));
-        if is_ours && FileStorage::open(&entry.path()).is_ok() {
-            let _ = std::fs::remove_file(entry.path());
-        }
+/// Refuses a batch of intents that holds another kind of event.
+fn only_intents(intents: &[NewEvent]) -> Result<(), LogError> {
+    match intents.iter().find(|e| e.kind != EventKind::ToolIntent) {
+        Some(other) => Err(LogError::Invalid(format!(
+            "record_intents got a {} event for call {:?}",
+            other.kind, other.call_id
+        ))),
+        None => Ok(()),
     }
 }

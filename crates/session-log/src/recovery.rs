@@ -7,9 +7,11 @@
 use serde_json::json;
 use toolhost_core::ErrorCode;
 
+use crate::engine::LogEngine;
 use crate::error::{LogError, from_redb};
 use crate::event::{EventKind, NewEvent};
-use crate::log::{Durability, RedbLog, SESSION_CALL_ID, insert_events};
+use crate::log::{Durability, SESSION_CALL_ID};
+use crate::redb_engine::{RedbLog, insert_events};
 use crate::tables::PENDING;
 
 use redb::ReadableTable;
@@ -37,8 +39,7 @@ impl RedbLog {
     /// `tool/result` with `TOOL_OUTCOME_UNKNOWN` for each, then one `session/recovered`
     /// event (call id [`SESSION_CALL_ID`]) listing them, all in one durable commit.
     ///
-    /// Idempotent: when nothing is pending it appends nothing (in the journaled mode it
-    /// may still move appended events into the database, as every read does).
+    /// Idempotent: when nothing is pending it appends nothing.
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
     /// this process is pending too, and would be resolved as unknown.
@@ -46,16 +47,9 @@ impl RedbLog {
     /// # Errors
     ///
     /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
-    pub(crate) fn recover(&self) -> Result<Recovery, LogError> {
-        if let Some(journaled) = &self.journal {
-            // Read and write under one hold of the journal: it is the authority.
-            let mut state = self.catch_up(journaled)?;
-            let recovered = self.pending_in_db()?;
-            if recovered.is_empty() {
-                return Ok(Recovery::default());
-            }
-            RedbLog::append_locked(&mut state, &recovery_events(&recovered))?;
-            return Ok(Recovery { recovered });
+    pub(crate) fn resolve_pending(&self) -> Result<Recovery, LogError> {
+        if let Some(wal) = &self.wal {
+            return self.recover_wal_mode(wal);
         }
         if self.pending_calls()?.is_empty() {
             return Ok(Recovery::default());
@@ -81,8 +75,11 @@ impl RedbLog {
     }
 }
 
-/// One `TOOL_OUTCOME_UNKNOWN` result per call, then one `session/recovered`.
-pub(crate) fn recovery_events(recovered: &[String]) -> Vec<NewEvent> {
+/// The events that resolve `recovered` (pending calls, in the order of their intents): one
+/// `TOOL_OUTCOME_UNKNOWN` result per call, then one `session/recovered` event (call id
+/// [`SESSION_CALL_ID`]) listing them. Every [`LogEngine`] appends exactly these, so
+/// that what the model is told does not depend on the engine.
+pub fn recovery_events(recovered: &[String]) -> Vec<NewEvent> {
     let mut events: Vec<NewEvent> = recovered
         .iter()
         .map(|call_id| NewEvent::new(call_id.clone(), EventKind::ToolResult, unknown()))

@@ -11,7 +11,7 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// A file whose `format_version` is larger is refused with
 /// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never misread.
 ///
-/// History: 1, the tables below; 2, the same tables plus the intent journal
+/// History: 1, the tables below; 2, the same tables plus the intent WAL
 /// (`session.wal`), which a format-1 reader would ignore.
 pub const FORMAT_VERSION: u64 = 2;
 

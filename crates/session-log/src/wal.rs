@@ -1,10 +1,11 @@
-//! The intent journal: a small write-ahead file beside the redb file
+//! The intent WAL ([`IntentWal`]): a small write-ahead file beside the redb file
 //! (`STATE_DIR/session.wal`) that makes a durable append cost one overwrite of a few
 //! hundred bytes and one `fdatasync`, instead of a redb durable commit (several B-tree
-//! pages and a header before its sync).
+//! pages and a header before its sync). Not to be confused with the host's own record of
+//! a call: this is the session log's private write-ahead file.
 //!
-//! This module owns the journal's byte format and its parsing. It must not decide when
-//! events reach redb: that is `log.rs` (apply and checkpoint).
+//! This module owns the WAL's byte format and its parsing. It must not decide when
+//! events reach redb: that is `wal_mode.rs` (checkpoints).
 //!
 //! # Format
 //!
@@ -22,23 +23,23 @@
 //! length past the end, CRC mismatch, undecodable payload) or whose first sequence number
 //! does not follow the previous record's last: a torn last write, the zeros after the
 //! records, or stale records of an earlier round behind the current ones all end the
-//! journal there. Sequence numbers inside a record are consecutive.
+//! WAL there. Sequence numbers inside a record are consecutive.
 
 use std::io;
 
 use crate::event::EventKind;
 use crate::storage::Storage;
 
-/// The magic of a record (format 1 of the journal).
+/// The magic of a record (format 1 of the intent WAL).
 const MAGIC: [u8; 4] = *b"THW1";
 
 /// Bytes of a record header: magic, payload length, CRC.
 const HEADER: usize = 12;
 
-/// The journal file is grown in steps of this many zero bytes.
+/// The WAL file is grown in steps of this many zero bytes.
 pub(crate) const GROW_STEP: u64 = 1 << 20;
 
-/// A journal file longer than this (grown by a large record) is cut back to
+/// A WAL file longer than this (grown by a large record) is cut back to
 /// [`GROW_STEP`] when a round ends.
 pub(crate) const SHRINK_ABOVE: u64 = 2 * GROW_STEP;
 
@@ -52,14 +53,14 @@ pub(crate) struct Staged {
     pub(crate) bytes: Vec<u8>,
 }
 
-/// The events of a journal's intact records as `(seq, stored bytes)`, in order, and the
+/// The events of a WAL's intact records as `(seq, stored bytes)`, in order, and the
 /// offset where those records end.
 pub(crate) type Parsed = (Vec<(u64, Vec<u8>)>, u64);
 
 /// Why a record cannot be encoded (nothing was written).
 #[derive(Debug)]
 pub(crate) enum EncodeError {
-    /// No events: a record without events would end the journal on replay.
+    /// No events: a record without events would end the WAL on replay.
     Empty,
     /// The record would be larger than 4 GiB.
     TooBig,
@@ -68,8 +69,8 @@ pub(crate) enum EncodeError {
 impl std::fmt::Display for EncodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            EncodeError::Empty => "a journal record needs at least one event",
-            EncodeError::TooBig => "a journal record would be larger than 4 GiB",
+            EncodeError::Empty => "an intent WAL record needs at least one event",
+            EncodeError::TooBig => "an intent WAL record would be larger than 4 GiB",
         })
     }
 }
@@ -107,10 +108,9 @@ pub(crate) fn encode_record(events: &[&Staged]) -> Result<Vec<u8>, EncodeError> 
     Ok(record)
 }
 
-/// The events of the journal's intact records, in order, as `(seq, stored bytes)`, and the
+/// The events of the WAL's intact records, in order, as `(seq, stored bytes)`, and the
 /// offset where the intact records end. Never fails on content: whatever is not an intact
-/// continuation ends the journal (see the module documentation).
-#[cfg(test)]
+/// continuation ends the WAL (see the module documentation).
 pub(crate) fn parse(bytes: &[u8]) -> Parsed {
     let read = |at: u64, out: &mut [u8]| {
         let start = usize::try_from(at).map_err(io::Error::other)?;
@@ -195,8 +195,8 @@ fn parse_payload(payload: &[u8]) -> Option<Vec<(u64, &[u8])>> {
     (at == payload.len()).then_some(events)
 }
 
-/// The journal file: where the next record goes, and how far the file is zero-filled.
-pub(crate) struct Journal {
+/// The intent WAL file: where the next record goes, and how far the file is zero-filled.
+pub(crate) struct IntentWal {
     storage: Box<dyn Storage>,
     /// The end of the records of the current round.
     len: u64,
@@ -204,20 +204,20 @@ pub(crate) struct Journal {
     capacity: u64,
 }
 
-impl std::fmt::Debug for Journal {
+impl std::fmt::Debug for IntentWal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Journal")
+        f.debug_struct("IntentWal")
             .field("len", &self.len)
             .field("capacity", &self.capacity)
             .finish_non_exhaustive()
     }
 }
 
-impl Journal {
-    /// Wraps the journal's storage; its content is read with [`Journal::read_all`].
-    pub(crate) fn new(storage: Box<dyn Storage>) -> io::Result<Journal> {
+impl IntentWal {
+    /// Wraps the WAL's storage; its content is read with [`IntentWal::read_records`].
+    pub(crate) fn new(storage: Box<dyn Storage>) -> io::Result<IntentWal> {
         let capacity = storage.len()?;
-        Ok(Journal {
+        Ok(IntentWal {
             storage,
             len: 0,
             capacity,
@@ -236,7 +236,7 @@ impl Journal {
     }
 
     /// Declares that the current round's records end at `end` (after reading them at
-    /// open), so that [`Journal::reset`] clears them.
+    /// open), so that [`IntentWal::reset`] clears them.
     pub(crate) fn set_round_end(&mut self, end: u64) {
         self.len = end.min(self.capacity);
     }
@@ -247,7 +247,7 @@ impl Journal {
         let end = self
             .len
             .checked_add(record.len() as u64)
-            .ok_or_else(|| io::Error::other("journal offset overflow"))?;
+            .ok_or_else(|| io::Error::other("intent WAL offset overflow"))?;
         if end > self.capacity {
             self.grow(end)?;
         }
@@ -279,7 +279,7 @@ impl Journal {
     }
 
     /// Makes the file ready to hold records (zero-filled to at least one growth step) and
-    /// durable; used once when the journal is opened.
+    /// durable; used once when the WAL is opened.
     pub(crate) fn prepare(&mut self) -> io::Result<()> {
         if self.capacity < GROW_STEP {
             self.grow(GROW_STEP)?;
@@ -303,10 +303,12 @@ impl Journal {
         }
         self.zero(0, used)
     }
+}
 
+impl Drop for IntentWal {
     /// Releases the storage (its lock).
-    pub(crate) fn close(&self) -> io::Result<()> {
-        self.storage.close()
+    fn drop(&mut self) {
+        let _ = self.storage.close();
     }
 }
 
@@ -329,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn records_round_trip_and_zeros_end_the_journal() {
+    fn records_round_trip_and_zeros_end_the_wal() {
         let mut file = record(&[staged(1, "a"), staged(2, "bb")]);
         file.extend(record(&[staged(3, "ccc")]));
         file.extend(vec![0; 100]);
@@ -346,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_or_corrupt_record_ends_the_journal_before_it() {
+    fn a_torn_or_corrupt_record_ends_the_wal_before_it() {
         let first = record(&[staged(1, "a")]);
         let second = record(&[staged(2, "bb")]);
         let mut file = first.clone();
@@ -362,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_that_does_not_continue_the_sequence_ends_the_journal() {
+    fn a_record_that_does_not_continue_the_sequence_ends_the_wal() {
         let mut file = record(&[staged(7, "new")]);
         // A stale record of an earlier round behind the current one.
         file.extend(record(&[staged(3, "stale")]));
@@ -381,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn a_length_past_the_end_of_the_file_ends_the_journal_without_reading_it() {
+    fn a_length_past_the_end_of_the_file_ends_the_wal_without_reading_it() {
         let first = record(&[staged(1, "a")]);
         let mut file = first.clone();
         file.extend_from_slice(&MAGIC);

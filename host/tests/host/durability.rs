@@ -13,8 +13,9 @@
 //!   recovery, which is idempotent) or completed, no file may be written by a
 //!   call without a durable intent, and no result the CLI printed may be lost.
 //! - `cli`: SIGINT cancels a running call; unusable state directories (a
-//!   file, a non-redb `session.redb`, a log locked by another process) fail
-//!   with a clear message and exit 2, touching nothing; `log --json`.
+//!   file, a non-redb `session.redb`) fail with a clear message and exit 2,
+//!   touching nothing; a state held by a `run` or `serve --mcp` is read beside
+//!   it by `log`, and writers wait, then exit 2 naming the holder; `log --json`.
 //!
 //! The random-kill test runs 200 iterations by default. For a longer soak,
 //! set `TOOLHOST_SOAK_ITERATIONS=N`, e.g.

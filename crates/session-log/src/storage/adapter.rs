@@ -2,9 +2,12 @@
 //! place where a [`Storage`] meets redb.
 //!
 //! redb's lock methods keep their default (`Unsupported`), which redb accepts in its
-//! `ExclusiveWriter` mode (the only mode we use). Exclusion between processes is the job
-//! of the storage itself: [`FileStorage`](super::FileStorage) takes an exclusive file
-//! lock when it opens.
+//! `ExclusiveWriter` mode, the mode of every log opened over a [`Storage`]. Exclusion
+//! between processes is the job of the storage itself:
+//! [`FileStorage`](super::FileStorage) takes an exclusive file lock when it opens. (The
+//! database of a state directory is not opened through this adapter: it uses redb's own
+//! file backend, whose byte-range locks redb's `SingleWriter` mode needs, so that readers
+//! can share the file with the writer.)
 
 use std::fmt;
 use std::io;

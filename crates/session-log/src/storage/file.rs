@@ -48,11 +48,7 @@ impl FileStorage {
             .map_err(|e| from_open_io(&e, path.to_path_buf()))?;
         match file.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(LogError::Locked {
-                    path: path.to_path_buf(),
-                });
-            }
+            Err(TryLockError::WouldBlock) => return Err(LogError::locked(path.to_path_buf())),
             Err(TryLockError::Error(e)) => {
                 return Err(LogError::Storage(format!(
                     "cannot lock {}: {e}",

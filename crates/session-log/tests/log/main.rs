@@ -6,12 +6,15 @@
 
 mod child;
 mod crash;
+mod engine;
 mod faults;
 mod fsync;
-mod journal;
 mod open_errors;
+mod read_only;
 mod recovery;
 mod roundtrip;
+mod sharing;
+mod wal_mode;
 
 use serde_json::json;
 use toolhost_log::{Event, EventKind, NewEvent};

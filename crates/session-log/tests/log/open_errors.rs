@@ -2,6 +2,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use toolhost_log::{Durability, FORMAT_VERSION, LogError, SessionLog};
 
@@ -182,17 +183,30 @@ fn a_read_only_state_dir_is_not_writable() {
 }
 
 #[test]
-fn a_second_open_in_the_same_process_is_locked() {
+fn a_second_open_in_the_same_process_is_locked_and_names_this_process() {
     let dir = tempfile::tempdir().unwrap();
     let log = SessionLog::open(dir.path()).unwrap();
-    let err = SessionLog::open(dir.path()).unwrap_err();
-    assert!(matches!(err, LogError::Locked { .. }), "{err:?}");
+    let err = SessionLog::open_with_wait(dir.path(), Duration::ZERO).unwrap_err();
+    let LogError::Locked {
+        holder: Some(holder),
+        waited,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(holder.pid, std::process::id());
+    assert!(!holder.exited);
+    assert!(*waited < Duration::from_secs(1), "{waited:?}");
+    let text = err.to_string();
+    assert!(text.contains("in use by another toolhost"), "{text}");
     assert!(
-        err.to_string().contains("in use by another toolhost"),
-        "{err}"
+        text.contains(&format!("held by pid {} (", std::process::id())),
+        "{text}"
     );
+    assert!(text.contains("this very process"), "{text}");
     drop(log);
-    SessionLog::open(dir.path()).unwrap();
+    SessionLog::open_with_wait(dir.path(), Duration::ZERO).unwrap();
 }
 
 #[test]
@@ -208,10 +222,16 @@ fn an_open_from_another_process_is_locked() {
 
 #[test]
 fn every_error_displays_as_one_line() {
+    let held = tempfile::tempdir().unwrap();
+    let _log = SessionLog::open(held.path()).unwrap();
     let errors = [
         LogError::Locked {
             path: "/s/session.redb".into(),
+            holder: None,
+            waited: Duration::ZERO,
         },
+        // A real one, which names its holder.
+        SessionLog::open_with_wait(held.path(), Duration::from_millis(50)).unwrap_err(),
         LogError::NotADatabase {
             path: "/s/session.redb".into(),
         },

@@ -1,7 +1,8 @@
-//! The journaled mode (what `SessionLog::open` uses): a durable append is one journal
-//! record and one fdatasync; the database catches up before reads and at checkpoints.
-//! Checked for fsync counts, for power loss at every point of the journal's writes, for
-//! faults, and for a journal that does not belong to its database.
+//! The WAL mode (what `SessionLog::open` uses): a durable append is one intent WAL
+//! record and one fdatasync; the database takes the events at checkpoints, and reads
+//! write nothing.
+//! Checked for fsync counts, for power loss at every point of the WAL's writes, for
+//! faults, and for a WAL that does not belong to its database.
 
 use toolhost_log::{
     CountingStorage, Durability, EventKind, FailingStorage, LogError, MemStorage, NewEvent, Op,
@@ -14,7 +15,7 @@ fn open(db: &MemStorage, wal: &MemStorage) -> SessionLog {
     SessionLog::open_with_journal(db.clone(), wal.clone()).unwrap()
 }
 
-/// A journaled log over two counted in-memory storages.
+/// A WAL-mode log over two counted in-memory storages.
 fn counted() -> (SessionLog, SyncCounter, SyncCounter, MemStorage, MemStorage) {
     let (db, wal) = (MemStorage::new(), MemStorage::new());
     let db_storage = CountingStorage::new(db.clone());
@@ -36,17 +37,21 @@ fn one_call(log: &SessionLog, id: &str) {
 }
 
 #[test]
-fn a_durable_append_is_one_journal_fsync_and_no_database_fsync() {
+fn a_durable_append_is_one_wal_fsync_and_no_database_fsync() {
     let (log, dbc, walc, _, _) = counted();
     let before = syncs(&dbc, &walc);
     log.append(&[call("c1"), intent("c1")], Durability::Durable)
         .unwrap();
     assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 1));
-    // A lazy append syncs nothing; reading it costs no sync either.
+    // A lazy append syncs nothing; reading it costs no sync either, and no write.
     log.append(&[result("c1")], Durability::Lazy).unwrap();
+    let writes = (dbc.writes(), walc.writes());
     assert_eq!(shape(&log.events().unwrap()).len(), 3);
+    assert_eq!(log.events_for_call("c1").unwrap().len(), 3);
+    assert!(log.pending_calls().unwrap().is_empty());
+    assert_eq!((dbc.writes(), walc.writes()), writes, "a read wrote");
     assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 1));
-    // Flush makes the lazy event durable with one journal record.
+    // Flush makes the lazy event durable with one WAL record.
     log.flush().unwrap();
     assert_eq!(syncs(&dbc, &walc), (before.0, before.1 + 2));
     log.flush().unwrap();
@@ -68,7 +73,7 @@ fn over_thousands_of_calls_checkpoints_add_under_one_percent_of_fsyncs() {
     let n = 3000u64;
     for i in 0..n {
         let id = format!("c{i}");
-        // The intent (before the body): exactly one fsync, the journal's,
+        // The intent (before the body): exactly one fsync, the WAL's,
         // whatever the checkpoints do.
         let at = syncs(&dbc, &walc);
         log.record_intents_after(&[call(&id)], &[intent(&id)])
@@ -80,9 +85,9 @@ fn over_thousands_of_calls_checkpoints_add_under_one_percent_of_fsyncs() {
         assert_eq!(walc.fsyncs(), at.1, "result of call {i}");
     }
     let (db_syncs, wal_syncs) = (dbc.fsyncs() - before.0, walc.fsyncs() - before.1);
-    eprintln!("{n} calls: {wal_syncs} journal fsyncs, {db_syncs} database fsyncs (checkpoints)");
+    eprintln!("{n} calls: {wal_syncs} WAL fsyncs, {db_syncs} database fsyncs (checkpoints)");
     assert_eq!(wal_syncs, n);
-    assert!(db_syncs >= 1, "the journal never checkpointed");
+    assert!(db_syncs >= 1, "the WAL never checkpointed");
     assert!(db_syncs * 100 <= n, "{db_syncs} checkpoint fsyncs");
     let events = log.events().unwrap();
     assert_eq!(events.len() as u64, 3 * n);
@@ -99,7 +104,7 @@ fn power_loss_keeps_every_durable_event_and_the_lazy_ones_a_durable_append_carri
         .unwrap(); // ...and rides b's durable record.
     log.append(&[result("b")], Durability::Lazy).unwrap(); // never carried
     let expected = vec![call("a"), intent("a"), result("a"), call("b"), intent("b")];
-    // Nothing of it is in the database durably: only the journal holds it.
+    // Nothing of it is in the database durably: only the WAL holds it.
     assert!(
         SessionLog::open_with_backend(db.crash())
             .unwrap()
@@ -124,8 +129,8 @@ fn power_loss_keeps_every_durable_event_and_the_lazy_ones_a_durable_append_carri
 }
 
 #[test]
-fn a_crash_at_any_point_of_an_unfinished_journal_record_keeps_a_consistent_log() {
-    // The database at its durable image and every prefix of the journal's unsynced
+fn a_crash_at_any_point_of_an_unfinished_wal_record_keeps_a_consistent_log() {
+    // The database at its durable image and every prefix of the WAL's unsynced
     // writes (a device that wrote back part of them): the acknowledged events are all
     // there, plus the unacknowledged record whole or not at all.
     let (db, wal) = (MemStorage::new(), MemStorage::new());
@@ -166,7 +171,7 @@ fn a_crash_at_any_point_of_an_unfinished_journal_record_keeps_a_consistent_log()
 }
 
 #[test]
-fn a_journal_fault_at_every_point_fails_the_append_or_makes_it_durable() {
+fn a_wal_fault_at_every_point_fails_the_append_or_makes_it_durable() {
     let before = vec![call("c1"), intent("c1")];
     let new = intent("c2");
     for kinds in [&Op::ALL[..], &[Op::Write], &[Op::SyncData], &[Op::SetLen]] {
@@ -211,12 +216,12 @@ fn a_journal_fault_at_every_point_fails_the_append_or_makes_it_durable() {
             assert!(got == before || got == with_new, "{what}: {got:?}");
         }
         let k = succeeded_at.expect("the append never succeeded");
-        eprintln!("journal faults on {kinds:?}: first success after {k} healthy ops");
+        eprintln!("WAL faults on {kinds:?}: first success after {k} healthy ops");
     }
 }
 
 #[test]
-fn closing_checkpoints_the_database_and_empties_the_journal() {
+fn closing_checkpoints_the_database_and_empties_the_wal() {
     let (db, wal) = (MemStorage::new(), MemStorage::new());
     let log = open(&db, &wal);
     one_call(&log, "a");
@@ -227,7 +232,7 @@ fn closing_checkpoints_the_database_and_empties_the_journal() {
         shape(&alone.events().unwrap()),
         vec![call("a"), intent("a"), result("a")]
     );
-    // And the journal's round is empty: reopening with it adds nothing.
+    // And the WAL's round is empty: reopening with it adds nothing.
     let reopened = open(&db.crash(), &wal.crash());
     assert_eq!(reopened.events().unwrap().len(), 3);
     reopened.append(&[call("z")], Durability::Durable).unwrap();
@@ -251,25 +256,25 @@ fn readers_see_lazy_and_durable_events_at_once() {
 }
 
 #[test]
-fn a_journal_that_does_not_continue_its_database_is_refused_and_left_alone() {
+fn a_wal_that_does_not_continue_its_database_is_refused_and_left_alone() {
     let (db, wal) = (MemStorage::new(), MemStorage::new());
     let log = open(&db, &wal);
     for i in 0..5 {
         one_call(&log, &format!("c{i}"));
     }
-    std::mem::forget(log); // a crash: the journal holds every event, the database none
-    // Without its first record the journal starts at event 3, after a database that
-    // ends at 0: a gap, so the journal is not this database's.
+    std::mem::forget(log); // a crash: the WAL holds every event, the database none
+    // Without its first record the WAL starts at event 3, after a database that
+    // ends at 0: a gap, so the WAL is not this database's.
     let trimmed = trim_first_record(&wal.crash().current_bytes());
-    let journal = MemStorage::from_bytes(trimmed.clone());
-    let err = SessionLog::open_with_journal(db.crash(), journal.clone()).unwrap_err();
+    let trimmed_wal = MemStorage::from_bytes(trimmed.clone());
+    let err = SessionLog::open_with_journal(db.crash(), trimmed_wal.clone()).unwrap_err();
     assert!(matches!(err, LogError::Corrupt(_)), "{err:?}");
     assert!(
-        err.to_string().contains("journal belongs to another log"),
+        err.to_string().contains("WAL belongs to another log"),
         "{err}"
     );
-    assert_eq!(journal.current_bytes(), trimmed, "the journal was modified");
-    // The untrimmed journal replays in full.
+    assert_eq!(trimmed_wal.current_bytes(), trimmed, "the WAL was modified");
+    // The untrimmed WAL replays in full.
     let reopened = open(&db.crash(), &wal.crash());
     assert_eq!(
         reopened.events().unwrap().len(),
@@ -278,15 +283,15 @@ fn a_journal_that_does_not_continue_its_database_is_refused_and_left_alone() {
     );
 }
 
-/// The journal bytes without their first record (header: magic, length, CRC).
+/// The WAL bytes without their first record (header: magic, length, CRC).
 fn trim_first_record(bytes: &[u8]) -> Vec<u8> {
     let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
     bytes[12 + len..].to_vec()
 }
 
 #[test]
-fn a_journal_whose_events_differ_from_the_database_is_refused_and_left_alone() {
-    // Two acknowledged events in the journal only; then the database alone is written
+fn a_wal_whose_events_differ_from_the_database_is_refused_and_left_alone() {
+    // Two acknowledged events in the WAL only; then the database alone is written
     // by something else (a replaced or rewritten session.redb): event 1 differs.
     let (db, wal) = (MemStorage::new(), MemStorage::new());
     let log = open(&db, &wal);
@@ -298,11 +303,11 @@ fn a_journal_whose_events_differ_from_the_database_is_refused_and_left_alone() {
         let other = SessionLog::open_with_backend(db.clone()).unwrap();
         other.append(&[call("other")], Durability::Durable).unwrap();
     }
-    let journal = wal.current_bytes();
+    let wal_bytes = wal.current_bytes();
     let err = SessionLog::open_with_journal(db.crash(), wal.clone()).unwrap_err();
     assert!(matches!(err, LogError::Corrupt(_)), "{err:?}");
     assert!(err.to_string().contains("differs"), "{err}");
-    assert_eq!(wal.current_bytes(), journal, "the journal was modified");
+    assert_eq!(wal.current_bytes(), wal_bytes, "the WAL was modified");
 }
 
 #[test]
@@ -330,7 +335,7 @@ fn a_database_at_the_end_of_the_sequence_space_refuses_appends_without_panicking
 }
 
 #[test]
-fn a_journal_grown_by_a_large_record_shrinks_back_at_the_next_checkpoint() {
+fn a_wal_grown_by_a_large_record_shrinks_back_at_the_next_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let wal = dir.path().join("session.wal");
     // 2.5 MiB: under the size at which a durable append checkpoints (3 MiB), over the

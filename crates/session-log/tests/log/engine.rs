@@ -1,0 +1,177 @@
+//! The `LogEngine` interface: one set of assertions, run on every engine of this crate
+//! (in memory, redb without and with its intent WAL, the files of a state directory) and
+//! on an engine defined here, outside the crate, through `SessionLog::from_engine`.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use toolhost_log::{
+    Durability, Event, EventKind, LogEngine, LogError, MemStorage, NewEvent, Recovery,
+    SESSION_CALL_ID, SessionLog, recovery_events,
+};
+
+use crate::{call, intent, result, seqs, shape};
+
+/// What every engine must do, seen through `SessionLog`.
+fn behaves_as_a_session_log(log: &SessionLog, what: &str) {
+    assert!(log.events().unwrap().is_empty(), "{what}");
+    assert!(log.pending_calls().unwrap().is_empty(), "{what}");
+    assert_eq!(log.recover().unwrap(), Recovery::default(), "{what}");
+    assert!(log.events().unwrap().is_empty(), "{what}: recovery wrote");
+
+    assert_eq!(
+        log.append(&[call("a")], Durability::Lazy).unwrap(),
+        [1],
+        "{what}"
+    );
+    assert_eq!(
+        log.record_intents_after(&[call("b")], &[intent("a"), intent("b")])
+            .unwrap(),
+        [2, 3, 4],
+        "{what}"
+    );
+    assert_eq!(
+        log.pending_calls().unwrap(),
+        ["a", "b"],
+        "{what}: pending, in intent order"
+    );
+    assert_eq!(
+        shape(&log.events_for_call("a").unwrap()),
+        [call("a"), intent("a")],
+        "{what}"
+    );
+    assert_eq!(
+        log.append(&[result("a")], Durability::Lazy).unwrap(),
+        [5],
+        "{what}"
+    );
+    log.flush().unwrap();
+    assert_eq!(log.pending_calls().unwrap(), ["b"], "{what}");
+
+    // Checked by the handle, whatever the engine: nothing is written.
+    let err = log.record_intents(&[call("x")]).unwrap_err();
+    assert!(matches!(err, LogError::Invalid(_)), "{what}: {err:?}");
+    let err = log
+        .record_intents_after(&[call("y")], &[result("y")])
+        .unwrap_err();
+    assert!(matches!(err, LogError::Invalid(_)), "{what}: {err:?}");
+
+    let events = log.events().unwrap();
+    assert_eq!(seqs(&events), [1, 2, 3, 4, 5], "{what}");
+    assert_eq!(
+        shape(&events),
+        [call("a"), call("b"), intent("a"), intent("b"), result("a")],
+        "{what}"
+    );
+    assert!(events.iter().all(|e| e.at_unix_ms > 0), "{what}");
+
+    // Recovery: exactly the shared recovery events, once.
+    let recovery = log.recover().unwrap();
+    assert_eq!(recovery.recovered, ["b"], "{what}");
+    let added: Vec<Event> = log.events().unwrap().split_off(5);
+    assert_eq!(shape(&added), recovery_events(&["b".to_string()]), "{what}");
+    assert_eq!(seqs(&added), [6, 7], "{what}");
+    assert_eq!(added[1].call_id, SESSION_CALL_ID, "{what}");
+    assert_eq!(added[1].kind, EventKind::SessionRecovered, "{what}");
+    assert_eq!(added[1].payload, json!({ "calls": ["b"] }), "{what}");
+    assert!(log.pending_calls().unwrap().is_empty(), "{what}");
+    assert_eq!(log.recover().unwrap(), Recovery::default(), "{what}");
+    assert_eq!(log.events().unwrap().len(), 7, "{what}");
+}
+
+#[test]
+fn every_engine_of_this_crate_keeps_the_same_rules() {
+    behaves_as_a_session_log(&SessionLog::in_memory().unwrap(), "in memory");
+    behaves_as_a_session_log(
+        &SessionLog::open_with_backend(MemStorage::new()).unwrap(),
+        "redb without a WAL",
+    );
+    behaves_as_a_session_log(
+        &SessionLog::open_with_journal(MemStorage::new(), MemStorage::new()).unwrap(),
+        "redb with its intent WAL",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    behaves_as_a_session_log(&SessionLog::open(dir.path()).unwrap(), "a state directory");
+}
+
+/// An engine of another crate: it stores through an in-memory log and records which
+/// operations reached it.
+#[derive(Debug)]
+struct Recording {
+    inner: SessionLog,
+    seen: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl Recording {
+    fn saw(&self, op: &'static str) {
+        self.seen.lock().unwrap().push(op);
+    }
+}
+
+impl LogEngine for Recording {
+    fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
+        self.saw(match durability {
+            Durability::Durable => "append durable",
+            Durability::Lazy => "append lazy",
+        });
+        self.inner.append(events, durability)
+    }
+
+    fn append_intents_after(
+        &self,
+        before: &[NewEvent],
+        intents: &[NewEvent],
+    ) -> Result<Vec<u64>, LogError> {
+        self.saw("append_intents_after");
+        self.inner.record_intents_after(before, intents)
+    }
+
+    fn flush(&self) -> Result<(), LogError> {
+        self.saw("flush");
+        self.inner.flush()
+    }
+
+    fn events(&self) -> Result<Vec<Event>, LogError> {
+        self.inner.events()
+    }
+
+    fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
+        self.inner.events_for_call(call_id)
+    }
+
+    fn pending_calls(&self) -> Result<Vec<String>, LogError> {
+        self.inner.pending_calls()
+    }
+
+    fn recover(&self) -> Result<Recovery, LogError> {
+        self.saw("recover");
+        self.inner.recover()
+    }
+}
+
+#[test]
+fn an_engine_from_outside_the_crate_plugs_in_through_from_engine() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = SessionLog::from_engine(Recording {
+        inner: SessionLog::in_memory().unwrap(),
+        seen: seen.clone(),
+    });
+    behaves_as_a_session_log(&log, "an engine of another crate");
+    // Every write went to the engine, through the operation that says what it is; the
+    // refused batches never reached it.
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "recover",
+            "append lazy",
+            "append_intents_after",
+            "append lazy",
+            "flush",
+            "recover",
+            "recover",
+        ]
+    );
+    // The handle is shareable whatever the engine.
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SessionLog>();
+}
