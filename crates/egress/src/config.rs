@@ -9,7 +9,7 @@
 //! Every table denies unknown keys, so a typo is an error, never ignored. Any
 //! error rejects the whole configuration.
 
-use crate::credential::{CredentialSpec, SecretSource};
+use crate::credential::{CredentialSpec, SecretSource, is_header_value};
 use crate::error::{ConfigError, KeyPath, LocatedError, PathSegment};
 use crate::grant::{Grant, is_token};
 use crate::host::Host;
@@ -410,10 +410,10 @@ fn compile_credential(e: &CredentialEntry, path: &KeyPath) -> Result<CredentialS
         }
     };
     let prefix = e.prefix.clone().unwrap_or_default();
-    if prefix.contains(['\r', '\n', '\0']) {
+    if !is_header_value(&prefix) {
         return Err(ConfigError::invalid(
             path.key("prefix"),
-            "a header value cannot contain CR, LF or NUL",
+            "a header value cannot contain control characters",
         ));
     }
     Ok(CredentialSpec::new(host, header, source, prefix))
@@ -610,7 +610,7 @@ prefix = "Bearer "
             (
                 "host = \"a.example.com\"\nheader = \"A\"\nvalue_env = \"V\"\nprefix = \"a\\nb\"",
                 5,
-                "CR, LF",
+                "control characters",
             ),
             (
                 "host = \"a.example.com\"\nheader = \"A\"\nvalue = \"sk-123\"",

@@ -112,8 +112,8 @@ impl CredentialSpec {
 
     /// Reads the secret and returns the loaded credential.
     ///
-    /// The secret must be non-empty valid UTF-8 without CR, LF or NUL (it
-    /// goes in a header). From a file, one trailing `\n` or `\r\n` is
+    /// The secret must be non-empty valid UTF-8 without control characters
+    /// other than tab (it goes in a header). From a file, one trailing `\n` or `\r\n` is
     /// dropped. Errors name the variable or file, never the value.
     ///
     /// # Ambient Authority
@@ -161,7 +161,7 @@ impl CredentialSpec {
                 source_name: self.source.to_string(),
             });
         }
-        if secret.expose().contains(['\r', '\n', '\0']) {
+        if !is_header_value(secret.expose()) {
             return Err(CredentialError::NotAHeaderValue {
                 host: self.host.clone(),
                 source_name: self.source.to_string(),
@@ -172,6 +172,12 @@ impl CredentialSpec {
             secret,
         })
     }
+}
+
+/// True when `s` can be (part of) a header value: no control character
+/// except tab (RFC 9110 field-value, as the `http` crate checks it).
+pub(crate) fn is_header_value(s: &str) -> bool {
+    !s.chars().any(|c| c.is_control() && c != '\t')
 }
 
 /// A secret that could not be loaded. Messages name the host and where the
@@ -213,9 +219,10 @@ pub enum CredentialError {
         /// Where the secret was looked for.
         source_name: String,
     },
-    /// Contains CR, LF or NUL, which a header value cannot.
+    /// Contains a control character (other than tab), which a header value
+    /// cannot.
     #[error(
-        "credential for {host}: {source_name} contains CR, LF or NUL, which a header value cannot"
+        "credential for {host}: {source_name} contains a control character, which a header value cannot"
     )]
     NotAHeaderValue {
         /// The host of the credential.

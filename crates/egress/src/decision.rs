@@ -18,7 +18,7 @@ use crate::grant::{GrantRef, Scheme};
 use crate::host::Host;
 use serde::Serialize;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// The policy's answer for one request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -165,13 +165,18 @@ pub enum Refusal {
         /// Why.
         reason: DenyReason,
     },
-    /// The request needs an approval first (an `ask` grant). After an
-    /// `allowed-once`, plan it with
-    /// [`connect_plan_approved`](crate::connect_plan_approved).
+    /// The request needs an approval first (an `ask` grant). Its addresses
+    /// were already resolved and checked, so a human is only asked about a
+    /// request that would really go: after an `allowed-once`, connect to
+    /// `addrs` (or plan again with
+    /// [`connect_plan_approved`](crate::connect_plan_approved), for an
+    /// approval that arrives later).
     #[error("network access to this host needs approval ({rule})")]
     ApprovalRequired {
         /// The `ask` grant.
         rule: GrantRef,
+        /// The checked addresses to connect to once approved.
+        addrs: Vec<SocketAddr>,
     },
     /// The grant given to plan a request does not exist in the policy or does
     /// not cover the request.

@@ -6,7 +6,7 @@
 //! scheme's default), one host (an exact name, a wildcard subdomain, or one
 //! IP address in canonical form). There is no grant for "any host".
 
-use crate::error::{GrantError, HostError};
+use crate::error::{GrantError, HostError, UrlError};
 use crate::host::{DomainName, Host, Parsed, parse_host};
 use crate::request::Request;
 use serde::Serialize;
@@ -64,14 +64,16 @@ impl fmt::Display for Scheme {
 }
 
 impl FromStr for Scheme {
-    type Err = String;
+    type Err = UrlError;
 
     /// Case-insensitive, as URL schemes are.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Scheme::ALL
             .into_iter()
             .find(|sc| sc.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| s.to_string())
+            .ok_or_else(|| UrlError::UnknownScheme {
+                scheme: s.to_string(),
+            })
     }
 }
 
@@ -144,9 +146,9 @@ impl Grant {
             .ok_or_else(|| GrantError::MissingScheme { entry: entry() })?;
         let scheme = scheme_text
             .parse::<Scheme>()
-            .map_err(|scheme| GrantError::UnknownScheme {
+            .map_err(|_| GrantError::UnknownScheme {
                 entry: entry(),
-                scheme,
+                scheme: scheme_text.to_string(),
             })?;
         let end = rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(end);

@@ -107,7 +107,7 @@ pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let end = rest.find(['/', '\\']).unwrap_or(rest.len());
+    let end = rest.find('/').unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     format!("{scheme}://{host}{path}")
@@ -130,6 +130,7 @@ mod tests {
             ("no scheme?x", "no scheme"),
             ("", ""),
             ("https://tok@h", "https://h"),
+            ("https://user:pw\\@host/x", "https://host/x"),
         ];
         for (input, want) in cases {
             assert_eq!(redact_url(input), want, "{input}");

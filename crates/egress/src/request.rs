@@ -42,9 +42,7 @@ impl Request {
                 url: crate::record::redact_url(url),
             });
         };
-        let scheme = scheme_text
-            .parse::<Scheme>()
-            .map_err(|scheme| UrlError::UnknownScheme { scheme })?;
+        let scheme = scheme_text.parse::<Scheme>()?;
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         Request::from_authority(scheme, &rest[..end], method)
     }

@@ -129,11 +129,14 @@ pub struct ConnectPlan {
 /// Decides `request`, resolves its host once (not at all for an address
 /// literal) and checks every address.
 ///
-/// Refused: whatever [`NetworkPolicy::decide`] denies; an `ask` decision
-/// ([`Refusal::ApprovalRequired`]: after approval, call
-/// [`connect_plan_approved`]); a failed or empty lookup; and a name that
-/// resolves to *any* refused address (see [`check_addr`]): one bad address
-/// refuses the whole name, since a rebinding attack needs only one.
+/// Refused: whatever [`NetworkPolicy::decide`] denies; a failed or empty
+/// lookup; and a name that resolves to *any* refused address (see
+/// [`check_addr`]): one bad address refuses the whole name, since a
+/// rebinding attack needs only one.
+///
+/// An `ask` decision is planned too (resolved and checked), then returned as
+/// [`Refusal::ApprovalRequired`] with the checked addresses: nobody is asked
+/// about a request the address checks would refuse anyway.
 pub fn connect_plan<R: Resolver + ?Sized>(
     request: &Request,
     policy: &NetworkPolicy,
@@ -141,7 +144,13 @@ pub fn connect_plan<R: Resolver + ?Sized>(
 ) -> Result<ConnectPlan, Refusal> {
     match policy.decide(request) {
         Decision::Allow { rule } => plan(request, policy, rule, resolver),
-        Decision::Ask { rule } => Err(Refusal::ApprovalRequired { rule }),
+        Decision::Ask { rule } => {
+            let plan = plan(request, policy, rule, resolver)?;
+            Err(Refusal::ApprovalRequired {
+                rule: plan.rule,
+                addrs: plan.addrs,
+            })
+        }
         Decision::Deny { reason } => Err(Refusal::Denied { reason }),
     }
 }

@@ -47,6 +47,7 @@ fn resolver() -> StaticResolver {
         .with("db.example.net", &r(&["93.184.216.37"]))
         .with("localhost", &r(&["127.0.0.1", "::1"]))
         .with("api.github.com", &r(&["140.82.112.6"]))
+        .with("loop.github.com", &r(&["127.0.0.1"]))
         .with("public.test.example.com", &r(&["93.184.216.34"]))
         .with("nat64ok.test.example.com", &r(&["64:ff9b::5db8:d822"]))
         .with("mappedok.test.example.com", &r(&["::ffff:93.184.216.34"]))
@@ -260,6 +261,8 @@ const CORPUS: &[(&str, &str, Expect)] = &[
     // --- ask ---
     ("https://api.github.com/", "GET", Ask),
     ("http://192.168.1.10:9000/", "POST", Ask),
+    // An ask grant by name is resolved and checked before anyone is asked.
+    ("https://loop.github.com/", "GET", Refused("address_refused")),
     ("http://192.168.1.10:9001/", "POST", Refused("port_not_granted")),
 ];
 
@@ -309,7 +312,7 @@ fn the_corpus() {
 }
 
 #[test]
-fn address_literals_and_denials_are_never_looked_up() {
+fn names_are_looked_up_once_and_literals_and_denials_never() {
     let policy = policy();
     for (url, method, want) in CORPUS {
         let Ok(request) = Request::from_url(url, (!method.is_empty()).then_some(*method)) else {
@@ -319,10 +322,8 @@ fn address_literals_and_denials_are_never_looked_up() {
         let _ = connect_plan(&request, &policy, &resolver);
         let lookups = resolver.lookups();
         let by_name = matches!(request.host, Host::Name(_));
-        let decided = !matches!(
-            policy.decide(&request),
-            Decision::Deny { .. } | Decision::Ask { .. }
-        );
+        // Allowed and ask decisions are resolved (once); denials never.
+        let decided = !matches!(policy.decide(&request), Decision::Deny { .. });
         let expected = usize::from(by_name && decided);
         assert_eq!(lookups, expected, "{url} {method}: {want:?}");
     }
@@ -405,12 +406,17 @@ fn an_approval_plans_only_what_its_grant_covers() {
     let policy = policy();
     let resolver = resolver();
     let r = Request::from_url("http://192.168.1.10:9000/", Some("POST")).unwrap();
-    let Err(Refusal::ApprovalRequired { rule }) = connect_plan(&r, &policy, &resolver) else {
+    let Err(Refusal::ApprovalRequired { rule, addrs }) = connect_plan(&r, &policy, &resolver)
+    else {
         panic!("no approval asked");
     };
-    // Approved: the exact private address named by the ask grant is unlocked.
+    // The exact private address named by the ask grant is unlocked, and
+    // already checked before anyone is asked.
+    let want: Vec<SocketAddr> = vec!["192.168.1.10:9000".parse().unwrap()];
+    assert_eq!(addrs, want);
+    // An approval that arrives later plans again, from the grant it names.
     let plan = connect_plan_approved(&r, &policy, &rule, &resolver).unwrap();
-    assert_eq!(plan.addrs, vec!["192.168.1.10:9000".parse().unwrap()]);
+    assert_eq!(plan.addrs, want);
     assert_eq!(plan.rule, rule);
 
     // The same approval does not stretch to another request...
@@ -425,12 +431,19 @@ fn an_approval_plans_only_what_its_grant_covers() {
     .unwrap();
     let e = connect_plan_approved(&r, &changed, &rule, &resolver).unwrap_err();
     assert_eq!(e.code(), "stale_rule");
+    // ...nor does an allow decision's grant cover what it does not name.
+    let api = Request::from_url("https://api.example.com/", Some("GET")).unwrap();
+    let e = connect_plan_approved(&api, &policy, &rule, &resolver).unwrap_err();
+    assert_eq!(e.code(), "stale_rule");
 
-    // An approved name still gets its addresses checked.
+    // An ask grant by name whose name resolves to a refused address is
+    // refused without asking anyone, and stays refused when approved.
     let gh = Request::from_url("https://evil.github.com/", Some("GET")).unwrap();
     let resolver = resolver.with("evil.github.com", &[ip("127.0.0.1")]);
-    let Err(Refusal::ApprovalRequired { rule }) = connect_plan(&gh, &policy, &resolver) else {
-        panic!("no approval asked");
+    let e = connect_plan(&gh, &policy, &resolver).unwrap_err();
+    assert_eq!(e.code(), "address_refused");
+    let Decision::Ask { rule } = policy.decide(&gh) else {
+        panic!("not ask");
     };
     let e = connect_plan_approved(&gh, &policy, &rule, &resolver).unwrap_err();
     assert_eq!(e.code(), "address_refused");
