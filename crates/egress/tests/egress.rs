@@ -824,3 +824,44 @@ fn no_input_panics() {
         let _ = NetworkPolicy::from_toml(&s, "bytes");
     }
 }
+
+#[test]
+fn every_refusal_serialises_with_its_code() {
+    let policy = policy();
+    let resolver = resolver();
+    let mut seen = std::collections::BTreeSet::new();
+    for (url, method, _) in CORPUS {
+        let Ok(r) = Request::from_url(url, (!method.is_empty()).then_some(*method)) else {
+            continue;
+        };
+        if let Err(refusal) = connect_plan(&r, &policy, &resolver) {
+            let json = serde_json::to_value(&refusal).unwrap();
+            assert!(json["kind"].is_string(), "{url}: {json}");
+            seen.insert(refusal.code());
+            let rec = serde_json::to_value(EgressRecord::refused(&r, "/", &refusal)).unwrap();
+            assert_eq!(rec["decision"], "refused");
+            assert_eq!(rec["code"], refusal.code());
+        }
+    }
+    let off = connect_plan(
+        &Request::from_url("https://x.example.com/", None).unwrap(),
+        &NetworkPolicy::default(),
+        &resolver,
+    )
+    .unwrap_err();
+    seen.insert(off.code());
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        [
+            "address_refused",
+            "approval_required",
+            "host_not_granted",
+            "method_not_granted",
+            "network_off",
+            "no_address",
+            "port_not_granted",
+            "resolve_failed",
+            "scheme_not_granted",
+        ]
+    );
+}
