@@ -1,0 +1,139 @@
+//! Records of egress: [`EgressRecord`] (one request as it goes in the
+//! receipt and the session log) and [`redact_url`], which drops what a
+//! record must not keep from a URL (userinfo, query, fragment).
+//!
+//! A record carries no header and no body, so it cannot carry a credential;
+//! the URL's query is dropped because keys are often passed there. The path
+//! is kept as the guest sent it.
+
+use crate::decision::Refusal;
+use crate::grant::GrantRef;
+use crate::request::Request;
+use serde::{Deserialize, Serialize};
+
+/// How a request ended at the policy level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum EgressOutcome {
+    /// Allowed by this grant without asking.
+    Allowed {
+        /// The grant, as [`GrantRef`] displays.
+        rule: String,
+    },
+    /// Allowed by this `ask` grant after an approval.
+    Approved {
+        /// The grant, as [`GrantRef`] displays.
+        rule: String,
+    },
+    /// Refused before any connection.
+    Refused {
+        /// The stable code ([`Refusal::code`]).
+        code: String,
+        /// The message.
+        reason: String,
+    },
+}
+
+/// One request, for the receipt and the session log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressRecord {
+    /// The HTTP method (`None` for sockets).
+    pub method: Option<String>,
+    /// `scheme://host:port/path`, without userinfo, query or fragment.
+    pub url: String,
+    /// The grant that allowed it, or why it was refused.
+    #[serde(flatten)]
+    pub outcome: EgressOutcome,
+    /// The response status, when one came.
+    pub status: Option<u16>,
+    /// Response bytes received.
+    pub bytes_in: u64,
+    /// Request bytes sent.
+    pub bytes_out: u64,
+    /// Milliseconds from the decision to the end of the response.
+    pub ms: u64,
+}
+
+impl EgressRecord {
+    /// A record of an allowed request (counters at zero; fill them in as the
+    /// request runs). `approved` tells an `ask` grant approved from an
+    /// `allow` grant.
+    pub fn allowed(request: &Request, path: &str, rule: &GrantRef, approved: bool) -> EgressRecord {
+        let rule = rule.to_string();
+        let outcome = if approved {
+            EgressOutcome::Approved { rule }
+        } else {
+            EgressOutcome::Allowed { rule }
+        };
+        EgressRecord::new(request, path, outcome)
+    }
+
+    /// A record of a refused request.
+    pub fn refused(request: &Request, path: &str, refusal: &Refusal) -> EgressRecord {
+        EgressRecord::new(
+            request,
+            path,
+            EgressOutcome::Refused {
+                code: refusal.code().to_string(),
+                reason: refusal.to_string(),
+            },
+        )
+    }
+
+    fn new(request: &Request, path: &str, outcome: EgressOutcome) -> EgressRecord {
+        EgressRecord {
+            method: request.method.clone(),
+            url: request.url_without_query(path),
+            outcome,
+            status: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            ms: 0,
+        }
+    }
+}
+
+/// Cuts `s` at the first `?` or `#`.
+pub(crate) fn strip_query(s: &str) -> &str {
+    s.find(['?', '#']).map_or(s, |i| &s[..i])
+}
+
+/// A URL without userinfo, query and fragment:
+/// `https://user:pw@api.example.com/v1?key=x#f` becomes
+/// `https://api.example.com/v1`. Works on any text (never panics); text
+/// without `://` only loses its query and fragment.
+pub fn redact_url(url: &str) -> String {
+    let url = strip_query(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_userinfo_query_and_fragment() {
+        let cases = [
+            (
+                "https://user:pw@api.example.com/v1?key=x#f",
+                "https://api.example.com/v1",
+            ),
+            ("http://a@b@host:8080/p", "http://host:8080/p"),
+            ("https://h/p?x@y", "https://h/p"),
+            ("https://h?q", "https://h"),
+            ("no scheme?x", "no scheme"),
+            ("", ""),
+            ("https://tok@h", "https://h"),
+            ("https://user:pw\\@host/x", "https://host/x"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(redact_url(input), want, "{input}");
+        }
+    }
+}
