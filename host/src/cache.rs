@@ -77,11 +77,6 @@ impl CompileCache {
         &self.stats
     }
 
-    /// Number of Cranelift compiles so far.
-    pub fn compiles(&self) -> u64 {
-        self.stats.compiles.load(Ordering::Relaxed)
-    }
-
     /// The cache key of a component whose SHA-256 (hex) is `sha256`.
     fn key(&self, sha256: &str) -> String {
         format!(
@@ -90,12 +85,6 @@ impl CompileCache {
             self.engine_key,
             env!("CARGO_PKG_VERSION")
         )
-    }
-
-    /// Loads the component for `bytes`: from a valid cache entry, or by
-    /// compiling it (and writing the entry).
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
-        self.load_hashed(engine, bytes).map(|c| c.component)
     }
 
     /// As [`CompileCache::load`], also returning the component's SHA-256

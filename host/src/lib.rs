@@ -8,6 +8,17 @@
 //! Start with [`HostBuilder`]; run calls with [`Host::call`] or
 //! [`Host::call_batch`].
 //!
+//! The crate root exports the pipeline and nothing that runs a tool body
+//! around it: the host and its builder, requests and results, approvers,
+//! hooks and observers, limits and runtime options, the policy
+//! ([`policy`]) and the session log's reading side ([`log`]). Running a body
+//! is crate-private. Features: `mcp` (the MCP server, [`mcp`]) and `cli`
+//! (the `toolhost` binary), both default; `bench-internals` exposes
+//! body-only entry points for the benchmarks and must never be enabled in a
+//! host that runs calls.
+//!
+//! Where each phase of a call lives: `docs/ARCHITECTURE.md`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), toolhost::HostError> {
 //! use toolhost::{CallRequest, Host, SandboxMode};
@@ -39,19 +50,21 @@ pub use crate::approval::{
     ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover,
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
-pub use crate::cache::{CacheStats, Cached, CompileCache, default_cache_dir};
+pub use crate::cache::{CacheStats, default_cache_dir};
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
 pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
-pub use crate::registry::{RegisteredTool, Registry, RegistryError, ScopeSpec};
+pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub use crate::runtime::{BodyOutcome, LoadedComponent};
 pub use crate::runtime::{
-    BodyOutcome, DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, LoadedComponent, Receipt, Runtime,
-    RuntimeOptions, STUCK_GRACE,
+    DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, Receipt, Runtime, RuntimeOptions, STUCK_GRACE,
 };
-pub use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, SandboxSpec};
+pub use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError};
 pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink};
 pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};
 pub use toolhost_core::{ErrorCode, SandboxMode};

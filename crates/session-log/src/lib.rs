@@ -24,8 +24,9 @@
 //!   for every engine.
 //! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
 //! - [`Storage`] and its implementations: where the bytes go. [`FileStorage`] is the real
-//!   file; [`MemStorage`], [`CountingStorage`] and [`FailingStorage`] exist so that tests
-//!   can count fsyncs, inject faults and simulate power loss.
+//!   file; with the `test-storage` feature (tests and benchmarks only, never a release
+//!   build), `MemStorage`, `CountingStorage` and `FailingStorage` count fsyncs, inject
+//!   faults and simulate power loss.
 //! - [`LogError`]: every way opening or writing can fail.
 
 mod engine;
@@ -48,7 +49,9 @@ pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
 pub use crate::holder::Holder;
 pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
 pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};
+#[cfg(feature = "test-storage")]
 pub use crate::storage::{
-    CountingStorage, FailingStorage, FaultHandle, FileStorage, MemStorage, Op, Storage, SyncCounter,
+    CountingStorage, FailingStorage, FaultHandle, MemStorage, Op, SyncCounter,
 };
+pub use crate::storage::{FileStorage, Storage};
 pub use crate::tables::FORMAT_VERSION;

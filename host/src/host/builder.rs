@@ -186,10 +186,15 @@ impl HostBuilder {
         self
     }
 
-    /// Shares the exclusivity gate of another host (a rebuilt host on hot
-    /// reload), so that bodies on both exclude each other.
-    pub(crate) fn share_gate(&mut self, gate: Arc<Gate>) -> &mut Self {
-        self.gate = Some(gate);
+    /// Builds the host as the successor of `previous` (a reload with a new
+    /// tool set): it shares `previous`'s runtime (engine and compile cache),
+    /// session log and exclusivity gate, so that calls still in flight on
+    /// `previous` and calls on the new host record into one log and exclude
+    /// each other as calls of one host do.
+    pub fn successor_of(&mut self, previous: &Host) -> &mut Self {
+        self.runtime = Some(previous.runtime.clone());
+        self.log = Some(previous.recorder.log().clone());
+        self.gate = Some(previous.gate.clone());
         self
     }
 

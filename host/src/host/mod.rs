@@ -177,11 +177,6 @@ impl Host {
         self.registry.visible(scope)
     }
 
-    /// The registry.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// The runtime.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.runtime
@@ -200,10 +195,5 @@ impl Host {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// The exclusivity gate, for a host rebuilt from this one.
-    pub(crate) fn gate(&self) -> &Arc<gate::Gate> {
-        &self.gate
     }
 }

@@ -57,9 +57,9 @@ impl Host {
         self.dispatch(admitted).await
     }
 
-    /// 6. checkpoint: the intents of `admitted` in one durable commit (the
-    /// calls of a batch share it). On an error no body may run: every call
-    /// ends [`aborted`].
+    /// Phase 6, the checkpoint: the intents of `admitted` in one durable
+    /// commit (the calls of a batch share it). On an error no body may run:
+    /// every call ends [`aborted`].
     pub(crate) fn checkpoint(&self, admitted: &[&Admitted<'_>]) -> Result<(), String> {
         if admitted.is_empty() {
             return Ok(());

@@ -68,10 +68,6 @@ impl Invoker {
         }
     }
 
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     pub(crate) fn options(&self) -> &RuntimeOptions {
         &self.options
     }

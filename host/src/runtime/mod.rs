@@ -30,6 +30,7 @@ pub use self::invoke::{BodyOutcome, STUCK_GRACE};
 pub use self::load::{DESCRIBE_DEADLINE, LoadError, LoadedComponent};
 pub use self::store::Receipt;
 
+#[cfg(feature = "cli")]
 pub(crate) use self::invoke::race;
 pub(crate) use self::load::Linked;
 pub(crate) use self::store::{Run, StoreBuilder};
@@ -38,12 +39,17 @@ use self::engine::EpochTicker;
 use self::invoke::{Body, Invoker};
 use self::load::Loader;
 use crate::cache::CompileCache;
-use crate::sandbox::{Limits, SandboxSpec};
+#[cfg(feature = "bench-internals")]
+use crate::sandbox::Limits;
+use crate::sandbox::SandboxSpec;
 use crate::state::{Interrupt, ProgressSink};
 use crate::tool::Descriptor;
+#[cfg(feature = "bench-internals")]
 use std::path::PathBuf;
 use std::sync::Arc;
-use toolhost_core::{ErrorCode, SandboxMode};
+use toolhost_core::ErrorCode;
+#[cfg(feature = "bench-internals")]
+use toolhost_core::SandboxMode;
 use wasmtime::Engine;
 
 /// One engine, its linker and compile cache, and the epoch ticker.
@@ -76,13 +82,8 @@ impl Runtime {
         })
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Engine {
-        self.invoker.engine()
-    }
-
     /// The compile cache.
-    pub fn cache(&self) -> &CompileCache {
+    pub(crate) fn cache(&self) -> &CompileCache {
         self.loader.cache()
     }
 
@@ -94,7 +95,7 @@ impl Runtime {
     /// Compiles (or loads from the cache) and links `bytes`, then asks the
     /// component to describe its tools. A component loaded from the compile
     /// cache takes its descriptors from the cache too, when they are there.
-    pub async fn load(
+    pub(crate) async fn load(
         &self,
         source: &str,
         bytes: &[u8],
@@ -104,7 +105,7 @@ impl Runtime {
 
     /// As [`Runtime::load`], but always runs `describe` (the conformance
     /// checks judge the component's own answer, not a cached one).
-    pub async fn load_and_describe(
+    pub(crate) async fn load_and_describe(
         &self,
         source: &str,
         bytes: &[u8],
@@ -115,11 +116,19 @@ impl Runtime {
     /// Checks that `bytes` are a component, compiles it (or loads it from the
     /// cache) and links it against the host's imports, without looking for
     /// any export (`toolhost exec` looks for `wasi:cli/run`).
+    #[cfg_attr(
+        not(feature = "cli"),
+        allow(dead_code, reason = "only `toolhost exec` links without a tool world")
+    )]
     pub(crate) fn link(&self, source: &str, bytes: &[u8]) -> Result<Linked, LoadError> {
         self.loader.link(source, bytes)
     }
 
     /// A fresh store built by `builder`.
+    #[cfg_attr(
+        not(feature = "cli"),
+        allow(dead_code, reason = "only `toolhost exec` builds a store by hand")
+    )]
     pub(crate) fn store(&self, builder: &StoreBuilder<'_>) -> Result<Run, (ErrorCode, String)> {
         self.invoker.store(builder)
     }
@@ -165,8 +174,29 @@ impl Runtime {
         self.invoker.abandon_limit()
     }
 
+    /// What the compile cache did so far (compiles, hits, corrupt entries).
+    pub fn cache_stats(&self) -> &crate::cache::CacheStats {
+        self.cache().stats()
+    }
+
+    /// Loads a component as a host build does: what the benchmarks time as
+    /// "load". Only with the `bench-internals` feature.
+    #[cfg(feature = "bench-internals")]
+    #[doc(hidden)]
+    pub async fn bench_load(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<Arc<LoadedComponent>, LoadError> {
+        self.load(source, bytes)
+            .await
+            .map(|(component, _)| component)
+    }
+
     /// Builds a fresh store and instantiates `component` in it, without
-    /// calling anything: what the benchmarks time as "instantiation".
+    /// calling anything: what the benchmarks time as "instantiation". Only
+    /// with the `bench-internals` feature.
+    #[cfg(feature = "bench-internals")]
     #[doc(hidden)]
     pub async fn bench_instantiate(&self, component: &LoadedComponent) -> Result<(), String> {
         let spec = SandboxSpec {
@@ -186,7 +216,9 @@ impl Runtime {
     /// Runs the body of `tool` as the pipeline's invoke does, but outside the
     /// pipeline, in mode `none` (no file system, no network) with default
     /// limits: what the benchmarks time as "the body alone". No host that
-    /// runs calls has a reason to call it.
+    /// runs calls has a reason to call it: only with the `bench-internals`
+    /// feature.
+    #[cfg(feature = "bench-internals")]
     #[doc(hidden)]
     pub async fn bench_invoke(
         &self,

@@ -230,6 +230,10 @@ impl<'a> StoreBuilder<'a> {
 
     /// Runs a command program (`toolhost exec`): `args` are passed and
     /// stdout/stderr inherited instead of captured.
+    #[cfg_attr(
+        not(feature = "cli"),
+        allow(dead_code, reason = "only `toolhost exec` runs a command")
+    )]
     pub(crate) fn command(&mut self, args: &'a [String]) -> &mut Self {
         self.command = Some(args);
         self

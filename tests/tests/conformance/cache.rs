@@ -22,7 +22,7 @@ async fn fresh_host(cache: &Path, ws: &Path) -> Host {
 }
 
 fn stats(host: &Host) -> (u64, u64, u64) {
-    let s = host.runtime().cache().stats();
+    let s = host.runtime().cache_stats();
     (
         s.compiles.load(Ordering::Relaxed),
         s.hits.load(Ordering::Relaxed),
@@ -103,7 +103,7 @@ async fn cache_corrupt_entry() {
 }
 
 fn descriptor_stats(host: &Host) -> (u64, u64) {
-    let s = host.runtime().cache().stats();
+    let s = host.runtime().cache_stats();
     (
         s.descriptor_hits.load(Ordering::Relaxed),
         s.corrupt.load(Ordering::Relaxed),

@@ -74,7 +74,10 @@ pub async fn build_error(probe: &str) -> HostError {
     {
         Ok(host) => panic!(
             "{probe} must not load, but the host offers {:?}",
-            host.registry().visible_names(None)
+            host.tools(None)
+                .iter()
+                .map(|t| t.descriptor.name.clone())
+                .collect::<Vec<_>>()
         ),
         Err(e) => e,
     }

@@ -458,3 +458,30 @@ fn concurrent_mcp_calls_of_an_exclusive_tool_never_overlap() {
         "concurrency-safe calls did not overlap over MCP, so the test proves nothing: {control:?}"
     );
 }
+
+/// A host built as the successor of another (a hot reload) shares its
+/// exclusivity gate: calls still running on the old host and calls on the
+/// new one never overlap either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_successor_host_shares_exclusivity_with_its_predecessor() {
+    let ws = tempfile::tempdir().unwrap();
+    let old = std::sync::Arc::new(
+        host_with(probes::DURABILITY_OVERLAP, ws.path(), Limits::default()).await,
+    );
+    let mut b = builder(
+        probes::DURABILITY_OVERLAP,
+        ws.path(),
+        Limits::default(),
+        suite_options(),
+    );
+    b.successor_of(&old);
+    let new = std::sync::Arc::new(b.build().await.unwrap());
+    assert!(std::sync::Arc::ptr_eq(old.log(), new.log()));
+    let (on_old, on_new) = tokio::join!(
+        concurrent_calls(&old, "overlap", 3),
+        concurrent_calls(&new, "overlap", 3)
+    );
+    let all: Vec<_> = on_old.into_iter().chain(on_new).collect();
+    assert_eq!(overlaps(&all), 0, "{all:?}");
+    assert!(all.iter().all(|r| r.is_ok()), "{all:?}");
+}

@@ -1,23 +1,30 @@
 //! Where the log's bytes live: the [`Storage`] trait, the real file ([`FileStorage`]),
-//! and storages for tests that count fsyncs ([`CountingStorage`]), inject faults
-//! ([`FailingStorage`]) or simulate power loss ([`MemStorage`]).
+//! and, with the `test-storage` feature only, storages for tests that count fsyncs
+//! (`CountingStorage`), inject faults (`FailingStorage`) or simulate power loss
+//! (`MemStorage`).
 //!
 //! This module owns the only code that touches the file system, and the private adapter
 //! to redb's `StorageBackend`. It must not interpret the bytes: that is redb's job.
 
 mod adapter;
+#[cfg(feature = "test-storage")]
 mod counting;
+#[cfg(feature = "test-storage")]
 mod failing;
 mod file;
+#[cfg(feature = "test-storage")]
 mod mem;
 
 use std::io;
 use std::path::Path;
 
 pub(crate) use adapter::Backend;
+#[cfg(feature = "test-storage")]
 pub use counting::{CountingStorage, SyncCounter};
+#[cfg(feature = "test-storage")]
 pub use failing::{FailingStorage, FaultHandle, Op};
 pub use file::FileStorage;
+#[cfg(feature = "test-storage")]
 pub use mem::MemStorage;
 
 /// A flat, growable byte store that the log's database lives in.
