@@ -3,7 +3,7 @@
 //! tools, with its stdout/stderr and exit code passed through.
 
 use crate::runtime::{LoadError, Runtime, StoreBuilder, race};
-use crate::sandbox::SandboxSpec;
+pub use crate::sandbox::SandboxSpec;
 use crate::state::Interrupt;
 use toolhost_core::ErrorCode;
 use wasmtime_wasi::I32Exit;

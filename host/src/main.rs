@@ -544,7 +544,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         ..RuntimeOptions::default()
     })
     .map_err(|e| anyhow!("{e}"))?;
-    let spec = toolhost::SandboxSpec {
+    let spec = toolhost::exec::SandboxSpec {
         mode: a.mode,
         workspace,
         limits: Limits {
