@@ -1,0 +1,224 @@
+//! Approvals through the client: [`McpApprover`] turns an `ask` into an
+//! `elicitation/create` form when the client declared the elicitation
+//! capability, and maps the answer fail-closed. It owns no queue: each ask
+//! is one request to the client, awaited with a timeout.
+
+use super::PeerSlot;
+use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
+use crate::state::cut;
+use rmcp::Peer;
+use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+use rmcp::service::RoleServer;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn client_elicits(peer: &Peer<RoleServer>) -> bool {
+    peer.peer_info()
+        .is_some_and(|info| info.capabilities.elicitation.is_some())
+}
+
+/// Asks the MCP client through `elicitation/create` when the client declared
+/// the elicitation capability; otherwise asks the fallback (the configured
+/// `--approver`). The client's answer maps as: accept with `approve: true`
+/// → allowed-once; accept with `approve: false` → rejected; decline →
+/// rejected; cancel (dismissed) → cancelled; an accept without a boolean
+/// `approve`, an error or the timeout → unavailable (fail closed).
+pub struct McpApprover {
+    peer: PeerSlot,
+    fallback: Arc<dyn Approver>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for McpApprover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpApprover")
+            .field("fallback", &self.fallback.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpApprover {
+    /// An approver that asks the client of `peer` (once it has initialized
+    /// and if it elicits), else `fallback`, waiting at most `timeout`.
+    pub(super) fn new(peer: PeerSlot, fallback: Arc<dyn Approver>, timeout: Duration) -> Self {
+        McpApprover {
+            peer,
+            fallback,
+            timeout,
+        }
+    }
+
+    fn client(&self) -> Option<&Peer<RoleServer>> {
+        self.peer.get().filter(|p| client_elicits(p))
+    }
+}
+
+impl Approver for McpApprover {
+    fn name(&self) -> String {
+        match self.client() {
+            Some(_) => "mcp-elicitation".into(),
+            None => self.fallback.name(),
+        }
+    }
+
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        let Some(peer) = self.client().cloned() else {
+            return self.fallback.decide(request);
+        };
+        Box::pin(async move {
+            let params = match elicitation_params(request) {
+                Ok(p) => p,
+                Err(e) => {
+                    return (
+                        ApprovalOutcome::Unavailable,
+                        Some(format!("cannot build the elicitation: {e}")),
+                    );
+                }
+            };
+            match peer
+                .create_elicitation_with_timeout(params, Some(self.timeout))
+                .await
+            {
+                Ok(answer) => map_elicitation(&answer),
+                Err(e) => (
+                    ApprovalOutcome::Unavailable,
+                    Some(format!("the client gave no answer: {e}")),
+                ),
+            }
+        })
+    }
+}
+
+fn elicitation_params(request: &ApprovalRequest) -> Result<ElicitRequestParams, serde_json::Error> {
+    let args = serde_json::to_string(&request.args).unwrap_or_default();
+    let mut message = format!(
+        "toolhost asks for approval.\ntool: {}\nargs: {}\nreason: {}\nmode: {}",
+        request.tool,
+        cut(&args, 2000),
+        request.reason,
+        request.mode
+    );
+    if let Some(j) = &request.justification {
+        message.push_str(&format!("\njustification: {j}"));
+    }
+    message.push_str("\nAllow this call once?");
+    serde_json::from_value(json!({
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "approve": {
+                    "type": "boolean",
+                    "title": "Approve",
+                    "description": format!("Allow this one call of {}", request.tool),
+                }
+            },
+            "required": ["approve"],
+        },
+    }))
+}
+
+fn map_elicitation(answer: &ElicitResult) -> (ApprovalOutcome, Option<String>) {
+    match answer.action {
+        ElicitationAction::Accept => match answer
+            .content
+            .as_ref()
+            .and_then(|c| c.get("approve"))
+            .and_then(Value::as_bool)
+        {
+            Some(true) => (ApprovalOutcome::AllowedOnce, None),
+            Some(false) => (
+                ApprovalOutcome::Rejected,
+                Some("the user answered approve = false".into()),
+            ),
+            None => (
+                ApprovalOutcome::Unavailable,
+                Some("the client accepted without a boolean \"approve\" field".into()),
+            ),
+        },
+        ElicitationAction::Decline => (ApprovalOutcome::Rejected, Some("the user declined".into())),
+        ElicitationAction::Cancel => (
+            ApprovalOutcome::Cancelled,
+            Some("the user dismissed the question".into()),
+        ),
+        _ => (
+            ApprovalOutcome::Unavailable,
+            Some("the client answered with an unknown action".into()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolhost_core::SandboxMode;
+
+    #[test]
+    fn elicitation_answers_map_fail_closed() {
+        let accept = |v: Value| ElicitResult::new(ElicitationAction::Accept).with_content(v);
+        assert_eq!(
+            map_elicitation(&accept(json!({"approve": true}))).0,
+            ApprovalOutcome::AllowedOnce
+        );
+        assert_eq!(
+            map_elicitation(&accept(json!({"approve": false}))).0,
+            ApprovalOutcome::Rejected
+        );
+        assert_eq!(
+            map_elicitation(&accept(json!({"approve": "yes"}))).0,
+            ApprovalOutcome::Unavailable
+        );
+        assert_eq!(
+            map_elicitation(&ElicitResult::new(ElicitationAction::Accept)).0,
+            ApprovalOutcome::Unavailable
+        );
+        assert_eq!(
+            map_elicitation(&ElicitResult::new(ElicitationAction::Decline)).0,
+            ApprovalOutcome::Rejected
+        );
+        assert_eq!(
+            map_elicitation(&ElicitResult::new(ElicitationAction::Cancel)).0,
+            ApprovalOutcome::Cancelled
+        );
+    }
+
+    #[test]
+    fn elicitation_names_tool_args_reason_mode() {
+        let r = ApprovalRequest {
+            approval_id: "a".into(),
+            call_id: "c".into(),
+            tool: "write_file".into(),
+            args: json!({"path": "x.txt"}),
+            reason: "writes need a human".into(),
+            mode: SandboxMode::WorkspaceWrite,
+            justification: None,
+        };
+        let p = elicitation_params(&r);
+        let v = p
+            .ok()
+            .and_then(|p| serde_json::to_value(p).ok())
+            .unwrap_or_default();
+        let msg = v
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        for needle in [
+            "write_file",
+            "x.txt",
+            "writes need a human",
+            "workspace-write",
+        ] {
+            assert!(msg.contains(needle), "{needle} missing from {msg}");
+        }
+        assert_eq!(
+            v.pointer("/requestedSchema/properties/approve/type"),
+            Some(&json!("boolean"))
+        );
+    }
+}

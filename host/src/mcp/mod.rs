@@ -1,0 +1,240 @@
+//! The MCP server (`toolhost serve --mcp`): the Model Context Protocol as a
+//! thin layer over [`Host::call`]. Logs never go to stdout.
+//!
+//! This module holds the public entry points ([`serve`], [`serve_stdio`],
+//! [`ServeOptions`], [`HostFactory`], [`HostParts`], [`to_mcp_result`]) and
+//! composes one session from its parts, one concern each:
+//!
+//! | module | owns |
+//! |---|---|
+//! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation |
+//! | `framing` | the stdio transport: line framing, parse errors, oversized lines |
+//! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
+//! | `progress` | forwarding a call's progress reports as `notifications/progress` |
+//! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
+//!
+//! `protocol`, `approval`, `progress` and `reload` know nothing about the
+//! transport: a second transport (Streamable HTTP) replaces `framing` only.
+
+mod approval;
+mod framing;
+mod progress;
+mod protocol;
+mod reload;
+
+pub use approval::McpApprover;
+pub use protocol::to_mcp_result;
+
+use crate::approval::{Approver, BoxFuture};
+use crate::host::{Host, HostBuilder};
+use crate::runtime::Runtime;
+use framing::Framing;
+use protocol::Server;
+use rmcp::service::RoleServer;
+use rmcp::{Peer, ServiceExt};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use toolhost_core::SandboxMode;
+use toolhost_log::SessionLog;
+
+/// The largest JSON-RPC message (one line) the server reads. Longer lines
+/// are discarded unread and answered with an invalid-request error. Tool
+/// arguments are capped at [`crate::MAX_ARGS_BYTES`] anyway.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+
+/// How often the tools directory is polled by default.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What the server hands the host factory on every (re)build: the approver
+/// to install and, after the first build, the runtime and session log to
+/// share so that a reload neither recompiles the world nor opens a second
+/// log.
+pub struct HostParts {
+    /// The approver to install (an [`McpApprover`]).
+    pub approver: Box<dyn Approver>,
+    /// The runtime of the first host, on rebuilds.
+    pub runtime: Option<Arc<Runtime>>,
+    /// The session log of the first host, on rebuilds.
+    pub log: Option<Arc<SessionLog>>,
+}
+
+impl std::fmt::Debug for HostParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostParts")
+            .field("approver", &self.approver.name())
+            .field("shared", &self.runtime.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostParts {
+    /// Installs the parts into a builder (after the rest of its
+    /// configuration, so the approver replaces the configured one).
+    pub fn apply(self, builder: &mut HostBuilder) {
+        builder.approver(self.approver);
+        if let Some(r) = self.runtime {
+            builder.runtime(r);
+        }
+        if let Some(l) = self.log {
+            builder.session_log(l);
+        }
+    }
+}
+
+/// Builds a host from the server's configuration: called once at start and
+/// again on every change of the tools directory.
+pub type HostFactory =
+    Arc<dyn Fn(HostParts) -> BoxFuture<'static, Result<Host, String>> + Send + Sync>;
+
+/// How the server runs.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// The scope whose tools are listed and called.
+    pub scope: Option<String>,
+    /// The sandbox mode of every call (`None`: the policy's default).
+    pub mode: Option<SandboxMode>,
+    /// A tools directory to watch for hot reload.
+    pub watch: Option<PathBuf>,
+    /// How often to poll `watch`.
+    pub poll_interval: Duration,
+    /// The approver used when the client cannot be asked (no elicitation).
+    pub fallback_approver: Arc<dyn Approver>,
+    /// How long to wait for the client's answer to an elicitation.
+    pub approval_timeout: Duration,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("scope", &self.scope)
+            .field("mode", &self.mode)
+            .field("watch", &self.watch)
+            .field("poll_interval", &self.poll_interval)
+            .field("fallback_approver", &self.fallback_approver.name())
+            .field("approval_timeout", &self.approval_timeout)
+            .finish()
+    }
+}
+
+/// The client of this session, once it has initialized.
+type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
+
+/// Serves MCP on this process's stdin and stdout until the client closes
+/// stdin (or the process gets SIGTERM / Ctrl-C). Builds the first host with
+/// `factory`; an error there is returned (a configuration error).
+pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
+    serve(factory, options, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves MCP on any byte streams (one JSON-RPC message per line).
+pub async fn serve<R, W>(
+    factory: HostFactory,
+    options: ServeOptions,
+    input: R,
+    output: W,
+) -> Result<(), String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let peer: PeerSlot = Arc::new(OnceLock::new());
+    let fallback = options.fallback_approver.clone();
+    let timeout = options.approval_timeout;
+    let approver = move |peer: &PeerSlot| -> Box<dyn Approver> {
+        Box::new(McpApprover::new(peer.clone(), fallback.clone(), timeout))
+    };
+    let first_snapshot = options.watch.as_deref().map(reload::snapshot);
+    let host = factory(HostParts {
+        approver: approver(&peer),
+        runtime: None,
+        log: None,
+    })
+    .await?;
+    let log = host.log().clone();
+    let runtime = host.runtime().clone();
+    let server = Server::new(host, peer.clone(), options.scope.clone(), options.mode);
+
+    // Framing in front of rmcp: garbage gets JSON-RPC errors, not silence.
+    let (framing, pipes) = Framing::start(input, output);
+    let running = match server.clone().serve(pipes).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!("the MCP session ended before it was initialized: {e}");
+            framing.finish().await;
+            return Ok(());
+        }
+    };
+    let _ = peer.set(running.peer().clone());
+
+    let reloader = options.watch.clone().map(|dir| {
+        let server = server.clone();
+        let factory = factory.clone();
+        let make = approver.clone();
+        let peer = peer.clone();
+        let interval = options.poll_interval;
+        let snapshot = first_snapshot.unwrap_or_default();
+        tokio::spawn(async move {
+            reload::watch_tools(
+                dir,
+                interval,
+                snapshot,
+                move || {
+                    let parts = HostParts {
+                        approver: make(&peer),
+                        runtime: Some(runtime.clone()),
+                        log: Some(log.clone()),
+                    };
+                    factory(parts)
+                },
+                server,
+            )
+            .await
+        })
+    });
+
+    let stop = running.cancellation_token();
+    let signals = tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("stopping the MCP server");
+        stop.cancel();
+    });
+    let quit = running.waiting().await;
+    tracing::info!(?quit, "the MCP session ended");
+    signals.abort();
+    if let Some(r) = reloader {
+        r.abort();
+    }
+    framing.finish().await;
+    let host = server.host();
+    let log = host.log().clone();
+    match tokio::task::spawn_blocking(move || log.flush()).await {
+        Ok(Err(e)) => tracing::warn!("the session log could not be flushed: {e}"),
+        Err(e) => tracing::warn!("the session log could not be flushed: {e}"),
+        Ok(Ok(_)) => {}
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,241 @@
+//! The protocol part of the server, independent of the transport: the
+//! [`ServerHandler`] (`initialize`, `tools/list`, `tools/call`) and the
+//! mapping of tools and results to their MCP shapes.
+//!
+//! `tools/list` shows the tools visible in the server's scope; `tools/call`
+//! runs through the whole governed pipeline ([`Host::call`]), and every
+//! refusal or failure is a result with `isError: true` whose text starts
+//! with the stable code (`POLICY_DENIED: ...`), never a protocol error.
+//! `notifications/cancelled` trips the call's [`Interrupt`]; the host waits
+//! for the body to stop and records `CANCELLED`.
+
+use super::PeerSlot;
+use super::progress::progress_forwarder;
+use crate::host::{CallRequest, Host};
+use crate::result::CallResult;
+use crate::state::Interrupt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ServerCapabilities, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use toolhost_core::{SandboxMode, SideEffect};
+
+/// The protocol handler of one session. Clones share the session's state.
+#[derive(Clone)]
+pub(super) struct Server {
+    current: Arc<RwLock<Arc<Host>>>,
+    pub(super) peer: PeerSlot,
+    pub(super) scope: Option<String>,
+    mode: Option<SandboxMode>,
+}
+
+impl Server {
+    /// A handler serving `host`'s tools visible in `scope`, every call in
+    /// `mode`; `peer` is filled in when the client initializes.
+    pub(super) fn new(
+        host: Host,
+        peer: PeerSlot,
+        scope: Option<String>,
+        mode: Option<SandboxMode>,
+    ) -> Server {
+        Server {
+            current: Arc::new(RwLock::new(Arc::new(host))),
+            peer,
+            scope,
+            mode,
+        }
+    }
+
+    /// The current host (a reload may replace it between calls).
+    pub(super) fn host(&self) -> Arc<Host> {
+        match self.current.read() {
+            Ok(h) => h.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the host for calls that start from now on.
+    pub(super) fn swap(&self, host: Host) {
+        let host = Arc::new(host);
+        match self.current.write() {
+            Ok(mut h) => *h = host,
+            Err(poisoned) => *poisoned.into_inner() = host,
+        }
+    }
+}
+
+/// The MCP view of a tool.
+fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
+    let d = &t.descriptor;
+    let input = match &d.input_schema {
+        Value::Object(o) => o.clone(),
+        // `true` (anything goes) as an object schema, which MCP requires.
+        _ => json!({"type": "object"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let mut tool = Tool::new(d.name.clone(), d.description.clone(), Arc::new(input));
+    // MCP output schemas describe `structuredContent`, which is always an
+    // object: other schemas are not advertised.
+    if let Some(Value::Object(o)) = &d.output_schema
+        && o.get("type").and_then(Value::as_str) == Some("object")
+    {
+        tool = tool.with_raw_output_schema(Arc::new(o.clone()));
+    }
+    let mut annotations = ToolAnnotations::default();
+    annotations.read_only_hint = Some(matches!(d.side_effect, SideEffect::None | SideEffect::Read));
+    annotations.destructive_hint = Some(matches!(
+        d.side_effect,
+        SideEffect::Write | SideEffect::External
+    ));
+    annotations.idempotent_hint = Some(d.idempotent);
+    annotations.open_world_hint = Some(d.side_effect == SideEffect::External);
+    tool.with_annotations(annotations)
+}
+
+/// The MCP view of a result: `structuredContent` is the canonical value (ok
+/// results only, and only when it is an object, as MCP requires); `content`
+/// the model content; errors are `isError` with `CODE: message` text.
+pub fn to_mcp_result(r: &CallResult) -> CallToolResult {
+    let mut out = match &r.error {
+        None => {
+            let content = r
+                .content
+                .iter()
+                .map(|c| ContentBlock::text(c.as_text()))
+                .collect();
+            let mut out = CallToolResult::success(content);
+            if r.canonical.is_object() {
+                out.structured_content = Some(r.canonical.clone());
+            }
+            out
+        }
+        Some(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+            "{}: {}",
+            e.code, e.message
+        ))]),
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "toolhost".into(),
+        json!({
+            "call_id": r.call_id,
+            "code": r.error.as_ref().map(|e| e.code),
+            "meta": r.meta,
+            "receipt": r.receipt,
+        }),
+    );
+    out.meta = Some(MetaObject(meta));
+    out
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> InitializeResult {
+        let mut caps = ServerCapabilities::default();
+        caps.tools = Some(json_default_tools_capability());
+        InitializeResult::new(caps)
+            .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "toolhost runs each tool call through a governed pipeline (validation, policy, guards, approval, \
+                 a durable checkpoint, a Wasm sandbox). Refusals come back as isError results whose text starts \
+                 with a stable code such as POLICY_DENIED.",
+            )
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let _ = self.peer.set(context.peer.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let host = self.host();
+        let tools = host
+            .tools(self.scope.as_deref())
+            .into_iter()
+            .map(mcp_tool)
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        // The host this call starts on: a reload swaps in a new one, but
+        // this call finishes on this one.
+        let host = self.host();
+        let args = match request.arguments {
+            Some(o) => Value::Object(o).to_string(),
+            None => "{}".into(),
+        };
+        let interrupt = Interrupt::default();
+        let watcher = {
+            let ct = context.ct.clone();
+            let interrupt = interrupt.clone();
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                interrupt.cancel();
+            })
+        };
+        let (progress, forwarder) = match context.meta.get_progress_token() {
+            Some(token) => {
+                let (sink, task) = progress_forwarder(context.peer.clone(), token);
+                (Some(sink), Some(task))
+            }
+            None => (None, None),
+        };
+        let result = host
+            .call(CallRequest {
+                tool: request.name.to_string(),
+                args,
+                scope: self.scope.clone(),
+                mode: self.mode,
+                interrupt: Some(interrupt),
+                progress,
+                ..CallRequest::default()
+            })
+            .await;
+        watcher.abort();
+        if let Some(task) = forwarder {
+            // The sink was dropped with the call: the forwarder drains the
+            // reports already queued, so they precede the response.
+            let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+        }
+        flush_in_background(&host);
+        Ok(to_mcp_result(&result).into())
+    }
+}
+
+fn json_default_tools_capability() -> rmcp::model::ToolsCapability {
+    let mut t = rmcp::model::ToolsCapability::default();
+    t.list_changed = Some(true);
+    t
+}
+
+/// Result events may ride on the next durable commit; for a long-running
+/// server, commit them soon after the response instead of at exit.
+fn flush_in_background(host: &Arc<Host>) {
+    let log = host.log().clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = log.flush() {
+            tracing::warn!("the session log could not be flushed: {e}");
+        }
+    });
+}

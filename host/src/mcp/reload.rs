@@ -1,0 +1,79 @@
+//! Hot reload of a tools directory: the directory is polled, a changed
+//! tool set is loaded into a new [`Host`] that shares the runtime and the
+//! session log, swapped in, and announced with
+//! `notifications/tools/list_changed`. Calls in flight keep the host they
+//! started on; a directory that fails to load keeps the old host.
+
+use super::protocol::Server;
+use crate::approval::BoxFuture;
+use crate::host::Host;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// What identifies the contents of a tools directory: names, sizes, mtimes.
+pub(super) type Snapshot = Vec<(String, u64, Option<SystemTime>)>;
+
+pub(super) fn snapshot(dir: &Path) -> Snapshot {
+    let mut files: Snapshot = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+            .map(|e| {
+                let meta = e.metadata().ok();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    meta.as_ref().map(|m| m.len()).unwrap_or(0),
+                    meta.and_then(|m| m.modified().ok()),
+                )
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    files
+}
+
+/// Polls `dir`; when its snapshot changed and then stayed the same for one
+/// more poll (so a file being copied is not loaded half-written), rebuilds
+/// the host, swaps it in and tells the client. A failed build keeps the old
+/// host and is logged; the next change retries.
+pub(super) async fn watch_tools<F>(
+    dir: PathBuf,
+    interval: Duration,
+    mut loaded: Snapshot,
+    mut build: F,
+    server: Server,
+) where
+    F: FnMut() -> BoxFuture<'static, Result<Host, String>> + Send,
+{
+    let mut previous = loaded.clone();
+    loop {
+        tokio::time::sleep(interval).await;
+        let now = snapshot(&dir);
+        let stable = now == previous;
+        previous = now.clone();
+        if now == loaded || !stable {
+            continue;
+        }
+        loaded = now;
+        match build().await {
+            Ok(host) => {
+                let names = host
+                    .tools(server.scope.as_deref())
+                    .iter()
+                    .map(|t| t.descriptor.name.clone())
+                    .collect::<Vec<_>>();
+                server.swap(host);
+                tracing::info!(dir = %dir.display(), tools = ?names, "reloaded the tools directory");
+                if let Some(peer) = server.peer.get()
+                    && let Err(e) = peer.notify_tool_list_changed().await
+                {
+                    tracing::warn!("cannot send tools/list_changed: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), "the tools directory changed but cannot be loaded; keeping the previous tools: {e}");
+            }
+        }
+    }
+}
