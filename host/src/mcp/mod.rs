@@ -10,7 +10,7 @@
 //! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation |
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
-//! | `progress` | forwarding a call's progress reports as `notifications/progress` |
+//! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
 //! `protocol`, `approval`, `progress` and `reload` know nothing about the
@@ -23,6 +23,7 @@ mod protocol;
 mod reload;
 
 pub use approval::McpApprover;
+pub use progress::PROGRESS_INTERVAL;
 pub use protocol::to_mcp_result;
 
 use crate::approval::{Approver, BoxFuture};

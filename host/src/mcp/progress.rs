@@ -1,34 +1,220 @@
 //! Progress forwarding: a tool's progress reports become
 //! `notifications/progress` when the `tools/call` request carried a
 //! progress token.
+//!
+//! A guest may report progress as often as it likes, so reports are never
+//! queued: each one replaces the last in a single slot ([`LatestProgress`],
+//! latest wins). One forwarder per call sends what the slot holds, at most
+//! once per [`PROGRESS_INTERVAL`]. When the call ends the forwarder stops,
+//! sends the report still in the slot (if any) and only then lets the call
+//! return, so no progress notification ever follows the response to its
+//! call. A call of `d` seconds sends at most `d / PROGRESS_INTERVAL + 2`
+//! notifications, whatever the guest does.
 
 use crate::state::{Progress, ProgressSink};
 use rmcp::Peer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RoleServer;
-use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-/// A progress sink that queues reports (it runs on the guest's thread and
-/// must not block) and a task that sends them as `notifications/progress`.
-pub(super) fn progress_forwarder(
-    peer: Peer<RoleServer>,
-    token: ProgressToken,
-) -> (ProgressSink, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
-    let task = tokio::spawn(async move {
-        while let Some(p) = rx.recv().await {
-            let mut n = ProgressNotificationParam::new(token.clone(), p.done as f64);
-            n.total = p.total.map(|t| t as f64);
-            n.message = p.message;
-            if let Err(e) = peer.notify_progress(n).await {
-                tracing::debug!("progress notification not sent: {e}");
-                break;
+/// The shortest time between two progress notifications of one call; the
+/// last report of a call is sent when the call ends, even sooner.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The latest progress report of one call: a single slot, not a queue.
+/// Written on the guest's thread (it never blocks for long: the lock is
+/// held only to swap the value), read by the forwarder.
+#[derive(Default)]
+pub(super) struct LatestProgress {
+    latest: Mutex<Option<Progress>>,
+    posted: Notify,
+}
+
+impl LatestProgress {
+    fn slot(&self) -> MutexGuard<'_, Option<Progress>> {
+        // A panic while holding the lock cannot leave a half-written
+        // `Option`: the value is still the latest report or none.
+        match self.latest.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Replaces the unsent report, if any, with `report`.
+    pub(super) fn put(&self, report: Progress) {
+        *self.slot() = Some(report);
+        self.posted.notify_one();
+    }
+
+    /// The latest report not sent yet.
+    pub(super) fn take(&self) -> Option<Progress> {
+        self.slot().take()
+    }
+}
+
+/// Forwards one call's progress to the client; see the module docs.
+pub(super) struct ProgressForwarder {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl ProgressForwarder {
+    /// Starts forwarding to `peer` under `token`; the sink goes into the
+    /// call.
+    pub(super) fn start(
+        peer: Peer<RoleServer>,
+        token: ProgressToken,
+    ) -> (ProgressSink, ProgressForwarder) {
+        let slot = Arc::new(LatestProgress::default());
+        let (stop, stopped) = oneshot::channel();
+        let send = move |p: Progress| {
+            let (peer, token) = (peer.clone(), token.clone());
+            async move {
+                let mut n = ProgressNotificationParam::new(token, p.done as f64);
+                n.total = p.total.map(|t| t as f64);
+                n.message = p.message;
+                peer.notify_progress(n).await.map_err(|e| e.to_string())
+            }
+        };
+        let task = tokio::spawn(forward(slot.clone(), stopped, PROGRESS_INTERVAL, send));
+        let sink: ProgressSink = Arc::new(move |p: &Progress| slot.put(p.clone()));
+        (
+            sink,
+            ProgressForwarder {
+                stop: Some(stop),
+                task,
+            },
+        )
+    }
+
+    /// Ends forwarding: sends the last report not sent yet, then returns.
+    /// After this, nothing more is sent for the call, so the call's
+    /// response follows every notification of it. Not bounded by a timeout
+    /// on purpose: a notification abandoned half-way could still be written
+    /// after the response; a send waits only for the client to read, as the
+    /// response would.
+    pub(super) async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Err(e) = (&mut self.task).await {
+            tracing::debug!("the progress forwarder ended abnormally: {e}");
+        }
+    }
+}
+
+impl Drop for ProgressForwarder {
+    fn drop(&mut self) {
+        // A call dropped without `finish` sends nothing more.
+        self.task.abort();
+    }
+}
+
+/// Sends what `slot` holds through `send`, at most once per `interval`,
+/// until `stop` fires; then sends the slot's last report, if any. Stops
+/// early when a send fails (the client is gone).
+async fn forward<S, F>(
+    slot: Arc<LatestProgress>,
+    mut stop: oneshot::Receiver<()>,
+    interval: Duration,
+    mut send: S,
+) where
+    S: FnMut(Progress) -> F,
+    F: Future<Output = Result<(), String>>,
+{
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            () = slot.posted.notified() => {}
+        }
+        let Some(report) = slot.take() else {
+            continue;
+        };
+        if let Err(e) = send(report).await {
+            tracing::debug!("progress notification not sent: {e}");
+            return;
+        }
+        let next = Instant::now() + interval;
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            () = tokio::time::sleep_until(next) => {}
+        }
+    }
+    // The call is over: its last report goes out now, before the response.
+    if let Some(report) = slot.take()
+        && let Err(e) = send(report).await
+    {
+        tracing::debug!("progress notification not sent: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(done: u64) -> Progress {
+        Progress {
+            done,
+            total: Some(1_000_000),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn the_slot_keeps_only_the_latest_report() {
+        let slot = LatestProgress::default();
+        assert_eq!(slot.take(), None);
+        for done in 1..=1_000_000 {
+            slot.put(report(done));
+        }
+        assert_eq!(slot.take(), Some(report(1_000_000)));
+        assert_eq!(slot.take(), None, "a report is sent once");
+    }
+
+    /// A flood of reports is coalesced and rate-limited, and the last report
+    /// is sent when the call ends.
+    #[tokio::test]
+    async fn a_flood_is_rate_limited_and_ends_with_the_last_report() {
+        let interval = Duration::from_millis(20);
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let slot = Arc::new(LatestProgress::default());
+        let (stop, stopped) = oneshot::channel();
+        let record = sent.clone();
+        let started = Instant::now();
+        let task = tokio::spawn(forward(slot.clone(), stopped, interval, move |p| {
+            if let Ok(mut s) = record.lock() {
+                s.push(p.done);
+            }
+            async { Ok(()) }
+        }));
+        // The guest: reports for a while, yielding now and then so the
+        // forwarder runs (as a guest on another thread would let it).
+        let mut done = 0;
+        while done < 200 || started.elapsed() < interval * 5 {
+            done += 1;
+            slot.put(report(done));
+            if done % 1000 == 0 {
+                tokio::task::yield_now().await;
             }
         }
-    });
-    let sink: ProgressSink = Arc::new(move |p: &Progress| {
-        let _ = tx.send(p.clone());
-    });
-    (sink, task)
+        let _ = stop.send(());
+        task.await.unwrap_or_else(|e| panic!("forwarder: {e}"));
+        let elapsed = started.elapsed();
+        let sent = sent.lock().map(|s| s.clone()).unwrap_or_default();
+        let bound = (elapsed.as_millis() / interval.as_millis()) as usize + 2;
+        assert!(
+            !sent.is_empty() && sent.len() <= bound,
+            "{} notifications for {done} reports in {elapsed:?} (at most {bound})",
+            sent.len()
+        );
+        assert_eq!(sent.last(), Some(&done), "the last report is sent");
+        assert!(sent.windows(2).all(|w| w[0] < w[1]), "{sent:?}");
+    }
 }

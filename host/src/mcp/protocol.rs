@@ -10,7 +10,7 @@
 //! for the body to stop and records `CANCELLED`.
 
 use super::PeerSlot;
-use super::progress::progress_forwarder;
+use super::progress::ProgressForwarder;
 use crate::host::{CallRequest, Host};
 use crate::result::CallResult;
 use crate::state::Interrupt;
@@ -23,7 +23,6 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use toolhost_core::{SandboxMode, SideEffect};
 
 /// The protocol handler of one session. Clones share the session's state.
@@ -196,8 +195,8 @@ impl ServerHandler for Server {
         };
         let (progress, forwarder) = match context.meta.get_progress_token() {
             Some(token) => {
-                let (sink, task) = progress_forwarder(context.peer.clone(), token);
-                (Some(sink), Some(task))
+                let (sink, forwarder) = ProgressForwarder::start(context.peer.clone(), token);
+                (Some(sink), Some(forwarder))
             }
             None => (None, None),
         };
@@ -213,10 +212,9 @@ impl ServerHandler for Server {
             })
             .await;
         watcher.abort();
-        if let Some(task) = forwarder {
-            // The sink was dropped with the call: the forwarder drains the
-            // reports already queued, so they precede the response.
-            let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+        if let Some(forwarder) = forwarder {
+            // The last report goes out before the response, never after.
+            forwarder.finish().await;
         }
         flush_in_background(&host);
         Ok(to_mcp_result(&result).into())

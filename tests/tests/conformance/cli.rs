@@ -1,13 +1,16 @@
 //! The `toolhost` command line end to end (DESIGN.md §6): `run --json`
-//! prints exactly one result object, exit codes 0/1/2, `list --json`, and
-//! `exec` passing a command program's output and exit status through.
+//! prints exactly one result object, exit codes 0/1/2, `list --json`,
+//! `exec` passing a command program's output and exit status through, and
+//! `serve --mcp` with probes in its tools directory (progress floods).
 //!
 //! Needs the binary: `cargo build -p toolhost` first (see `toolhost_bin`).
 
 use crate::common::*;
-use serde_json::Value;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 toolhost_conformance::foreach_cli!(assert_test_exists);
@@ -266,4 +269,177 @@ fn cli_spin() {
         took < Duration::from_secs(30),
         "exec took {took:?} for a 300 ms deadline"
     );
+}
+
+/// `toolhost serve --mcp` over stdio with `tools` as its tools directory
+/// (loaded with the embedded tools), driven one JSON-RPC line at a time.
+struct McpStdio {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    _state: tempfile::TempDir,
+}
+
+impl McpStdio {
+    fn start(ws: &Path, tools: &Path) -> McpStdio {
+        let state = tempfile::tempdir().unwrap();
+        let mut child = toolhost()
+            .args(["serve", "--mcp", "--workspace"])
+            .arg(ws)
+            .arg("--state")
+            .arg(state.path())
+            .arg("--tools")
+            .arg(tools)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Read stdout on a thread of its own, so the server is never held
+        // up by the test.
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut s = McpStdio {
+            child,
+            stdin,
+            lines,
+            _state: state,
+        };
+        s.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "conformance", "version": "0"}}}));
+        let init = s.response(&json!(1), Duration::from_secs(60));
+        assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
+        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn send(&mut self, v: &Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next message, or `None` at the end of stdout.
+    fn next(&mut self, deadline: Instant) -> Option<Value> {
+        match self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            Ok(line) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}")),
+            ),
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => panic!("no message from the server in time"),
+        }
+    }
+
+    /// The response with `id`, skipping everything else.
+    fn response(&mut self, id: &Value, wait: Duration) -> Value {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.next(deadline) {
+                Some(v) if v.get("id") == Some(id) && v.get("method").is_none() => return v,
+                Some(_) => {}
+                None => panic!("the server closed stdout before answering {id}"),
+            }
+        }
+    }
+
+    /// Closes stdin (the server then exits) and returns everything the
+    /// server still wrote.
+    fn close(mut self) -> Vec<Value> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut rest = Vec::new();
+        while let Some(v) = self.next(deadline) {
+            rest.push(v);
+        }
+        rest
+    }
+}
+
+impl Drop for McpStdio {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tools directory holding the component at `probe` as `name.wasm`.
+fn tools_dir(probe: &str, name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(probe, dir.path().join(format!("{name}.wasm"))).unwrap();
+    dir
+}
+
+fn is_progress(v: &Value, token: &str) -> bool {
+    v["method"] == "notifications/progress" && v["params"]["progressToken"] == token
+}
+
+/// A tool that reports progress a million times, called with a progress
+/// token over MCP: the client gets at most one notification per
+/// `PROGRESS_INTERVAL` of the call's wall time (plus the first and the
+/// last), at least one, the last one carrying the final count, and none
+/// after the response.
+#[test]
+fn cli_progress_flood() {
+    const REPORTS: u64 = 1_000_000;
+    let ws = tempfile::tempdir().unwrap();
+    let tools = tools_dir(probes::CLI_PROGRESS_FLOOD, "progress_flood");
+    let mut s = McpStdio::start(ws.path(), tools.path());
+    let started = Instant::now();
+    s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "progress_flood", "arguments": {"reports": REPORTS},
+        "_meta": {"progressToken": "flood"}}}));
+    let deadline = started + Duration::from_secs(120);
+    let mut progress = Vec::new();
+    let response = loop {
+        match s.next(deadline) {
+            Some(v) if v["id"] == 2 && v.get("method").is_none() => break v,
+            Some(v) if is_progress(&v, "flood") => progress.push(v),
+            Some(_) => {}
+            None => panic!("the server closed stdout during the call"),
+        }
+    };
+    // Everything the server sends is seen before the wall time is taken,
+    // so the bound below can only be generous.
+    let wall = started.elapsed();
+    assert_eq!(response["result"]["isError"], false, "{response}");
+    assert_eq!(
+        response["result"]["structuredContent"]["reported"], REPORTS,
+        "{response}"
+    );
+    let later: Vec<Value> = s
+        .close()
+        .into_iter()
+        .filter(|v| is_progress(v, "flood"))
+        .collect();
+    assert!(
+        later.is_empty(),
+        "{} progress notifications came after the response, e.g. {}",
+        later.len(),
+        later[0]
+    );
+    let interval = toolhost::mcp::PROGRESS_INTERVAL;
+    let bound = (wall.as_micros() / interval.as_micros()) as usize + 2;
+    assert!(
+        !progress.is_empty() && progress.len() <= bound,
+        "{} progress notifications for a call of {wall:?} (at most {bound}: one per {interval:?}, plus the last)",
+        progress.len()
+    );
+    let last = &progress[progress.len() - 1]["params"];
+    assert_eq!(last["progress"], REPORTS as f64, "{last}");
+    assert_eq!(last["total"], REPORTS as f64, "{last}");
 }
