@@ -507,7 +507,7 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
         let all: Vec<_> = tools
             .iter()
             .map(|t| {
-                let mut v = serde_json::to_value(&t.descriptor).unwrap_or_default();
+                let mut v = serde_json::to_value(t.descriptor.for_clients()).unwrap_or_default();
                 if let Some(o) = v.as_object_mut() {
                     o.insert("source".into(), t.component.source.clone().into());
                     o.insert("imports".into(), t.component.imports.clone().into());

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use toolhost_core::SandboxMode;
 pub use toolhost_core::SideEffect;
 
+mod schema;
+
 /// The longest tool name.
 pub const MAX_NAME_LEN: usize = 64;
 
@@ -63,6 +65,22 @@ impl Descriptor {
         };
         descriptor.check()?;
         Ok(descriptor)
+    }
+
+    /// This descriptor as clients are shown it (MCP `tools/list`, `toolhost
+    /// list --json`): its schemas keep only the `format`s JSON Schema 2020-12
+    /// defines, a machine integer width (`uint64`, ...) becoming the
+    /// `minimum`/`maximum` it implies. Validation keeps using the tool's own
+    /// schemas.
+    pub fn for_clients(&self) -> Descriptor {
+        Descriptor {
+            input_schema: schema::with_standard_formats(&self.input_schema),
+            output_schema: self
+                .output_schema
+                .as_ref()
+                .map(schema::with_standard_formats),
+            ..self.clone()
+        }
     }
 
     /// What every descriptor must satisfy: a valid name and schemas that

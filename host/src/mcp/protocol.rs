@@ -69,9 +69,11 @@ impl Server {
     }
 }
 
-/// The MCP view of a tool.
+/// The MCP view of a tool. Its schemas are the client view
+/// ([`Descriptor::for_clients`](crate::tool::Descriptor::for_clients)): only
+/// JSON Schema 2020-12 formats.
 fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
-    let d = &t.descriptor;
+    let d = &t.descriptor.for_clients();
     let input = match &d.input_schema {
         Value::Object(o) => o.clone(),
         // `true` (anything goes) as an object schema, which MCP requires.

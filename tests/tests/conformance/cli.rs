@@ -1,7 +1,8 @@
 //! The `toolhost` command line end to end (DESIGN.md §6): `run --json`
 //! prints exactly one result object, exit codes 0/1/2, `list --json`,
 //! `exec` passing a command program's output and exit status through, and
-//! `serve --mcp` with probes in its tools directory (progress floods).
+//! `serve --mcp` with probes in its tools directory (progress floods,
+//! schemas with non-standard formats).
 //!
 //! Needs the binary: `cargo build -p toolhost` first (see `toolhost_bin`).
 
@@ -314,9 +315,11 @@ impl McpStdio {
             lines,
             _state: state,
         };
-        s.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        s.send(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "conformance", "version": "0"}}}));
+            "clientInfo": {"name": "conformance", "version": "0"}}}),
+        );
         let init = s.response(&json!(1), Duration::from_secs(60));
         assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
         s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -400,9 +403,11 @@ fn cli_progress_flood() {
     let tools = tools_dir(probes::CLI_PROGRESS_FLOOD, "progress_flood");
     let mut s = McpStdio::start(ws.path(), tools.path());
     let started = Instant::now();
-    s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "progress_flood", "arguments": {"reports": REPORTS},
-        "_meta": {"progressToken": "flood"}}}));
+        "_meta": {"progressToken": "flood"}}}),
+    );
     let deadline = started + Duration::from_secs(120);
     let mut progress = Vec::new();
     let response = loop {
@@ -442,4 +447,135 @@ fn cli_progress_flood() {
     let last = &progress[progress.len() - 1]["params"];
     assert_eq!(last["progress"], REPORTS as f64, "{last}");
     assert_eq!(last["total"], REPORTS as f64, "{last}");
+}
+
+/// The formats JSON Schema 2020-12 defines.
+const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Every `"format": "<string>"` anywhere in `v` that is not a 2020-12
+/// format, with its JSON pointer.
+fn non_standard_formats(v: &Value, at: &str, found: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, child) in o {
+                let here = format!("{at}/{k}");
+                if let (true, Some(f)) = (k == "format", child.as_str())
+                    && !STANDARD_FORMATS.contains(&f)
+                {
+                    found.push(format!("{here}: {f}"));
+                }
+                non_standard_formats(child, &here, found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                non_standard_formats(child, &format!("{at}/{i}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Schemas handed to clients carry only JSON Schema 2020-12 formats, for
+/// the embedded tools (built with the guest SDK) and for a tool whose own
+/// schemas carry `uint64`, `int32`, `double`, ... at every depth: through
+/// MCP `tools/list` and through `toolhost list --json`. The host still
+/// validates against the tool's own schema.
+#[test]
+fn cli_schema_formats() {
+    let ws = tempfile::tempdir().unwrap();
+    let tools = tools_dir(probes::CLI_SCHEMA_FORMATS, "machine_formats");
+    let mut s = McpStdio::start(ws.path(), tools.path());
+    s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let listed = s.response(&json!(2), Duration::from_secs(60));
+    let listed = listed["result"]["tools"].as_array().unwrap().clone();
+    let mut names: Vec<&str> = listed.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "grep",
+            "list_dir",
+            "machine_formats",
+            "read_file",
+            "sleep",
+            "write_file"
+        ]
+    );
+    let mut found = Vec::new();
+    for t in &listed {
+        non_standard_formats(t, &format!("tools/list {}", t["name"]), &mut found);
+    }
+    assert!(found.is_empty(), "non-standard formats listed: {found:#?}");
+
+    // The widths survive as bounds; standard formats and a property named
+    // `format` stay.
+    let probe = listed
+        .iter()
+        .find(|t| t["name"] == "machine_formats")
+        .unwrap();
+    let props = &probe["inputSchema"]["properties"];
+    assert_eq!(
+        props["count"],
+        json!({"type": "integer", "minimum": 0, "maximum": u64::MAX})
+    );
+    assert_eq!(
+        props["offset"],
+        json!({"type": "integer", "minimum": i32::MIN, "maximum": i32::MAX})
+    );
+    assert_eq!(
+        props["when"],
+        json!({"type": "string", "format": "date-time"})
+    );
+    assert_eq!(props["format"], json!({"type": "string"}));
+    assert_eq!(
+        probe["inputSchema"]["$defs"]["Small"],
+        json!({"type": "integer", "minimum": 0})
+    );
+    assert_eq!(
+        probe["outputSchema"]["properties"]["total"],
+        json!({"type": "integer", "minimum": 0, "maximum": u64::MAX})
+    );
+
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "machine_formats", "arguments": {"count": 3, "ratio": null}}}),
+    );
+    let r = s.response(&json!(3), Duration::from_secs(60));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    drop(s);
+
+    for args in [vec![], vec![tools.path().as_os_str()]] {
+        let out = toolhost()
+            .args(["list", "--json"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(!listed.as_array().unwrap().is_empty());
+        let mut found = Vec::new();
+        non_standard_formats(&listed, "list --json", &mut found);
+        assert!(found.is_empty(), "non-standard formats listed: {found:#?}");
+    }
 }
