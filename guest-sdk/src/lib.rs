@@ -4,7 +4,9 @@
 //! `Deserialize` and `JsonSchema`), a typed output, and a `run` function. The
 //! [`export_tools!`] macro turns one or more tools into the exports of a WASI
 //! component (`toolhost:tool/tool`). The SDK derives the JSON Schemas from the
-//! types, parses the arguments, serialises the output and maps errors.
+//! types ([`schema_for`]: draft 2020-12, only its standard `format`s, integer
+//! widths as `minimum`/`maximum`), parses the arguments, serialises the
+//! output and maps errors.
 //!
 //! ```no_run
 //! use toolhost_guest::{JsonSchema, Deserialize, Serialize, Tool, ToolError, SandboxMode};
@@ -61,8 +63,11 @@ pub mod bindings {
     });
 }
 
+mod schema;
+
 use bindings::exports::toolhost::tool::tool as wit_tool;
 pub use bindings::toolhost::tool::types::{SandboxMode, SideEffect};
+pub use schema::{STANDARD_FORMATS, schema_for};
 pub use schemars::{self, JsonSchema};
 pub use serde::{self, Deserialize, Serialize, de::DeserializeOwned};
 pub use serde_json;
@@ -170,8 +175,8 @@ pub trait Tool {
 /// The descriptor of `T`, as `describe` returns it.
 #[doc(hidden)]
 pub fn descriptor<T: Tool>() -> bindings::toolhost::tool::types::ToolDescriptor {
-    let input = schemars::schema_for!(T::Args);
-    let output = schemars::schema_for!(T::Output);
+    let input = schema_for::<T::Args>();
+    let output = schema_for::<T::Output>();
     bindings::toolhost::tool::types::ToolDescriptor {
         name: T::NAME.to_string(),
         description: T::DESCRIPTION.to_string(),

@@ -579,3 +579,35 @@ fn cli_schema_formats() {
         assert!(found.is_empty(), "non-standard formats listed: {found:#?}");
     }
 }
+
+/// Tools built with the guest SDK declare only 2020-12 formats in their own
+/// schemas (not just in the client view): the embedded tools and the
+/// progress probe, whose `reports: u64` keeps its width as bounds.
+#[tokio::test]
+async fn guest_sdk_declares_only_standard_formats() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut b = toolhost::HostBuilder::new();
+    b.embedded_tools()
+        .tool_file(probes::CLI_PROGRESS_FLOOD)
+        .workspace(ws.path())
+        .runtime_options(suite_options());
+    let host = b.build().await.unwrap();
+    let mut found = Vec::new();
+    for t in host.tools(None) {
+        let d = &t.descriptor;
+        non_standard_formats(&d.input_schema, &format!("{} input", d.name), &mut found);
+        if let Some(o) = &d.output_schema {
+            non_standard_formats(o, &format!("{} output", d.name), &mut found);
+        }
+    }
+    assert!(found.is_empty(), "the SDK emitted: {found:#?}");
+    let flood = host
+        .tools(None)
+        .into_iter()
+        .find(|t| t.descriptor.name == "progress_flood")
+        .unwrap();
+    assert_eq!(
+        flood.descriptor.input_schema["properties"]["reports"],
+        json!({"type": "integer", "minimum": 0, "maximum": u64::MAX})
+    );
+}
