@@ -5,6 +5,12 @@
 //! buffered and answered with an invalid-request error (`-32600`); neither
 //! stops the server. Framing knows nothing about tools: the protocol part
 //! (`protocol`) runs unchanged over any transport rmcp accepts.
+//!
+//! Nothing here grows with the client's input: a line is read into at most
+//! [`MAX_MESSAGE_BYTES`], the pipes to and from rmcp are fixed-size, and at
+//! most [`MAX_PENDING_ERRORS`] error answers wait for stdout. Past that, the
+//! reader stops reading stdin until stdout drains, so a client that floods
+//! garbage without reading the answers is slowed down, not buffered.
 
 use super::MAX_MESSAGE_BYTES;
 use serde_json::json;
@@ -13,6 +19,9 @@ use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
 };
 use tokio::sync::mpsc;
+
+/// The most framing error answers waiting to be written to stdout.
+pub(super) const MAX_PENDING_ERRORS: usize = 64;
 
 /// The stdio framing of one session: two tasks between the byte streams
 /// and the in-memory pipes that rmcp serves on.
@@ -33,7 +42,7 @@ impl Framing {
     {
         let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 16);
         let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
-        let (errors_tx, errors_rx) = mpsc::unbounded_channel::<String>();
+        let (errors_tx, errors_rx) = mpsc::channel::<String>(MAX_PENDING_ERRORS);
         let reader = tokio::spawn(frame_input(input, to_rmcp, errors_tx));
         let writer = tokio::spawn(frame_output(from_rmcp, errors_rx, output));
         (Framing { reader, writer }, (rmcp_in, rmcp_out))
@@ -56,8 +65,9 @@ fn error_line(code: i64, message: &str) -> String {
 /// Reads stdin line by line, at most [`MAX_MESSAGE_BYTES`] per line. JSON
 /// lines go on to rmcp; other lines are answered with a parse error; an
 /// oversized line is skipped without buffering it and answered with an
-/// invalid-request error.
-async fn frame_input<R, W>(input: R, mut to_rmcp: W, errors: mpsc::UnboundedSender<String>)
+/// invalid-request error. Error answers go to `errors`, whose capacity is the
+/// backpressure on stdin.
+async fn frame_input<R, W>(input: R, mut to_rmcp: W, errors: mpsc::Sender<String>)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -97,11 +107,13 @@ where
                 }
             }
             tracing::warn!("discarded a message longer than {MAX_MESSAGE_BYTES} bytes");
-            let _ = errors.send(error_line(
+            let answer = error_line(
                 -32600,
                 &format!("Invalid Request: message longer than {MAX_MESSAGE_BYTES} bytes"),
-            ));
-            if eof {
+            );
+            // Waits while stdout is behind; fails once the writer is gone,
+            // and then nothing can be answered any more.
+            if errors.send(answer).await.is_err() || eof {
                 break;
             }
             continue;
@@ -112,10 +124,10 @@ where
         }
         if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
             tracing::debug!("answered a line that is not JSON with a parse error");
-            let _ = errors.send(error_line(
-                -32700,
-                "Parse error: the message is not valid JSON",
-            ));
+            let answer = error_line(-32700, "Parse error: the message is not valid JSON");
+            if errors.send(answer).await.is_err() {
+                break;
+            }
             continue;
         }
         if to_rmcp.write_all(body).await.is_err()
@@ -139,11 +151,8 @@ fn trim_line(line: &[u8]) -> &[u8] {
 
 /// Writes whole lines to stdout: rmcp's messages and the framing errors,
 /// never interleaved within a line.
-async fn frame_output<R, W>(
-    from_rmcp: R,
-    mut errors: mpsc::UnboundedReceiver<String>,
-    mut output: W,
-) where
+async fn frame_output<R, W>(from_rmcp: R, mut errors: mpsc::Receiver<String>, mut output: W)
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -197,5 +206,38 @@ mod tests {
         assert_eq!(trim_line(b"{}\r\n"), b"{}");
         assert_eq!(trim_line(b"\xEF\xBB\xBF{}\n"), b"{}");
         assert_eq!(trim_line(b"  \n"), b"");
+    }
+
+    /// A flood of garbage is answered line for line, but never more than
+    /// `MAX_PENDING_ERRORS` answers wait for a writer that is behind: the
+    /// reader waits instead of queueing.
+    #[tokio::test]
+    async fn garbage_answers_wait_for_stdout_instead_of_queueing() {
+        const LINES: usize = 10_000;
+        let input = b"not json\n".repeat(LINES);
+        let (errors_tx, mut errors_rx) = mpsc::channel(MAX_PENDING_ERRORS);
+        let reader = tokio::spawn(frame_input(
+            std::io::Cursor::new(input),
+            tokio::io::sink(),
+            errors_tx,
+        ));
+        // Nobody drains the answers yet: the reader fills the channel and
+        // then waits (bounded polling for that state, no sleep).
+        for _ in 0..100_000 {
+            if errors_rx.len() == MAX_PENDING_ERRORS {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(errors_rx.len(), MAX_PENDING_ERRORS);
+        assert!(!reader.is_finished(), "the reader waits for the writer");
+        let mut answered = 0;
+        while let Some(line) = errors_rx.recv().await {
+            assert!(line.contains("-32700"), "{line}");
+            answered += 1;
+            assert!(errors_rx.len() <= MAX_PENDING_ERRORS);
+        }
+        assert_eq!(answered, LINES, "every line is answered, none dropped");
+        assert!(reader.await.is_ok());
     }
 }
