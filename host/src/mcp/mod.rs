@@ -45,6 +45,12 @@ use toolhost_log::SessionLog;
 /// arguments are capped at [`crate::MAX_ARGS_BYTES`] anyway.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
+/// The most `tools/call` requests one session runs at once. A call over
+/// the limit is refused at once (`SANDBOX_UNAVAILABLE`, before the pipeline,
+/// so it is not in the session log): a client cannot make the server hold
+/// any number of waiting calls (on approvals, say).
+pub const MAX_CALLS_IN_FLIGHT: usize = 256;
+
 /// How often the tools directory is polled by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
 

@@ -8,11 +8,17 @@
 //! with the stable code (`POLICY_DENIED: ...`), never a protocol error.
 //! `notifications/cancelled` trips the call's [`Interrupt`]; the host waits
 //! for the body to stop and records `CANCELLED`.
+//!
+//! What a client can make the server hold is bounded: at most
+//! [`MAX_CALLS_IN_FLIGHT`] calls run per session (the next is refused), and
+//! the session-log flushes that follow calls are coalesced (one queued at
+//! most).
 
-use super::PeerSlot;
 use super::progress::ProgressForwarder;
+use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::host::{CallRequest, Host};
 use crate::result::CallResult;
+use crate::runtime::Receipt;
 use crate::state::Interrupt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -22,8 +28,10 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use toolhost_core::{SandboxMode, SideEffect};
+use tokio::sync::Semaphore;
+use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
 
 /// The protocol handler of one session. Clones share the session's state.
 #[derive(Clone)]
@@ -32,6 +40,10 @@ pub(super) struct Server {
     pub(super) peer: PeerSlot,
     pub(super) scope: Option<String>,
     mode: Option<SandboxMode>,
+    /// One permit per `tools/call` in flight.
+    calls: Arc<Semaphore>,
+    /// A session-log flush is queued and has not started yet.
+    flush_queued: Arc<AtomicBool>,
 }
 
 impl Server {
@@ -48,6 +60,8 @@ impl Server {
             peer,
             scope,
             mode,
+            calls: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
+            flush_queued: Arc::default(),
         }
     }
 
@@ -67,6 +81,39 @@ impl Server {
             Err(poisoned) => *poisoned.into_inner() = host,
         }
     }
+
+    /// Result events may ride on the next durable commit; for a
+    /// long-running server, commit them soon after the response instead of
+    /// at exit. At most one flush waits while another runs: it starts after
+    /// every result committed so far, so a burst of calls needs one flush,
+    /// not one each in the blocking pool's queue.
+    fn flush_soon(&self, host: &Host) {
+        if self.flush_queued.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let queued = self.flush_queued.clone();
+        let log = host.log().clone();
+        tokio::task::spawn_blocking(move || {
+            queued.store(false, Ordering::SeqCst);
+            if let Err(e) = log.flush() {
+                tracing::warn!("the session log could not be flushed: {e}");
+            }
+        });
+    }
+}
+
+/// The answer to a `tools/call` over [`MAX_CALLS_IN_FLIGHT`]: refused before
+/// the pipeline (so it has no call id and is not in the session log).
+fn too_many_calls(tool: &str) -> CallResult {
+    CallResult::error(
+        String::new(),
+        tool.to_string(),
+        ErrorCode::SandboxUnavailable,
+        format!(
+            "this session already runs {MAX_CALLS_IN_FLIGHT} calls; retry when one has finished"
+        ),
+        Receipt::default(),
+    )
 }
 
 /// The MCP view of a tool. Its schemas are the client view
@@ -179,6 +226,12 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // A client could otherwise keep any number of calls waiting (on an
+        // approval, say), each holding its arguments and a task.
+        let Ok(_in_flight) = self.calls.clone().try_acquire_owned() else {
+            tracing::warn!("refused a call: {MAX_CALLS_IN_FLIGHT} calls already in flight");
+            return Ok(to_mcp_result(&too_many_calls(&request.name)).into());
+        };
         // The host this call starts on: a reload swaps in a new one, but
         // this call finishes on this one.
         let host = self.host();
@@ -218,7 +271,7 @@ impl ServerHandler for Server {
             // The last report goes out before the response, never after.
             forwarder.finish().await;
         }
-        flush_in_background(&host);
+        self.flush_soon(&host);
         Ok(to_mcp_result(&result).into())
     }
 }
@@ -227,15 +280,4 @@ fn json_default_tools_capability() -> rmcp::model::ToolsCapability {
     let mut t = rmcp::model::ToolsCapability::default();
     t.list_changed = Some(true);
     t
-}
-
-/// Result events may ride on the next durable commit; for a long-running
-/// server, commit them soon after the response instead of at exit.
-fn flush_in_background(host: &Arc<Host>) {
-    let log = host.log().clone();
-    tokio::task::spawn_blocking(move || {
-        if let Err(e) = log.flush() {
-            tracing::warn!("the session log could not be flushed: {e}");
-        }
-    });
 }

@@ -18,6 +18,12 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[], json!({}))
+    }
+
+    /// A server with `extra` arguments, initialized by a client that
+    /// declares `capabilities`.
+    fn start_with(extra: &[&str], capabilities: Value) -> Server {
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
         let mut child = Command::new(crate::support::bin())
@@ -25,6 +31,7 @@ impl Server {
             .arg(ws.path())
             .arg("--state")
             .arg(state.path())
+            .args(extra)
             .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
             .env("TOOLHOST_LOG", "debug")
             .stdin(Stdio::piped())
@@ -50,7 +57,7 @@ impl Server {
             _dirs: (ws, state),
         };
         s.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "garbage-test", "version": "0"}}}));
+            "protocolVersion": "2025-06-18", "capabilities": capabilities, "clientInfo": {"name": "garbage-test", "version": "0"}}}));
         let init = s.response(&json!(1));
         assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
         s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -102,6 +109,19 @@ impl Server {
             out.push(v);
         }
         out
+    }
+
+    /// The first message that satisfies `pred`, skipping others.
+    fn drain_until(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Some(v) = self.next(Duration::from_millis(200))
+                && pred(&v)
+            {
+                return v;
+            }
+        }
+        panic!("no such message in time");
     }
 
     fn assert_alive(&mut self, id: i64) {
@@ -217,4 +237,59 @@ fn tool_refusals_are_results_not_protocol_errors() {
             .starts_with("UNKNOWN_TOOL: "),
         "{r}"
     );
+}
+
+/// A client cannot make the server hold any number of calls: with
+/// `MAX_CALLS_IN_FLIGHT` calls waiting on approvals the client never gives,
+/// one more call is refused at once (a result, not a protocol error), and a
+/// call is admitted again as soon as one has finished.
+#[test]
+fn calls_in_flight_are_bounded() {
+    const ASK_WRITES: &str = "version = 1\nmode = \"workspace-write\"\n\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, ASK_WRITES).unwrap();
+    let policy = policy.display().to_string();
+    let mut s = Server::start_with(
+        &["--policy", &policy, "--approval-timeout", "600"],
+        json!({"elicitation": {}}),
+    );
+    let limit = toolhost::mcp::MAX_CALLS_IN_FLIGHT;
+    let call = |id: usize| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "write_file", "arguments": {"path": format!("f{id}.txt"), "content": "x"}}})
+    };
+    for id in 1000..1000 + limit + 1 {
+        s.send(&call(id));
+    }
+    // Every admitted call asks the client; exactly one call is refused.
+    let (mut asks, mut refused) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while (asks.len() < limit || refused.is_empty()) && Instant::now() < deadline {
+        let Some(v) = s.next(Duration::from_millis(500)) else {
+            continue;
+        };
+        if v["method"] == "elicitation/create" {
+            asks.push(v["id"].clone());
+        } else if v.get("result").is_some() {
+            refused.push(v);
+        }
+    }
+    assert_eq!(asks.len(), limit, "every admitted call asks");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    let r = &refused[0]["result"];
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("SANDBOX_UNAVAILABLE: ")),
+        "{r}"
+    );
+    // Decline one ask: its call ends, and a new call gets in (and asks).
+    s.send(&json!({"jsonrpc": "2.0", "id": asks[0], "result": {"action": "decline"}}));
+    let declined = s.drain_until(|v| v.get("result").is_some());
+    assert_eq!(declined["result"]["isError"], true, "{declined}");
+    s.send(&call(5000));
+    let asked = s.drain_until(|v| v["method"] == "elicitation/create" || v["id"] == 5000);
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
 }
