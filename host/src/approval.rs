@@ -181,8 +181,9 @@ fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
             Some("cannot write to the terminal".into()),
         );
     }
+    // An answer is a word: read at most a short line, however much is typed.
     let mut line = String::new();
-    let mut reader = std::io::BufReader::new(tty);
+    let mut reader = std::io::BufReader::new(std::io::Read::take(tty, MAX_TTY_ANSWER));
     match reader.read_line(&mut line) {
         Ok(0) => (ApprovalOutcome::Cancelled, Some("end of input".into())),
         Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
@@ -215,6 +216,9 @@ pub struct CommandApprover {
     /// How long it may take.
     pub timeout: Duration,
 }
+
+/// The most bytes read as the answer at the terminal.
+const MAX_TTY_ANSWER: u64 = 1024;
 
 /// The most bytes read from an approver program's stdout.
 const MAX_APPROVER_OUTPUT: usize = 64 * 1024;
