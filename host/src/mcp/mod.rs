@@ -7,14 +7,22 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation |
-//! | `framing` | the stdio transport: line framing, parse errors, oversized lines |
+//! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
+//! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
 //! `protocol`, `approval`, `progress` and `reload` know nothing about the
-//! transport: a second transport (Streamable HTTP) replaces `framing` only.
+//! transport: a second transport (Streamable HTTP) replaces `framing`. One
+//! limit to lift then: the approver is installed in the host and asks the
+//! client of the one session it was built for ([`HostParts`]), so a
+//! transport with several sessions per host must route each ask to the
+//! session of its call.
+//!
+//! Nothing a guest or a client feeds the server is queued without bound:
+//! progress is one slot per call, framing answers wait for stdout, calls in
+//! flight are capped, and log flushes after calls are coalesced.
 
 mod approval;
 mod framing;
