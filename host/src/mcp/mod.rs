@@ -65,7 +65,9 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// What the server hands the host factory on every (re)build: the approver
 /// to install and, after the first build, the runtime and session log to
 /// share so that a reload neither recompiles the world nor opens a second
-/// log.
+/// log, and the host being replaced, whose exclusivity gate the new host
+/// shares (calls in flight on the old host and calls on the new one still
+/// exclude each other).
 pub struct HostParts {
     /// The approver to install (an [`McpApprover`]).
     pub approver: Box<dyn Approver>,
@@ -73,6 +75,8 @@ pub struct HostParts {
     pub runtime: Option<Arc<Runtime>>,
     /// The session log of the first host, on rebuilds.
     pub log: Option<Arc<SessionLog>>,
+    /// The host being replaced, on rebuilds.
+    replaces: Option<Arc<Host>>,
 }
 
 impl std::fmt::Debug for HostParts {
@@ -89,6 +93,9 @@ impl HostParts {
     /// configuration, so the approver replaces the configured one).
     pub fn apply(self, builder: &mut HostBuilder) {
         builder.approver(self.approver);
+        if let Some(previous) = self.replaces {
+            builder.successor_of(&previous);
+        }
         if let Some(r) = self.runtime {
             builder.runtime(r);
         }
@@ -165,6 +172,7 @@ where
         approver: approver(&peer),
         runtime: None,
         log: None,
+        replaces: None,
     })
     .await?;
     let log = host.log().clone();
@@ -185,6 +193,7 @@ where
 
     let reloader = options.watch.clone().map(|dir| {
         let server = server.clone();
+        let current = server.clone();
         let factory = factory.clone();
         let make = approver.clone();
         let peer = peer.clone();
@@ -200,6 +209,7 @@ where
                         approver: make(&peer),
                         runtime: Some(runtime.clone()),
                         log: Some(log.clone()),
+                        replaces: Some(current.host()),
                     };
                     factory(parts)
                 },
