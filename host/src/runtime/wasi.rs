@@ -10,6 +10,7 @@
 use crate::output::CapturedOutput;
 use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use toolhost_core::SandboxMode;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
@@ -21,6 +22,27 @@ pub(crate) struct Built {
     pub scratch: Option<tempfile::TempDir>,
     /// Capability attempts the host refused and could observe.
     pub denied: Arc<Mutex<Vec<String>>>,
+}
+
+/// The most denied capability attempts a call's receipt lists; one more
+/// line counts the rest. A guest that retries a refused connection in a
+/// loop must not grow the receipt, or the session log that records it.
+pub(crate) const MAX_DENIED_LISTED: usize = 32;
+
+/// Records a denied `attempt`: listed while fewer than
+/// [`MAX_DENIED_LISTED`] are, otherwise counted in `unlisted` and in the
+/// list's last line.
+fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, attempt: String) {
+    if denied.len() < MAX_DENIED_LISTED {
+        denied.push(attempt);
+        return;
+    }
+    let n = unlisted.fetch_add(1, Ordering::Relaxed) + 1;
+    let summary = format!("... and {n} more denied attempts, not listed");
+    match denied.get_mut(MAX_DENIED_LISTED) {
+        Some(last) => *last = summary,
+        None => denied.push(summary),
+    }
 }
 
 /// Builds the WASI context of one call: preopens for `spec.mode`, stdout and
@@ -63,9 +85,10 @@ pub(crate) fn build_wasi(
         .allow_udp(true)
         .allow_ip_name_lookup(false);
     let seen = denied.clone();
+    let unlisted = Arc::new(AtomicU64::new(0));
     b.socket_addr_check(move |addr, addr_use| {
         if let Ok(mut d) = seen.lock() {
-            d.push(format!("network: {addr_use:?} {addr}"));
+            record_denied(&mut d, &unlisted, format!("network: {addr_use:?} {addr}"));
         }
         Box::pin(async { false })
     });
@@ -134,4 +157,31 @@ fn preopen(
             path: host.to_path_buf(),
             detail: e.to_string(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_attempts_are_listed_up_to_a_cap_and_then_counted() {
+        let mut denied = Vec::new();
+        let unlisted = AtomicU64::new(0);
+        for i in 0..100_000 {
+            record_denied(
+                &mut denied,
+                &unlisted,
+                format!("network: Connect 10.0.0.1:{i}"),
+            );
+        }
+        assert_eq!(denied.len(), MAX_DENIED_LISTED + 1);
+        assert_eq!(denied[0], "network: Connect 10.0.0.1:0");
+        assert_eq!(
+            denied[MAX_DENIED_LISTED],
+            format!(
+                "... and {} more denied attempts, not listed",
+                100_000 - MAX_DENIED_LISTED
+            )
+        );
+    }
 }
