@@ -11,8 +11,8 @@
 //! The checked component is untrusted: it never chooses its own grants.
 //! Every call it gets here runs in a throwaway workspace (a temporary
 //! directory, never the user's workspace or the host root), in its declared
-//! minimum mode but never wider than [`WIDEST_CHECK_MODE`], with no network
-//! and a short deadline ([`CHECK_DEADLINE`]). A tool whose minimum mode is
+//! minimum mode but never wider than [`WIDEST_CHECK_MODE`](crate::conformance::WIDEST_CHECK_MODE), with no network
+//! and a short deadline ([`CHECK_DEADLINE`](crate::conformance::CHECK_DEADLINE)). A tool whose minimum mode is
 //! wider gets a warning row instead of running its examples.
 
 use crate::host::{CallRequest, HostBuilder};
