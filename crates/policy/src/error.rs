@@ -34,6 +34,16 @@ impl PolicyError {
         }
     }
 
+    /// An error already located by line and column (1-based).
+    pub(crate) fn located(origin: &str, line: usize, col: usize, message: String) -> Self {
+        PolicyError {
+            origin: origin.to_string(),
+            line,
+            col,
+            message,
+        }
+    }
+
     /// The 1-based line of the offending item.
     pub fn line(&self) -> usize {
         self.line

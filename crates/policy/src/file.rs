@@ -28,6 +28,13 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     pub(crate) guards: Vec<Spanned<RawGuard>>,
     pub(crate) post_execute: Option<Spanned<RawPostExecute>>,
+    /// `[network]`: read and validated by `toolhost_egress`, which locates
+    /// its own errors; accepted here so that the key is not unknown.
+    #[serde(rename = "network")]
+    pub(crate) _network: Option<toml::Value>,
+    /// `[[credentials]]`: as `[network]`.
+    #[serde(rename = "credentials")]
+    pub(crate) _credentials: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]

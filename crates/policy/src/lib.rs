@@ -44,3 +44,6 @@ pub use preset::Preset;
 pub use rule::{Rule, RuleOrigin, RuleRef};
 pub use side_effect::SideEffect;
 pub use toolhost_core::SandboxMode;
+/// The network part of a policy (`[network]`, `[[credentials]]`): see
+/// [`Policy::network`].
+pub use toolhost_egress as egress;

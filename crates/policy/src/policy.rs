@@ -12,6 +12,7 @@ use crate::post_execute::PostExecuteRules;
 use crate::preset::Preset;
 use crate::rule::{Rule, RuleRef};
 use toolhost_core::SandboxMode;
+use toolhost_egress::NetworkPolicy;
 
 /// A policy: pre-execute rules, guards and post-execute rules.
 ///
@@ -54,7 +55,25 @@ use toolhost_core::SandboxMode;
 /// redact = ["sk-[A-Za-z0-9]{20,}"]      # matches in content become "[REDACTED]"
 /// max_content_chars = 20000
 /// block_matching = "BEGIN PRIVATE KEY"  # blocks when content or canonical matches
+///
+/// [network]                    # optional; without it no call reaches the network
+/// allow = ["https://api.example.com", { url = "http://127.0.0.1:8080", methods = ["GET"] }]
+/// ask = ["https://*.github.com"]        # needs an approval per call (see the host's docs)
+/// max_requests = 32                     # per call
+/// max_response_bytes = 8388608          # per call, response bodies summed
+/// request_timeout_ms = 30000            # per request, inside the call's deadline
+/// ca_file = "/etc/toolhost/private-ca.pem"   # extra trusted roots for https
+///
+/// [[credentials]]              # attached by the host; the tool never sees it
+/// host = "api.example.com"
+/// header = "Authorization"
+/// value_env = "EXAMPLE_TOKEN"  # or value_file = "/run/secrets/token"
+/// prefix = "Bearer "
 /// ```
+///
+/// `[network]` and `[[credentials]]` are read by
+/// [`toolhost_egress::NetworkPolicy::from_toml`] (see its docs for every
+/// key); their errors name the item and its line like the others.
 ///
 /// Unknown keys, unknown names, empty tool patterns, invalid globs or
 /// regexes, malformed pointers and failing examples are errors that name the
@@ -71,6 +90,7 @@ pub struct Policy {
     rules: Vec<Rule>,
     guards: Vec<PolicyGuard>,
     post_execute: PostExecuteRules,
+    network: NetworkPolicy,
 }
 
 impl Default for Policy {
@@ -80,7 +100,8 @@ impl Default for Policy {
     /// * `default = "allow"`: calls run, but only inside the sandbox below;
     /// * `approval = "ask"`;
     /// * `mode = "read-only"`: the workspace is visible read-only;
-    /// * no preset, no rules, no guards, no post-execute rules.
+    /// * no preset, no rules, no guards, no post-execute rules;
+    /// * no network grant.
     fn default() -> Self {
         Policy {
             preset: None,
@@ -90,6 +111,7 @@ impl Default for Policy {
             rules: Vec::new(),
             guards: Vec::new(),
             post_execute: PostExecuteRules::default(),
+            network: NetworkPolicy::default(),
         }
     }
 }
@@ -98,7 +120,26 @@ impl Policy {
     /// Parses and validates a policy file. `origin` names it in errors
     /// (usually its path). The file is accepted whole or rejected whole.
     pub fn from_toml(src: &str, origin: &str) -> Result<Policy, PolicyError> {
-        crate::load::load(src).map_err(|e| PolicyError::at(src, origin, e.span.start, e.message))
+        let policy = crate::load::load(src)
+            .map_err(|e| PolicyError::at(src, origin, e.span.start, e.message))?;
+        let network = NetworkPolicy::from_toml(src, origin).map_err(|e| {
+            PolicyError::located(origin, e.line(), e.column(), e.message().to_string())
+        })?;
+        Ok(policy.with_network(network))
+    }
+
+    /// This policy with `network` as its network grants, limits and
+    /// credentials (replacing the file's `[network]` and `[[credentials]]`).
+    pub fn with_network(mut self, network: NetworkPolicy) -> Policy {
+        self.network = network;
+        self
+    }
+
+    /// The network grants, limits and credential specs (`[network]` and
+    /// `[[credentials]]`). The default grants nothing: no sandbox mode
+    /// implies any network access.
+    pub fn network(&self) -> &NetworkPolicy {
+        &self.network
     }
 
     pub(crate) fn from_parts(
@@ -118,6 +159,7 @@ impl Policy {
             rules,
             guards,
             post_execute,
+            network: NetworkPolicy::default(),
         }
     }
 

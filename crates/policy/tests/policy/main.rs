@@ -7,6 +7,7 @@ mod evaluate;
 mod examples;
 mod guards;
 mod load_errors;
+mod network;
 mod post_execute;
 mod presets;
 
