@@ -9,6 +9,7 @@ const TOOLS: &[&str] = &[
     "tool-list_dir",
     "tool-grep",
     "tool-sleep",
+    "tool-http_fetch",
 ];
 /// Built with the tools but not embedded: the benchmarks load it by path.
 const BENCH_GUEST: &str = "toolhost-bench-guest";

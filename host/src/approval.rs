@@ -31,6 +31,11 @@ pub struct ApprovalRequest {
     /// For an escalation: the justification given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub justification: Option<String>,
+    /// The network grants this approval unlocks for this call (the
+    /// policy's `ask` grants, canonical: `https://*.github.com:443`); empty
+    /// when it unlocks none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<String>,
 }
 
 /// An approver's decision.

@@ -34,6 +34,7 @@ mod approval;
 mod bindings;
 mod cache;
 mod crashpoint;
+mod egress;
 mod embedded;
 mod hooks;
 mod host;
@@ -51,6 +52,7 @@ pub use crate::approval::{
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
 pub use crate::cache::{CacheStats, default_cache_dir};
+pub use crate::egress::{NetworkGrant, SharedResolver};
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;

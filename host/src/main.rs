@@ -553,6 +553,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             max_memory: a.memory_mb << 20,
             ..Limits::default()
         },
+        network: Default::default(),
     };
     let mut argv = vec![
         a.program

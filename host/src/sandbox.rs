@@ -7,6 +7,7 @@
 //! `runtime::wasi`, the one place with ambient authority) and a store that
 //! holds every limit (`runtime::store`).
 
+use crate::egress::NetworkGrant;
 use std::path::PathBuf;
 use std::time::Duration;
 use toolhost_core::SandboxMode;
@@ -65,6 +66,9 @@ pub struct SandboxSpec {
     pub workspace: PathBuf,
     /// Limits.
     pub limits: Limits,
+    /// What the call may reach on the network (nothing by default; no mode
+    /// implies any).
+    pub network: NetworkGrant,
 }
 
 /// Errors that make a sandbox impossible to enforce.

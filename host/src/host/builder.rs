@@ -6,6 +6,7 @@
 use super::gate::Gate;
 use super::{Host, HostError};
 use crate::approval::{Approver, NoApprover};
+use crate::egress::{Egress, SharedResolver};
 use crate::hooks::{Observer, PostExecuteHook};
 use crate::record::Recorder;
 use crate::registry::{RegisteredTool, Registry, ScopeSpec};
@@ -47,6 +48,7 @@ pub struct HostBuilder {
     runtime: Option<Arc<Runtime>>,
     runtime_options: RuntimeOptions,
     gate: Option<Arc<Gate>>,
+    resolver: Option<SharedResolver>,
     /// Set by the first successful or failed `build`: the configuration
     /// has been moved out, and a second build would silently lose it.
     built: bool,
@@ -76,6 +78,7 @@ impl HostBuilder {
             runtime: None,
             runtime_options: RuntimeOptions::default(),
             gate: None,
+            resolver: None,
             built: false,
         }
     }
@@ -186,6 +189,15 @@ impl HostBuilder {
         self
     }
 
+    /// Resolves the host names of network requests with `resolver` instead
+    /// of the system's (for tests: map names to any address without
+    /// touching the machine's files). Every address it returns is still
+    /// checked.
+    pub fn resolver(&mut self, resolver: SharedResolver) -> &mut Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
     /// Builds the host as the successor of `previous` (a reload with a new
     /// tool set): it shares `previous`'s runtime (engine and compile cache),
     /// session log and exclusivity gate, so that calls still in flight on
@@ -221,6 +233,15 @@ impl HostBuilder {
         let workspace = workspace
             .canonicalize()
             .map_err(|_| HostError::Workspace(workspace.clone()))?;
+        // Network grants: secrets and CA roots are read now, so that a
+        // missing one stops the host instead of failing a call later.
+        let network = self.policy.network();
+        let egress = if network.is_enabled() {
+            let egress = Egress::load(network, self.resolver.take()).map_err(HostError::Network)?;
+            Some(Arc::new(egress))
+        } else {
+            None
+        };
         let runtime = match self.runtime.take() {
             Some(r) => r,
             None => Arc::new(Runtime::new(self.runtime_options.clone())?),
@@ -298,6 +319,7 @@ impl HostBuilder {
             session: session_id(),
             next_call: AtomicU64::new(1),
             gate: self.gate.take().unwrap_or_default(),
+            egress,
         })
     }
 }

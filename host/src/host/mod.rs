@@ -133,6 +133,10 @@ pub enum HostError {
     /// The state directory would be writable by tools.
     #[error("{0}")]
     UnsafeState(String),
+    /// The policy's network section could not be loaded (a credential's
+    /// variable or file, the CA file).
+    #[error("network: {0}")]
+    Network(String),
     /// `build` was called a second time on the same builder.
     #[error(
         "this HostBuilder already built a host and its configuration moved into it; use a new builder"
@@ -155,6 +159,9 @@ pub struct Host {
     pub(crate) session: String,
     pub(crate) next_call: AtomicU64,
     pub(crate) gate: Arc<gate::Gate>,
+    /// The policy's network grants, loaded (credentials read, TLS roots);
+    /// `None` when the policy grants no network.
+    pub(crate) egress: Option<Arc<crate::egress::Egress>>,
 }
 
 impl std::fmt::Debug for Host {

@@ -10,6 +10,7 @@
 
 use super::{CallRequest, Host};
 use crate::approval::{ApprovalOutcome, ApprovalRequest};
+use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
 use crate::registry::RegisteredTool;
 use crate::result::CallResult;
@@ -21,7 +22,7 @@ use futures::FutureExt;
 use serde_json::json;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
-use toolhost_core::{ErrorCode, SandboxMode};
+use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
 use toolhost_log::EventKind;
 use toolhost_policy::{ApprovalSetting, CallFacts, Decision, PostVerdict};
 
@@ -37,6 +38,8 @@ pub(crate) struct Admitted<'h> {
     pub mode: SandboxMode,
     pub interrupt: Interrupt,
     pub progress: Option<crate::state::ProgressSink>,
+    /// What the call may reach on the network.
+    pub network: NetworkGrant,
 }
 
 type Refusal = (ErrorCode, String);
@@ -158,7 +161,25 @@ impl Host {
             ));
         }
 
-        // 5. approval: for `ask`, and for every escalation.
+        // Network `ask` grants are approved per call, before the body: a
+        // call of a tool whose side effect is `external` asks once, naming
+        // every `ask` grant; `allowed-once` unlocks them for this call only.
+        // Other tools, and every tool under `approval = "never"`, run with
+        // the `allow` grants alone: a request an `ask` grant covers is then
+        // refused inside the guest (`HTTP-request-denied`, recorded as
+        // `approval_required`). Nobody is asked in the middle of a body.
+        let ask_network: Vec<String> = match &self.egress {
+            Some(egress)
+                if tool.descriptor.side_effect == SideEffect::External
+                    && self.policy.approval() != ApprovalSetting::Never =>
+            {
+                egress.policy.ask().iter().map(|g| g.canonical()).collect()
+            }
+            _ => Vec::new(),
+        };
+
+        // 5. approval: for `ask`, for every escalation, and for network
+        // `ask` grants.
         let reason = match (&ask_reason, &req.escalation) {
             (Some(r), Some(e)) => Some(format!(
                 "{r}; escalation to {}: {}",
@@ -170,6 +191,17 @@ impl Host {
                 e.mode, e.justification
             )),
             (None, None) => None,
+        };
+        let reason = match (reason, ask_network.is_empty()) {
+            (reason, true) => reason,
+            (None, false) => Some(format!(
+                "the call may reach these network grants only if approved: {}",
+                ask_network.join(", ")
+            )),
+            (Some(r), false) => Some(format!(
+                "{r}; the call may reach these network grants only if approved: {}",
+                ask_network.join(", ")
+            )),
         };
         // Nobody is asked about a call that is already cancelled.
         let interrupt = req.interrupt.unwrap_or_default();
@@ -188,6 +220,7 @@ impl Host {
                 reason,
                 mode,
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
+                network: ask_network.clone(),
             };
             self.approve(request, &interrupt).await?;
         }
@@ -205,6 +238,9 @@ impl Host {
             mode,
             interrupt,
             progress: req.progress,
+            // Reaching this point with `ask` grants named means the
+            // approval above returned `allowed-once`.
+            network: NetworkGrant::new(self.egress.clone(), !ask_network.is_empty()),
         })
     }
 
@@ -346,6 +382,7 @@ impl Host {
             mode: a.mode,
             workspace: self.workspace.clone(),
             limits: self.limits.clone(),
+            network: a.network.clone(),
         };
         crate::crashpoint::announce("during-body");
         let (outcome, receipt) = self
@@ -439,7 +476,13 @@ impl Host {
     }
 
     /// Phase 9: commit the result to the log, then show it to observers.
-    pub(crate) fn commit(&self, result: CallResult) -> CallResult {
+    /// Every secret of the policy's credentials is redacted from the result
+    /// first (a server may echo a credential back, and the tool may pass
+    /// it on): it is never recorded, observed or shown.
+    pub(crate) fn commit(&self, mut result: CallResult) -> CallResult {
+        if let Some(egress) = &self.egress {
+            redact_secrets(&mut result, &egress.credentials);
+        }
         if let Err(e) = self.recorder.result(&result) {
             // The body has run; the result stays unrecorded and recovery will
             // report the call as TOOL_OUTCOME_UNKNOWN. Say so.
@@ -517,5 +560,64 @@ pub(crate) fn aborted(a: &Admitted<'_>, error: &str) -> CallResult {
 }
 
 fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
-    json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 })
+    let mut intent = json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 });
+    let reachable = a.network.reachable();
+    if !reachable.is_empty()
+        && let Some(o) = intent.as_object_mut()
+    {
+        // What the call may reach (grants, never credentials).
+        o.insert("network".into(), json!(reachable));
+    }
+    intent
+}
+
+/// Replaces every loaded secret in what a result carries (content,
+/// canonical, meta, the error message, the receipt's logs and records)
+/// with [`REDACTED`](toolhost_policy::REDACTED).
+fn redact_secrets(result: &mut CallResult, credentials: &toolhost_policy::egress::Credentials) {
+    if credentials.iter().next().is_none() {
+        return;
+    }
+    let fix = |s: &mut String| {
+        if let std::borrow::Cow::Owned(r) = credentials.redact(s, toolhost_policy::REDACTED) {
+            *s = r;
+        }
+    };
+    for item in &mut result.content {
+        let ContentItem::Text { text } = item;
+        fix(text);
+    }
+    redact_json(&mut result.canonical, &fix);
+    redact_json(&mut result.meta, &fix);
+    if let Some(e) = &mut result.error {
+        fix(&mut e.message);
+    }
+    for log in &mut result.receipt.logs {
+        fix(&mut log.message);
+        if let Some(f) = &mut log.fields {
+            redact_json(f, &fix);
+        }
+    }
+    for record in &mut result.receipt.network {
+        fix(&mut record.url);
+    }
+    for line in &mut result.receipt.denied {
+        fix(line);
+    }
+}
+
+fn redact_json(value: &mut serde_json::Value, fix: &impl Fn(&mut String)) {
+    match value {
+        serde_json::Value::String(s) => fix(s),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| redact_json(v, fix)),
+        serde_json::Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (mut k, mut v) in old {
+                fix(&mut k);
+                redact_json(&mut v, fix);
+                map.insert(k, v);
+            }
+        }
+        _ => {}
+    }
 }

@@ -197,6 +197,7 @@ mod tests {
             reason: "writes need a human".into(),
             mode: SandboxMode::WorkspaceWrite,
             justification: None,
+            network: Vec::new(),
         };
         let p = elicitation_params(&r);
         let v = p

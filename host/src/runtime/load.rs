@@ -217,6 +217,7 @@ async fn describe(
             deadline: DESCRIBE_DEADLINE,
             ..Limits::default()
         },
+        network: Default::default(),
     };
     let mut run = invoker
         .store(&StoreBuilder::new(&spec))

@@ -93,6 +93,7 @@ async fn the_counted_footprint_is_what_wasmtime_enforces() {
                     max_instances,
                     ..Limits::default()
                 },
+                network: Default::default(),
             };
             let mut run = runtime.store(&StoreBuilder::new(&spec)).expect("a store");
             let instantiated = linked.pre.instantiate_async(&mut run.store).await;

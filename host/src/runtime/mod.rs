@@ -12,7 +12,8 @@
 //! - `load`: compile through the cache, link, count, `describe`
 //!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]);
 //! - `store`: the store of one call and every limit it runs under
-//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode;
+//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode, and
+//!   `net`, its network grant enforced (wasi:http hook, socket check);
 //! - `invoke`: running a body, the thread hand-off, the deadline and
 //!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]);
 //! - `classify`: how a body ended, by type, as a stable code.
@@ -22,6 +23,7 @@ mod engine;
 mod invoke;
 mod link;
 mod load;
+mod net;
 mod store;
 mod wasi;
 
@@ -203,6 +205,7 @@ impl Runtime {
             mode: SandboxMode::None,
             workspace: PathBuf::from("/"),
             limits: Limits::default(),
+            network: crate::egress::NetworkGrant::none(),
         };
         let mut run = self.store(&StoreBuilder::new(&spec)).map_err(|(_, m)| m)?;
         component
@@ -230,6 +233,7 @@ impl Runtime {
             mode: SandboxMode::None,
             workspace: PathBuf::from("/"),
             limits: Limits::default(),
+            network: crate::egress::NetworkGrant::none(),
         };
         let body = Body {
             pre: &component.pre,

@@ -17,19 +17,26 @@ use crate::bindings::{ContentBlock, HostCalls, ToolOutput};
 use crate::output::CapturedOutput;
 use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
 use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
+use crate::runtime::net::{CallNet, HttpHooks};
 use crate::runtime::wasi::build_wasi;
 use crate::sandbox::{Limits, SandboxSpec};
 use crate::state::{Interrupt, LogRecord, ProgressSink};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
+use toolhost_egress::EgressRecord;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// Everything one `Store` holds.
 pub(crate) struct CallState {
     pub wasi: WasiCtx,
+    pub http: WasiHttpCtx,
+    /// The wasi:http hooks: every outgoing request is decided against the
+    /// call's network grant (`runtime::net`).
+    pub http_hooks: HttpHooks,
     pub table: ResourceTable,
     pub limiter: Limiter,
     pub host: HostCalls,
@@ -41,6 +48,8 @@ pub(crate) struct CallState {
     /// classified without guessing from the trap.
     pub stopped_by: Option<ErrorCode>,
     pub denied: Arc<Mutex<Vec<String>>>,
+    /// The call's network state (grant, limits, records).
+    pub net: Arc<CallNet>,
 }
 
 impl WasiView for CallState {
@@ -48,6 +57,16 @@ impl WasiView for CallState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
         }
     }
 }
@@ -192,6 +211,11 @@ pub struct Receipt {
     pub progress_reports: u64,
     /// Capability attempts the host refused and observed.
     pub denied: Vec<String>,
+    /// Every network request and connection the guest attempted, allowed
+    /// or refused (method, URL without query, the grant or the refusal,
+    /// status, bytes, milliseconds). Never a header or a body.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<EgressRecord>,
 }
 
 /// Builds the store of one call.
@@ -272,10 +296,21 @@ impl<'a> StoreBuilder<'a> {
         }
         let stdout = CapturedOutput::new(limits.max_stdio);
         let stderr = CapturedOutput::new(limits.max_stdio);
-        let built = build_wasi(self.spec, (&stdout, &stderr), self.command, self.blocking)
-            .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        let deadline = Instant::now() + limits.deadline;
+        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
+        let net = CallNet::new(self.spec.network.clone(), deadline, denied.clone());
+        let built = build_wasi(
+            self.spec,
+            (&stdout, &stderr),
+            self.command,
+            self.blocking,
+            &net,
+        )
+        .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
         let state = CallState {
             wasi: built.wasi,
+            http: WasiHttpCtx::new(),
+            http_hooks: HttpHooks(net.clone()),
             table: ResourceTable::new(),
             limiter: Limiter::new(limits),
             host: HostCalls {
@@ -284,10 +319,11 @@ impl<'a> StoreBuilder<'a> {
             },
             stdout,
             stderr,
-            deadline: Instant::now() + limits.deadline,
+            deadline,
             interrupt: self.interrupt.clone(),
             stopped_by: None,
-            denied: built.denied,
+            denied,
+            net,
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -417,6 +453,7 @@ impl Run {
             logs: state.host.logs.clone(),
             progress_reports: state.host.progress_reports,
             denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
+            network: state.net.records(),
         }
     }
 }

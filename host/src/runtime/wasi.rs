@@ -8,10 +8,11 @@
 //! bounded stdout/stderr buffers and holds every limit.
 
 use crate::output::CapturedOutput;
+use crate::runtime::net::CallNet;
 use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use toolhost_core::SandboxMode;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
@@ -20,8 +21,6 @@ pub(crate) struct Built {
     pub wasi: WasiCtx,
     /// The per-call scratch directory, removed when dropped.
     pub scratch: Option<tempfile::TempDir>,
-    /// Capability attempts the host refused and could observe.
-    pub denied: Arc<Mutex<Vec<String>>>,
 }
 
 /// The most denied capability attempts a call's receipt lists; one more
@@ -32,7 +31,7 @@ pub(crate) const MAX_DENIED_LISTED: usize = 32;
 /// Records a denied `attempt`: listed while fewer than
 /// [`MAX_DENIED_LISTED`] are, otherwise counted in `unlisted` and in the
 /// list's last line.
-fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, attempt: String) {
+pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, attempt: String) {
     if denied.len() < MAX_DENIED_LISTED {
         denied.push(attempt);
         return;
@@ -46,7 +45,8 @@ fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, attempt: String
 }
 
 /// Builds the WASI context of one call: preopens for `spec.mode`, stdout and
-/// stderr into the given bounded buffers, no env, args, stdin or network.
+/// stderr into the given bounded buffers, no env, args or stdin; sockets
+/// decided by `net` (the call's network grant).
 /// `command` (for `toolhost exec` only) passes args and inherits stdout and
 /// stderr instead. `blocking`: file operations block the current thread
 /// (only for a body on a thread of its own).
@@ -60,8 +60,8 @@ pub(crate) fn build_wasi(
     (stdout, stderr): (&CapturedOutput, &CapturedOutput),
     command: Option<&[String]>,
     blocking: bool,
+    net: &Arc<CallNet>,
 ) -> Result<Built, SandboxError> {
-    let denied: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut b = WasiCtxBuilder::new();
     // File operations block the current thread instead of going through
     // tokio's blocking pool: only for a body on a thread of its own.
@@ -77,20 +77,19 @@ pub(crate) fn build_wasi(
             b.inherit_stdout().inherit_stderr().args(args);
         }
     }
-    // Network: off. A guest may create a socket object, but every address
-    // it tries to bind, connect or send to is refused by the check below,
-    // which records the attempt for the receipt. Name lookup is refused
-    // outright (it has no address to check).
+    // Network: only what the call's grant names. A guest may create a
+    // socket object, but every address it tries to bind, connect, send to
+    // or receive from is decided by the check below against the grant's
+    // `tcp://` and `udp://` entries (refusals are recorded for the
+    // receipt). Name lookup is refused outright: it has no address to
+    // check, and a lookup is itself traffic.
     b.allow_tcp(true)
         .allow_udp(true)
         .allow_ip_name_lookup(false);
-    let seen = denied.clone();
-    let unlisted = Arc::new(AtomicU64::new(0));
+    let net = net.clone();
     b.socket_addr_check(move |addr, addr_use| {
-        if let Ok(mut d) = seen.lock() {
-            record_denied(&mut d, &unlisted, format!("network: {addr_use:?} {addr}"));
-        }
-        Box::pin(async { false })
+        let allowed = net.check_socket(addr, addr_use);
+        Box::pin(async move { allowed })
     });
 
     let mut scratch = None;
@@ -132,7 +131,6 @@ pub(crate) fn build_wasi(
     Ok(Built {
         wasi: b.build(),
         scratch,
-        denied,
     })
 }
 

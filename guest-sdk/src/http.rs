@@ -1,0 +1,277 @@
+//! Outgoing HTTP requests through `wasi:http` (feature `http`).
+//!
+//! The host decides every request against the call's network grants: a
+//! request it refuses fails with wasi:http's own error code, which
+//! [`HttpFailure::code`] names as the WIT spells it (`HTTP-request-denied`,
+//! `destination-IP-prohibited`, `DNS-error`, ...). Credentials are attached
+//! by the host; a tool never sees them. Redirects are not followed.
+//!
+//! ```no_run
+//! use toolhost_guest::http::{HttpRequest, send};
+//! let r = send(&HttpRequest::get("https://api.example.com/v1/items"), 1 << 20);
+//! ```
+
+/// One request.
+#[derive(Debug, Clone, Default)]
+pub struct HttpRequest {
+    /// `GET`, `POST`, ... (any token).
+    pub method: String,
+    /// An absolute `http://` or `https://` URL.
+    pub url: String,
+    /// Headers to send.
+    pub headers: Vec<(String, String)>,
+    /// The body, if any.
+    pub body: Option<Vec<u8>>,
+}
+
+impl HttpRequest {
+    /// A `GET` of `url`.
+    pub fn get(url: &str) -> HttpRequest {
+        HttpRequest {
+            method: "GET".to_string(),
+            url: url.to_string(),
+            ..HttpRequest::default()
+        }
+    }
+}
+
+/// A response.
+#[derive(Debug, Clone, Default)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// Every header, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body, at most the limit given to [`send`].
+    pub body: Vec<u8>,
+    /// True when the body was longer than the limit and was cut.
+    pub truncated: bool,
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpFailure {
+    /// wasi:http's error code as WIT spells it (`HTTP-request-denied`), or
+    /// `invalid-url` for a URL this module cannot send.
+    pub code: String,
+    /// Details.
+    pub message: String,
+}
+
+impl std::fmt::Display for HttpFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for HttpFailure {}
+
+/// `(scheme, authority, path with query)` of an absolute URL.
+fn split_url(url: &str) -> Result<(&str, &str, &str), HttpFailure> {
+    let bad = |m: &str| HttpFailure {
+        code: "invalid-url".to_string(),
+        message: format!("{url}: {m}"),
+    };
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("not an absolute URL"))?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.is_empty() {
+        return Err(bad("no host"));
+    }
+    let path = if path.is_empty() { "/" } else { path };
+    Ok((scheme, authority, path))
+}
+
+/// Sends `request` and reads at most `max_body` bytes of the response body.
+pub fn send(request: &HttpRequest, max_body: usize) -> Result<HttpResponse, HttpFailure> {
+    let (scheme, authority, path) = split_url(&request.url)?;
+    imp::send(request, scheme, authority, path, max_body)
+}
+
+#[cfg(target_os = "wasi")]
+mod imp {
+    use super::{HttpFailure, HttpRequest, HttpResponse};
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::{
+        ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, Scheme,
+    };
+    use wasip2::io::streams::StreamError;
+
+    fn failure(code: &str, message: impl Into<String>) -> HttpFailure {
+        HttpFailure {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// The WIT name of an error code.
+    fn code_name(e: &ErrorCode) -> &'static str {
+        match e {
+            ErrorCode::DnsTimeout => "DNS-timeout",
+            ErrorCode::DnsError(_) => "DNS-error",
+            ErrorCode::DestinationNotFound => "destination-not-found",
+            ErrorCode::DestinationUnavailable => "destination-unavailable",
+            ErrorCode::DestinationIpProhibited => "destination-IP-prohibited",
+            ErrorCode::DestinationIpUnroutable => "destination-IP-unroutable",
+            ErrorCode::ConnectionRefused => "connection-refused",
+            ErrorCode::ConnectionTerminated => "connection-terminated",
+            ErrorCode::ConnectionTimeout => "connection-timeout",
+            ErrorCode::ConnectionReadTimeout => "connection-read-timeout",
+            ErrorCode::ConnectionWriteTimeout => "connection-write-timeout",
+            ErrorCode::ConnectionLimitReached => "connection-limit-reached",
+            ErrorCode::TlsProtocolError => "TLS-protocol-error",
+            ErrorCode::TlsCertificateError => "TLS-certificate-error",
+            ErrorCode::TlsAlertReceived(_) => "TLS-alert-received",
+            ErrorCode::HttpRequestDenied => "HTTP-request-denied",
+            ErrorCode::HttpRequestUriInvalid => "HTTP-request-URI-invalid",
+            ErrorCode::HttpRequestMethodInvalid => "HTTP-request-method-invalid",
+            ErrorCode::HttpResponseBodySize(_) => "HTTP-response-body-size",
+            ErrorCode::HttpResponseTimeout => "HTTP-response-timeout",
+            ErrorCode::HttpProtocolError => "HTTP-protocol-error",
+            ErrorCode::InternalError(_) => "internal-error",
+            _ => "other",
+        }
+    }
+
+    fn http_failure(e: ErrorCode) -> HttpFailure {
+        failure(code_name(&e), format!("{e:?}"))
+    }
+
+    pub(super) fn send(
+        request: &HttpRequest,
+        scheme: &str,
+        authority: &str,
+        path: &str,
+        max_body: usize,
+    ) -> Result<HttpResponse, HttpFailure> {
+        let entries: Vec<(String, Vec<u8>)> = request
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
+            .collect();
+        let headers =
+            Fields::from_list(&entries).map_err(|e| failure("invalid-header", format!("{e:?}")))?;
+        let req = OutgoingRequest::new(headers);
+        let method = match request.method.to_ascii_uppercase().as_str() {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "PATCH" => Method::Patch,
+            _ => Method::Other(request.method.clone()),
+        };
+        let bad = |what: &str| failure("invalid-url", format!("{what} refused by wasi:http"));
+        req.set_method(&method).map_err(|()| bad("method"))?;
+        let scheme = match scheme.to_ascii_lowercase().as_str() {
+            "http" => Scheme::Http,
+            "https" => Scheme::Https,
+            other => Scheme::Other(other.to_string()),
+        };
+        req.set_scheme(Some(&scheme)).map_err(|()| bad("scheme"))?;
+        req.set_authority(Some(authority))
+            .map_err(|()| bad("authority"))?;
+        req.set_path_with_query(Some(path))
+            .map_err(|()| bad("path"))?;
+        let body = req
+            .body()
+            .map_err(|()| failure("internal-error", "no request body"))?;
+        let pending = outgoing_handler::handle(req, None).map_err(http_failure)?;
+        if let Some(bytes) = &request.body {
+            let out = body
+                .write()
+                .map_err(|()| failure("internal-error", "no body stream"))?;
+            for chunk in bytes.chunks(4096) {
+                if let Err(e) = out.blocking_write_and_flush(chunk) {
+                    // The request failed; its error comes with the response.
+                    let _ = e;
+                    break;
+                }
+            }
+            drop(out);
+        }
+        let _ = OutgoingBody::finish(body, None);
+        pending.subscribe().block();
+        let response = match pending.get() {
+            Some(Ok(Ok(r))) => r,
+            Some(Ok(Err(e))) => return Err(http_failure(e)),
+            Some(Err(())) | None => return Err(failure("internal-error", "no response")),
+        };
+        let status = response.status();
+        let headers = response.headers().entries();
+        let incoming = response
+            .consume()
+            .map_err(|()| failure("internal-error", "no response body"))?;
+        let (body, truncated) = read_body(&incoming, max_body)?;
+        drop(incoming);
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+            truncated,
+        })
+    }
+
+    fn read_body(incoming: &IncomingBody, max: usize) -> Result<(Vec<u8>, bool), HttpFailure> {
+        let stream = incoming
+            .stream()
+            .map_err(|()| failure("internal-error", "no body stream"))?;
+        let mut body = Vec::new();
+        loop {
+            if body.len() > max {
+                body.truncate(max);
+                return Ok((body, true));
+            }
+            let want = (max + 1 - body.len()).min(64 * 1024) as u64;
+            match stream.blocking_read(want) {
+                Ok(chunk) => body.extend_from_slice(&chunk),
+                Err(StreamError::Closed) => return Ok((body, false)),
+                Err(StreamError::LastOperationFailed(e)) => {
+                    let detail = e.to_debug_string();
+                    let code = wasip2::http::types::http_error_code(&e)
+                        .map_or("body-error", |c| code_name(&c));
+                    return Err(failure(code, detail));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_os = "wasi"))]
+mod imp {
+    use super::{HttpFailure, HttpRequest, HttpResponse};
+
+    pub(super) fn send(
+        _: &HttpRequest,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: usize,
+    ) -> Result<HttpResponse, HttpFailure> {
+        Err(HttpFailure {
+            code: "unsupported".to_string(),
+            message: "HTTP needs wasi:http (build for wasm32-wasip2)".to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::split_url;
+
+    #[test]
+    fn urls_split_into_scheme_authority_path() {
+        assert_eq!(
+            split_url("http://127.0.0.1:8080/a?b=1").unwrap(),
+            ("http", "127.0.0.1:8080", "/a?b=1")
+        );
+        assert_eq!(split_url("https://h").unwrap(), ("https", "h", "/"));
+        assert_eq!(split_url("https://h?x").unwrap(), ("https", "h", "?x"));
+        assert!(split_url("h/x").is_err());
+        assert!(split_url("http:///x").is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! The network grants of a host, loaded once (DESIGN.md §2b): the policy's
+//! `[network]` grants and limits, its credentials with their secrets read,
+//! the resolver, and the TLS client configuration. A [`NetworkGrant`] is
+//! what one call gets of it; the runtime enforces it (`runtime::net`).
+//!
+//! Network is never implied by a sandbox mode: a call reaches only what the
+//! policy's grants name, whatever its mode.
+
+use std::fmt;
+use std::sync::Arc;
+use toolhost_egress::{Credentials, NetworkPolicy, Resolver, SystemResolver};
+
+/// A resolver the host may share between calls and threads.
+pub type SharedResolver = Arc<dyn Resolver + Send + Sync>;
+
+/// The network grants of a host with everything loaded that a request
+/// needs: built once by the host builder, shared by every call.
+pub(crate) struct Egress {
+    pub(crate) policy: NetworkPolicy,
+    pub(crate) credentials: Credentials,
+    pub(crate) resolver: SharedResolver,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+}
+
+impl fmt::Debug for Egress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Egress")
+            .field("reachable", &self.policy.reachable())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Egress {
+    /// Loads `policy`'s credentials and TLS roots (the policy's `ca_file`
+    /// on top of the bundled web PKI roots); `resolver` resolves names
+    /// (the system's when `None`).
+    ///
+    /// # Ambient Authority
+    ///
+    /// Reads each credential's environment variable or file, and the CA
+    /// file, with the host process's rights. Errors name the variable or
+    /// file, never a secret.
+    pub(crate) fn load(
+        policy: &NetworkPolicy,
+        resolver: Option<SharedResolver>,
+    ) -> Result<Egress, String> {
+        let credentials = Credentials::load(policy.credentials())
+            .map_err(|(path, e)| format!("policy {path}: {e}"))?;
+        let tls = tls_config(policy.ca_file())?;
+        Ok(Egress {
+            policy: policy.clone(),
+            credentials,
+            resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+            tls: Arc::new(tls),
+        })
+    }
+}
+
+/// A rustls client configuration trusting the bundled web PKI roots and
+/// the certificates of `ca_file` (PEM), if any. The crypto provider is
+/// named explicitly (ring), so that no process-wide default is needed.
+fn tls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    if let Some(path) = ca_file {
+        let pem =
+            std::fs::read(path).map_err(|e| format!("network.ca_file {}: {e}", path.display()))?;
+        let mut added = 0usize;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| format!("network.ca_file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("network.ca_file {}: {e}", path.display()))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(format!(
+                "network.ca_file {}: no PEM certificate in the file",
+                path.display()
+            ));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+        .map_err(|e| format!("TLS configuration: {e}"))
+}
+
+/// What one call may reach on the network: nothing by default.
+///
+/// Built by the pipeline from the host's policy: the `allow` grants always,
+/// the `ask` grants only when this call's approval covered them.
+#[derive(Clone, Default)]
+pub struct NetworkGrant {
+    pub(crate) egress: Option<Arc<Egress>>,
+    pub(crate) ask_approved: bool,
+}
+
+impl fmt::Debug for NetworkGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetworkGrant")
+            .field("reachable", &self.reachable())
+            .finish()
+    }
+}
+
+impl NetworkGrant {
+    /// No network at all.
+    pub fn none() -> NetworkGrant {
+        NetworkGrant::default()
+    }
+
+    pub(crate) fn new(egress: Option<Arc<Egress>>, ask_approved: bool) -> NetworkGrant {
+        NetworkGrant {
+            egress,
+            ask_approved,
+        }
+    }
+
+    /// What the call may reach, for its intent: every `allow` grant, and
+    /// the `ask` grants (prefixed `ask:`) when they were approved for it.
+    pub fn reachable(&self) -> Vec<String> {
+        let Some(egress) = &self.egress else {
+            return Vec::new();
+        };
+        egress
+            .policy
+            .reachable()
+            .into_iter()
+            .filter(|g| self.ask_approved || !g.starts_with("ask:"))
+            .collect()
+    }
+}

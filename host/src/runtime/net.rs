@@ -1,0 +1,659 @@
+//! Network egress of one call, enforced (DESIGN.md §2b): the wasi:http
+//! outgoing-request hook and the wasi:sockets address check, both against
+//! the call's [`NetworkGrant`].
+//!
+//! For every outgoing HTTP request:
+//!
+//! 1. the request's scheme, host, port and method are decided by the
+//!    policy (`toolhost_egress`); a refusal fails inside the guest with
+//!    wasi:http's own error code (`HTTP-request-denied`,
+//!    `destination-IP-prohibited`, `DNS-error`) and is recorded;
+//! 2. an allowed request is planned: its host is resolved once (by the
+//!    host's resolver, off the executor) and every address checked; the
+//!    connection goes to those addresses only, never through a second
+//!    lookup;
+//! 3. the credential of exactly that host (if any) is set, replacing any
+//!    header of the same name the guest sent; the `Host` header is the
+//!    request's host (never a userinfo the guest put in the authority);
+//! 4. per-call limits hold: at most `max_requests` requests, at most
+//!    `max_response_bytes` response body bytes summed, each request within
+//!    `request_timeout_ms` and the call's own deadline;
+//! 5. redirects are not followed: the guest sees the 3xx, and a request it
+//!    makes to the new location is decided again.
+//!
+//! Sockets (TCP connect, UDP send and receive) are decided per address
+//! against `tcp://` and `udp://` grants; binds are allowed only to port 0
+//! (the implicit bind of a connect) and only when some grant of that
+//! protocol exists; listening and accepting are always refused.
+//!
+//! Every request and connection is recorded as an [`EgressRecord`] for the
+//! receipt; refusals are also listed in the receipt's `denied`.
+
+use crate::egress::{Egress, NetworkGrant};
+use crate::runtime::wasi::record_denied;
+use bytes::Bytes;
+use http::header::{HOST, HeaderName, HeaderValue};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use toolhost_egress::{
+    Decision, EgressOutcome, EgressRecord, GrantRef, Host, Refusal, Request, Scheme, check_addr,
+    connect_plan_approved,
+};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// What the hook's future resolves to.
+type SendResult = Result<
+    (
+        http::Response<WasiBody>,
+        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ),
+    HttpError,
+>;
+
+/// The network state of one call, shared by its HTTP hook and its socket
+/// address check, and read for its receipt.
+pub(crate) struct CallNet {
+    grant: NetworkGrant,
+    deadline: Instant,
+    log: Mutex<NetLog>,
+    denied: Arc<Mutex<Vec<String>>>,
+    /// Denied attempts not listed in `denied` (see `record_denied`).
+    unlisted: AtomicU64,
+}
+
+#[derive(Default)]
+struct NetLog {
+    records: Vec<EgressRecord>,
+    /// Requests and connections counted against `max_requests`.
+    requests: u32,
+    /// Response body bytes received, all requests summed.
+    bytes_in: u64,
+    /// UDP destinations already allowed (a datagram stream is one record).
+    udp_peers: Vec<SocketAddr>,
+}
+
+/// An HTTP request that passed the policy, to be planned and sent.
+struct Admitted {
+    request: Request,
+    path: String,
+    rule: GrantRef,
+    approved: bool,
+}
+
+impl CallNet {
+    pub(crate) fn new(
+        grant: NetworkGrant,
+        deadline: Instant,
+        denied: Arc<Mutex<Vec<String>>>,
+    ) -> Arc<CallNet> {
+        Arc::new(CallNet {
+            grant,
+            deadline,
+            log: Mutex::new(NetLog::default()),
+            denied,
+            unlisted: AtomicU64::new(0),
+        })
+    }
+
+    /// The records of every request and connection so far.
+    pub(crate) fn records(&self) -> Vec<EgressRecord> {
+        self.log
+            .lock()
+            .map(|l| l.records.clone())
+            .unwrap_or_default()
+    }
+
+    fn egress(&self) -> Option<&Arc<Egress>> {
+        self.grant.egress.as_ref()
+    }
+
+    fn deny(&self, line: String) {
+        if let Ok(mut d) = self.denied.lock() {
+            d.push(line);
+        }
+    }
+
+    /// Records a refused request (receipt record and `denied` line).
+    fn refuse(&self, request: &Request, path: &str, refusal: &Refusal) {
+        let record = EgressRecord::refused(request, path, refusal);
+        self.deny(format!(
+            "network: {} {}: {}",
+            request.method.as_deref().unwrap_or(request.scheme.as_str()),
+            record.url,
+            refusal.code()
+        ));
+        if let Ok(mut l) = self.log.lock() {
+            l.records.push(record);
+        }
+    }
+
+    /// Records a request refused by a per-call limit.
+    fn refuse_limit(&self, request: &Request, path: &str, reason: String) {
+        let record = EgressRecord {
+            method: request.method.clone(),
+            url: request.url_without_query(path),
+            outcome: EgressOutcome::Refused {
+                code: "limit_reached".to_string(),
+                reason,
+            },
+            status: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            ms: 0,
+        };
+        self.deny(format!(
+            "network: {} {}: limit_reached",
+            request.method.as_deref().unwrap_or(request.scheme.as_str()),
+            record.url
+        ));
+        if let Ok(mut l) = self.log.lock() {
+            l.records.push(record);
+        }
+    }
+
+    /// Counts one request against `max_requests`; false when over it.
+    fn count_request(&self, max: u32) -> bool {
+        match self.log.lock() {
+            Ok(mut l) if l.requests < max => {
+                l.requests += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds a record and returns its index.
+    fn push(&self, record: EgressRecord) -> usize {
+        match self.log.lock() {
+            Ok(mut l) => {
+                l.records.push(record);
+                l.records.len() - 1
+            }
+            Err(_) => usize::MAX,
+        }
+    }
+
+    fn update(&self, index: usize, f: impl FnOnce(&mut EgressRecord)) {
+        if let Ok(mut l) = self.log.lock()
+            && let Some(r) = l.records.get_mut(index)
+        {
+            f(r);
+        }
+    }
+
+    /// Adds `n` response bytes to record `index` and to the call's total;
+    /// false when the total is now above `max`.
+    fn add_bytes_in(&self, index: usize, n: u64, max: u64) -> bool {
+        match self.log.lock() {
+            Ok(mut l) => {
+                l.bytes_in = l.bytes_in.saturating_add(n);
+                let total = l.bytes_in;
+                if let Some(r) = l.records.get_mut(index) {
+                    r.bytes_in = r.bytes_in.saturating_add(n);
+                }
+                total <= max
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The time a request may take from now: its own timeout, cut at the
+    /// call's deadline.
+    fn request_budget(&self, timeout: Duration) -> Duration {
+        timeout.min(self.deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Step 1 of an HTTP request: the policy's decision and the request
+    /// limit. Pure apart from the records.
+    fn admit_http(&self, req: &http::Request<WasiBody>) -> Result<Admitted, HttpError> {
+        let uri = req.uri();
+        let method = req.method().as_str();
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let scheme = match uri.scheme_str().map(str::parse::<Scheme>) {
+            Some(Ok(s)) if s.is_http() => s,
+            _ => {
+                self.deny(format!(
+                    "network: {method} {}: unsupported scheme",
+                    toolhost_egress::redact_url(&uri.to_string())
+                ));
+                return Err(HttpError::HttpRequestUriInvalid);
+            }
+        };
+        let authority = uri.authority().map_or("", |a| a.as_str());
+        let request = match Request::from_authority(scheme, authority, Some(method)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.deny(format!(
+                    "network: {method} {}: {e}",
+                    toolhost_egress::redact_url(&uri.to_string())
+                ));
+                return Err(HttpError::HttpRequestUriInvalid);
+            }
+        };
+        let Some(egress) = self.egress() else {
+            let refusal = Refusal::Denied {
+                reason: toolhost_egress::DenyReason::NetworkOff,
+            };
+            self.refuse(&request, &path, &refusal);
+            return Err(HttpError::HttpRequestDenied);
+        };
+        let (rule, approved) = match egress.policy.decide(&request) {
+            Decision::Allow { rule } => (rule, false),
+            Decision::Ask { rule } if self.grant.ask_approved => (rule, true),
+            Decision::Ask { rule } => {
+                let refusal = Refusal::ApprovalRequired {
+                    rule,
+                    addrs: Vec::new(),
+                };
+                self.refuse(&request, &path, &refusal);
+                return Err(HttpError::HttpRequestDenied);
+            }
+            Decision::Deny { reason } => {
+                let refusal = Refusal::Denied { reason };
+                self.refuse(&request, &path, &refusal);
+                return Err(http_error(&refusal));
+            }
+        };
+        let max = egress.policy.limits().max_requests;
+        if !self.count_request(max) {
+            self.refuse_limit(
+                &request,
+                &path,
+                format!("this call may make at most {max} network requests (network.max_requests)"),
+            );
+            return Err(HttpError::ConnectionLimitReached);
+        }
+        Ok(Admitted {
+            request,
+            path,
+            rule,
+            approved,
+        })
+    }
+
+    /// Steps 2 to 5 of an HTTP request that was admitted.
+    async fn send(
+        self: Arc<Self>,
+        admitted: Admitted,
+        mut req: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> SendResult {
+        let Some(egress) = self.egress().cloned() else {
+            return Err(HttpError::HttpRequestDenied);
+        };
+        let started = Instant::now();
+        let Admitted {
+            request,
+            path,
+            rule,
+            approved,
+        } = admitted;
+        // Resolve once and check every address (a name's lookup blocks, so
+        // it runs off the executor).
+        let plan = match &request.host {
+            Host::Ip(_) => connect_plan_approved(&request, &egress.policy, &rule, &NoLookup),
+            Host::Name(_) => {
+                let (request, egress, rule) = (request.clone(), egress.clone(), rule.clone());
+                tokio::task::spawn_blocking(move || {
+                    connect_plan_approved(&request, &egress.policy, &rule, &*egress.resolver)
+                })
+                .await
+                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?
+            }
+        };
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(refusal) => {
+                self.refuse(&request, &path, &refusal);
+                return Err(http_error(&refusal));
+            }
+        };
+        let index = self.push(EgressRecord::allowed(&request, &path, &rule, approved));
+        let limits = egress.policy.limits();
+        let mut budget = self.request_budget(limits.request_timeout());
+        if let Some(t) = options.and_then(|o| o.connect_timeout) {
+            budget = budget.min(t.max(Duration::from_millis(1)));
+        }
+        let until = tokio::time::Instant::now() + budget;
+
+        // The credential of exactly this host, replacing the guest's header
+        // of that name; the Host header names the request's host.
+        let headers = req.headers_mut();
+        if let Some(c) = egress.credentials.credential_for(&request.host) {
+            let name = HeaderName::from_bytes(c.header().as_bytes())
+                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
+            let secret = c.header_value();
+            let mut value = HeaderValue::from_str(secret.expose())
+                .map_err(|_| HttpError::InternalError(Some("invalid credential".into())))?;
+            value.set_sensitive(true);
+            headers.remove(&name);
+            headers.insert(name, value);
+        }
+        let host_header = match request.scheme.default_port() {
+            Some(p) if p == request.port => request.host.to_string(),
+            _ => format!("{}:{}", request.host, request.port),
+        };
+        let host_value =
+            HeaderValue::from_str(&host_header).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        headers.insert(HOST, host_value);
+        // The request line carries the path only.
+        *req.uri_mut() = http::Uri::builder()
+            .path_and_query(path.as_str())
+            .build()
+            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        // Count the bytes sent.
+        let out = self.clone();
+        let req = req.map(move |body| {
+            body.map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    let n = data.len() as u64;
+                    out.update(index, |r| r.bytes_out = r.bytes_out.saturating_add(n));
+                }
+                frame
+            })
+            .boxed_unsync()
+        });
+
+        let exchange = async {
+            let stream = connect(&plan.addrs).await?;
+            let io: Box<dyn Stream> = if request.scheme == Scheme::Https {
+                let name = server_name(&request.host)?;
+                let connector = tokio_rustls::TlsConnector::from(egress.tls.clone());
+                Box::new(
+                    connector
+                        .connect(name, stream)
+                        .await
+                        .map_err(HttpError::Tls)?,
+                )
+            } else {
+                Box::new(stream)
+            };
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+                .await
+                .map_err(HttpError::Hyper)?;
+            let conn = wasmtime_wasi::runtime::spawn(conn);
+            let response = sender.send_request(req).await.map_err(HttpError::Hyper)?;
+            Ok::<_, HttpError>((response, conn))
+        };
+        let (response, conn) = match tokio::time::timeout_at(until, exchange).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                self.update(index, |r| r.ms = elapsed_ms(started));
+                return Err(e);
+            }
+            Err(_) => {
+                self.update(index, |r| r.ms = elapsed_ms(started));
+                return Err(HttpError::ConnectionTimeout);
+            }
+        };
+        let status = response.status().as_u16();
+        self.update(index, |r| {
+            r.status = Some(status);
+            r.ms = elapsed_ms(started);
+        });
+        let net = self.clone();
+        let response = response.map(move |incoming| {
+            LimitedBody {
+                inner: Box::pin(incoming),
+                net,
+                index,
+                max: limits.max_response_bytes,
+                until: Box::pin(tokio::time::sleep_until(until)),
+                started,
+                done: false,
+            }
+            .boxed_unsync()
+        });
+        let io = Box::new(async move {
+            match conn.await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(HttpError::Hyper(e)),
+            }
+        });
+        Ok((response, io as Box<dyn Future<Output = _> + Send>))
+    }
+
+    /// The socket address check: decides one use of `addr` by the guest.
+    pub(crate) fn check_socket(&self, addr: SocketAddr, use_: SocketAddrUse) -> bool {
+        let scheme = match use_ {
+            SocketAddrUse::TcpBind
+            | SocketAddrUse::TcpListen
+            | SocketAddrUse::TcpAccept
+            | SocketAddrUse::TcpConnect => Scheme::Tcp,
+            _ => Scheme::Udp,
+        };
+        let refuse_line = |why: &str| format!("network: {use_:?} {addr}: {why}");
+        let Some(egress) = self.egress() else {
+            self.deny(refuse_line("network_off"));
+            return false;
+        };
+        match use_ {
+            SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
+                // Port 0 only (a connect's implicit bind, or a client's
+                // explicit one), and only with a grant of this protocol.
+                let ok = addr.port() == 0 && egress.policy.grants().any(|g| g.scheme() == scheme);
+                if !ok {
+                    self.deny(refuse_line("bind_refused"));
+                }
+                return ok;
+            }
+            SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
+                self.deny(refuse_line("listen_refused"));
+                return false;
+            }
+            _ => {}
+        }
+        let request = Request::new(scheme, Host::Ip(addr.ip()), addr.port(), None);
+        let rule = match egress.policy.decide(&request) {
+            Decision::Allow { rule } => rule,
+            Decision::Ask { rule } if self.grant.ask_approved => rule,
+            Decision::Ask { rule } => {
+                self.refuse(
+                    &request,
+                    "",
+                    &Refusal::ApprovalRequired {
+                        rule,
+                        addrs: Vec::new(),
+                    },
+                );
+                return false;
+            }
+            Decision::Deny { reason } => {
+                self.refuse(&request, "", &Refusal::Denied { reason });
+                return false;
+            }
+        };
+        let Some(grant) = egress.policy.grant(&rule) else {
+            self.refuse(&request, "", &Refusal::StaleRule { rule });
+            return false;
+        };
+        if let Err(refusal) = check_addr(addr.ip(), &request.host, std::slice::from_ref(grant)) {
+            self.refuse(&request, "", &refusal);
+            return false;
+        }
+        // A UDP peer's datagrams (and its replies) are one record.
+        let seen = matches!(use_, SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive)
+            && self
+                .log
+                .lock()
+                .map(|l| l.udp_peers.contains(&addr))
+                .unwrap_or(false);
+        if seen {
+            return true;
+        }
+        if matches!(use_, SocketAddrUse::UdpReceive) {
+            // Replies only from a peer the guest sent to.
+            self.deny(refuse_line("not_a_peer"));
+            return false;
+        }
+        let max = egress.policy.limits().max_requests;
+        if !self.count_request(max) {
+            self.refuse_limit(
+                &request,
+                "",
+                format!("this call may make at most {max} network requests (network.max_requests)"),
+            );
+            return false;
+        }
+        if let Ok(mut l) = self.log.lock()
+            && scheme == Scheme::Udp
+        {
+            l.udp_peers.push(addr);
+        }
+        let approved = self.grant.ask_approved && rule.list == toolhost_egress::GrantList::Ask;
+        self.push(EgressRecord::allowed(&request, "", &rule, approved));
+        true
+    }
+}
+
+/// A resolver for address literals only: a plan of an address literal
+/// never looks anything up.
+struct NoLookup;
+
+impl toolhost_egress::Resolver for NoLookup {
+    fn resolve(
+        &self,
+        _host: &str,
+        _port: u16,
+    ) -> Result<Vec<SocketAddr>, toolhost_egress::ResolveError> {
+        Err(toolhost_egress::ResolveError::new(
+            "no lookup for an address",
+        ))
+    }
+}
+
+/// wasi:http's error code for a refusal (see `toolhost_egress::Refusal`).
+fn http_error(refusal: &Refusal) -> HttpError {
+    match refusal {
+        Refusal::AddressRefused { .. }
+        | Refusal::Denied {
+            reason: toolhost_egress::DenyReason::AddressRefused { .. },
+        } => HttpError::DestinationIpProhibited,
+        Refusal::ResolveFailed { .. } | Refusal::NoAddress { .. } => HttpError::DnsError {
+            rcode: Some("name unresolvable".to_string()),
+            info_code: None,
+        },
+        _ => HttpError::HttpRequestDenied,
+    }
+}
+
+fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A connection the client can speak HTTP over (plain or TLS).
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
+
+/// Connects to the first of `addrs` that accepts.
+async fn connect(addrs: &[SocketAddr]) -> Result<tokio::net::TcpStream, HttpError> {
+    let mut last = None;
+    for addr in addrs {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.map_or(HttpError::DestinationNotFound, HttpError::Connect))
+}
+
+/// The name the server's certificate must carry: the request's host name,
+/// or its address.
+fn server_name(host: &Host) -> Result<rustls_pki_types::ServerName<'static>, HttpError> {
+    match host {
+        Host::Ip(ip) => Ok(rustls_pki_types::ServerName::IpAddress((*ip).into())),
+        Host::Name(n) => rustls_pki_types::ServerName::try_from(n.as_str().to_string())
+            .map_err(|_| HttpError::HttpRequestUriInvalid),
+    }
+}
+
+/// A response body that counts its bytes into the call's records and
+/// stops at the call's response byte limit and the request's deadline.
+struct LimitedBody {
+    inner: Pin<Box<hyper::body::Incoming>>,
+    net: Arc<CallNet>,
+    index: usize,
+    max: u64,
+    until: Pin<Box<tokio::time::Sleep>>,
+    started: Instant,
+    done: bool,
+}
+
+impl LimitedBody {
+    fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            let ms = elapsed_ms(self.started);
+            self.net.update(self.index, |r| r.ms = ms);
+        }
+    }
+}
+
+impl Body for LimitedBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.finish();
+                Poll::Ready(Some(Err(HttpError::Hyper(e))))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if !this.net.add_bytes_in(this.index, n, this.max) {
+                    this.finish();
+                    return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(this.max)))));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => match this.until.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.finish();
+                    Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// The wasi:http hooks of one call: every outgoing request goes through
+/// [`CallNet`].
+pub(crate) struct HttpHooks(pub(crate) Arc<CallNet>);
+
+impl WasiHttpHooks for HttpHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        drop(fut);
+        let net = self.0.clone();
+        match net.admit_http(&request) {
+            Err(e) => Box::new(async move { Err(e) }),
+            Ok(admitted) => Box::new(net.send(admitted, request, options)),
+        }
+    }
+}
