@@ -286,10 +286,10 @@ macro_rules! export_tools {
     };
 }
 
-/// Structured logging to the host's log (never to the model).
 #[cfg(feature = "http")]
 pub mod http;
 
+/// Structured logging to the host's log (never to the model).
 pub mod log {
     use crate::bindings::toolhost::tool::host::{self, LogLevel};
 

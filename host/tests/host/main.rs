@@ -16,3 +16,4 @@ mod durability;
 mod governance;
 mod mcp_protocol;
 mod mcp_python;
+mod network;

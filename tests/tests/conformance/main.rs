@@ -13,6 +13,7 @@ mod capability;
 mod cli;
 mod contract;
 mod durability;
+mod egress;
 mod escape;
 mod load;
 mod mode;

@@ -1,0 +1,685 @@
+//! Governed network egress (DESIGN.md §2b) through the embedded `http_fetch`
+//! tool, against HTTP servers this test starts on loopback addresses
+//! (127.0.0.1 and 127.0.0.2): allowed GET and POST, refusals by host,
+//! method and port, no grant at all, credentials attached only to their
+//! host and never recorded, redirects not followed, `ask` grants, per-call
+//! limits, and hostile spellings of refused addresses.
+//!
+//! Each server counts the connections it accepts: a refusal means zero.
+//! Only loopback addresses are ever contacted: every other address in these
+//! tests is refused before any connection.
+
+use crate::support::{builder_with, runtime_options_with_pool, tempdir};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use toolhost::policy::Policy;
+use toolhost::policy::egress::StaticResolver;
+use toolhost::{
+    ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CallRequest, CallResult, ErrorCode,
+    Host, SandboxMode,
+};
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+type Respond = dyn Fn(&Seen) -> Vec<u8> + Send + Sync;
+
+/// A tiny HTTP/1.1 server on a loopback address: one thread, one request
+/// per connection, answers with `respond`. Counts connections.
+struct Server {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(ip: &str, respond: Box<Respond>) -> Server {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s, st) = (connections.clone(), seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                c.fetch_add(1, Ordering::SeqCst);
+                if let Some(req) = read_request(&stream) {
+                    let answer = respond(&req);
+                    s.lock().unwrap().push(req);
+                    let mut stream = stream;
+                    let _ = stream.write_all(&answer);
+                    let _ = stream.flush();
+                }
+            }
+        });
+        Server {
+            addr,
+            connections,
+            seen,
+            stop,
+        }
+    }
+
+    /// A server answering every request with `200` and `body`.
+    fn ok(ip: &str, body: &'static str) -> Server {
+        Server::start(ip, Box::new(move |_| response(200, &[], body.as_bytes())))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn read_request(stream: &TcpStream) -> Option<Seen> {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let target = parts.next()?.to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).ok()?;
+    Some(Seen {
+        method,
+        target,
+        headers,
+        body,
+    })
+}
+
+fn response(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A server that answers with the request's headers, one per line (as a
+/// server that echoes a credential back would).
+fn echo_headers(ip: &str) -> Server {
+    Server::start(
+        ip,
+        Box::new(|req| {
+            let text: String = req
+                .headers
+                .iter()
+                .map(|(k, v)| format!("{}: {v}\n", k.to_ascii_lowercase()))
+                .collect();
+            response(200, &[], text.as_bytes())
+        }),
+    )
+}
+
+async fn host(policy: &str) -> (tempfile::TempDir, Host) {
+    host_with(policy, |_| {}).await
+}
+
+async fn host_with(
+    policy: &str,
+    configure: impl FnOnce(&mut toolhost::HostBuilder),
+) -> (tempfile::TempDir, Host) {
+    let ws = tempdir();
+    let mut b = builder_with(ws.path(), runtime_options_with_pool(8));
+    b.policy(Policy::from_toml(policy, "test.toml").unwrap());
+    configure(&mut b);
+    let host = b.build().await.unwrap();
+    (ws, host)
+}
+
+async fn fetch(host: &Host, args: Value) -> CallResult {
+    host.call(CallRequest::new("http_fetch", args).mode(SandboxMode::None))
+        .await
+}
+
+/// The tool's error code (wasi:http's, as `http_fetch` reports it).
+fn tool_error(r: &CallResult) -> String {
+    assert_eq!(r.code(), Some(ErrorCode::ToolError), "{r:?}");
+    r.error.as_ref().unwrap().message.clone()
+}
+
+fn record_codes(r: &CallResult) -> Vec<String> {
+    r.receipt
+        .network
+        .iter()
+        .map(|n| {
+            serde_json::to_value(n).unwrap()["code"]
+                .as_str()
+                .unwrap_or("allowed")
+                .to_string()
+        })
+        .collect()
+}
+
+fn grant_policy(grants: &str) -> String {
+    format!("version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{grants}]\n")
+}
+
+#[tokio::test]
+async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
+    let server = Server::start(
+        "127.0.0.1",
+        Box::new(|req| {
+            let body = format!(
+                "{} {} {}",
+                req.method,
+                req.target,
+                String::from_utf8_lossy(&req.body)
+            );
+            response(200, &[("Content-Type", "text/plain")], body.as_bytes())
+        }),
+    );
+    let (_ws, host) = host(&grant_policy(&format!(
+        "\"http://127.0.0.1:{}\"",
+        server.port()
+    )))
+    .await;
+
+    let r = fetch(&host, json!({"url": server.url("/items?key=secret-query")})).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical["status"], 200);
+    assert_eq!(r.canonical["body"], "GET /items?key=secret-query ");
+    assert_eq!(r.canonical["headers"]["content-type"], "text/plain");
+    let rec = serde_json::to_value(&r.receipt.network).unwrap();
+    assert_eq!(rec.as_array().unwrap().len(), 1, "{rec}");
+    assert_eq!(rec[0]["method"], "GET");
+    assert_eq!(rec[0]["decision"], "allowed");
+    assert_eq!(rec[0]["status"], 200);
+    assert_eq!(
+        rec[0]["url"],
+        format!("http://127.0.0.1:{}/items", server.port()),
+        "the record's URL has no query"
+    );
+    assert_eq!(rec[0]["bytes_in"], 26);
+    assert!(r.receipt.denied.is_empty(), "{:?}", r.receipt.denied);
+
+    let r = fetch(
+        &host,
+        json!({"url": server.url("/submit"), "method": "POST", "body": "hello=1",
+               "headers": {"content-type": "application/x-www-form-urlencoded"}}),
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical["body"], "POST /submit hello=1");
+    let rec = serde_json::to_value(&r.receipt.network).unwrap();
+    assert_eq!(rec[0]["method"], "POST");
+    assert_eq!(rec[0]["bytes_out"], 7);
+    assert_eq!(server.connections(), 2);
+    let seen = server.seen();
+    assert_eq!(
+        seen[1].header("host"),
+        Some(format!("127.0.0.1:{}", server.port()).as_str())
+    );
+
+    // The intent names what the call may reach, and the result event
+    // carries the records.
+    let events = host.log().events_for_call(&r.call_id).unwrap();
+    let intent = events
+        .iter()
+        .find(|e| e.kind == toolhost::log::EventKind::ToolIntent)
+        .unwrap();
+    assert_eq!(
+        intent.payload["network"],
+        json!([format!("http://127.0.0.1:{}", server.port())])
+    );
+    let result = events
+        .iter()
+        .find(|e| e.kind == toolhost::log::EventKind::ToolResult)
+        .unwrap();
+    assert_eq!(result.payload["receipt"]["network"][0]["status"], 200);
+}
+
+#[tokio::test]
+async fn without_a_grant_every_mode_is_refused_inside_the_guest() {
+    let server = Server::ok("127.0.0.1", "never");
+    // A policy without [network], and one in danger-full-access: no mode
+    // implies a grant.
+    for policy in [
+        "version = 1\ndefault = \"allow\"\n",
+        "version = 1\npreset = \"danger-full-access\"\ndefault = \"allow\"\n",
+    ] {
+        let (_ws, host) = host(policy).await;
+        for mode in [SandboxMode::None, SandboxMode::DangerFullAccess] {
+            let r = host
+                .call(CallRequest::new("http_fetch", json!({"url": server.url("/")})).mode(mode))
+                .await;
+            let msg = tool_error(&r);
+            assert!(msg.starts_with("HTTP-request-denied"), "{mode}: {msg}");
+            assert_eq!(record_codes(&r), ["network_off"], "{mode}");
+            assert!(
+                r.receipt
+                    .denied
+                    .iter()
+                    .any(|d| d.starts_with("network: GET ")),
+                "{:?}",
+                r.receipt.denied
+            );
+        }
+    }
+    assert_eq!(server.connections(), 0);
+}
+
+#[tokio::test]
+async fn refused_host_method_and_port_never_connect() {
+    let granted = Server::ok("127.0.0.1", "granted");
+    let other_port = Server::ok("127.0.0.1", "other port");
+    let other_host = Server::ok("127.0.0.2", "other host");
+    let policy = grant_policy(&format!(
+        "{{ url = \"http://127.0.0.1:{}\", methods = [\"GET\"] }}",
+        granted.port()
+    ));
+    let (_ws, host) = host(&policy).await;
+
+    let r = fetch(
+        &host,
+        json!({"url": granted.url("/"), "method": "POST", "body": "x"}),
+    )
+    .await;
+    assert!(tool_error(&r).starts_with("HTTP-request-denied"), "{r:?}");
+    assert_eq!(record_codes(&r), ["method_not_granted"]);
+
+    let r = fetch(&host, json!({"url": other_port.url("/")})).await;
+    assert!(tool_error(&r).starts_with("HTTP-request-denied"), "{r:?}");
+    assert_eq!(record_codes(&r), ["port_not_granted"]);
+
+    // Another loopback address: refused as an address, before any lookup.
+    let r = fetch(&host, json!({"url": other_host.url("/")})).await;
+    assert!(
+        tool_error(&r).starts_with("destination-IP-prohibited"),
+        "{r:?}"
+    );
+    assert_eq!(record_codes(&r), ["address_refused"]);
+
+    // A name is not the address it might resolve to.
+    let r = fetch(
+        &host,
+        json!({"url": format!("http://localhost:{}/", granted.port())}),
+    )
+    .await;
+    assert!(tool_error(&r).starts_with("HTTP-request-denied"), "{r:?}");
+    assert_eq!(record_codes(&r), ["host_not_granted"]);
+
+    // https to a host granted for http only.
+    let r = fetch(
+        &host,
+        json!({"url": format!("https://127.0.0.1:{}/", granted.port())}),
+    )
+    .await;
+    assert!(tool_error(&r).starts_with("HTTP-request-denied"), "{r:?}");
+    assert_eq!(record_codes(&r), ["scheme_not_granted"]);
+
+    assert_eq!(granted.connections(), 0);
+    assert_eq!(other_port.connections(), 0);
+    assert_eq!(other_host.connections(), 0);
+
+    // The granted request itself goes through.
+    let r = fetch(&host, json!({"url": granted.url("/")})).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(granted.connections(), 1);
+}
+
+const SECRET: &str = "sk-test-8f2e1c9a7b6d5e4f";
+
+#[tokio::test]
+async fn a_credential_goes_only_to_its_host_and_is_never_recorded() {
+    let with = echo_headers("127.0.0.1");
+    let without = echo_headers("127.0.0.2");
+    let dir = tempdir();
+    let secret_file = dir.path().join("token");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let policy = format!(
+        r#"version = 1
+default = "allow"
+
+[network]
+allow = ["http://127.0.0.1:{}", "http://127.0.0.2:{}"]
+
+[[credentials]]
+host = "127.0.0.1"
+header = "Authorization"
+value_file = "{}"
+prefix = "Bearer "
+"#,
+        with.port(),
+        without.port(),
+        secret_file.display()
+    );
+    let (_ws, host) = host(&policy).await;
+
+    // The guest's own Authorization header to that host is replaced.
+    let r = fetch(
+        &host,
+        json!({"url": with.url("/whoami"), "headers": {"authorization": "Bearer guest-made"}}),
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    let seen = with.seen();
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {SECRET}").as_str())
+    );
+    assert_eq!(
+        seen[0]
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+            .count(),
+        1
+    );
+    // The server echoed it; the result carries it redacted everywhere.
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(
+        r.canonical["body"]
+            .as_str()
+            .unwrap()
+            .contains("authorization: Bearer [REDACTED]"),
+        "{r:?}"
+    );
+
+    let r2 = fetch(&host, json!({"url": without.url("/whoami")})).await;
+    assert!(r2.is_ok(), "{r2:?}");
+    assert_eq!(without.seen()[0].header("authorization"), None);
+
+    // Not in the session log (intents, results), not in any Debug output.
+    let events = host.log().events().unwrap();
+    let log = serde_json::to_string(&events).unwrap();
+    assert!(!log.contains(SECRET), "the secret is in the session log");
+    assert!(!log.contains("sk-test"), "part of the secret is in the log");
+    assert!(!format!("{host:?} {r:?} {r2:?}").contains(SECRET));
+}
+
+#[tokio::test]
+async fn a_missing_credential_stops_the_host() {
+    let policy = r#"version = 1
+
+[network]
+allow = ["https://api.example.com"]
+
+[[credentials]]
+host = "api.example.com"
+header = "Authorization"
+value_file = "/nonexistent/toolhost-test-token"
+"#;
+    let ws = tempdir();
+    let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
+    b.policy(Policy::from_toml(policy, "test.toml").unwrap());
+    let err = b.build().await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("credentials[0]") && msg.contains("toolhost-test-token"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let target = Server::ok("127.0.0.1", "moved here");
+    let location = target.url("/new");
+    let redirect = Server::start(
+        "127.0.0.1",
+        Box::new(move |_| response(302, &[("Location", location.as_str())], b"")),
+    );
+    // Both are granted: still, the host does not follow.
+    let (_ws, host) = host(&grant_policy(&format!(
+        "\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"",
+        redirect.port(),
+        target.port()
+    )))
+    .await;
+    let r = fetch(&host, json!({"url": redirect.url("/old")})).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical["status"], 302);
+    assert_eq!(r.canonical["headers"]["location"], target.url("/new"));
+    assert_eq!(r.receipt.network.len(), 1);
+    assert_eq!(redirect.connections(), 1);
+    assert_eq!(target.connections(), 0);
+}
+
+#[tokio::test]
+async fn the_response_byte_limit_and_the_request_timeout_hold() {
+    let big = Server::ok("127.0.0.1", "0123456789abcdefghijklmnopqrstuvwxyz");
+    // A server that accepts and never answers, until the test ends.
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let silent = Server::start(
+        "127.0.0.1",
+        Box::new(move |_| {
+            let _ = held.lock().unwrap().recv();
+            Vec::new()
+        }),
+    );
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{}\"]\nmax_response_bytes = 10\nrequest_timeout_ms = 300\n",
+        big.port(),
+        silent.port()
+    );
+    let (_ws, host) = host(&policy).await;
+    let r = fetch(&host, json!({"url": big.url("/")})).await;
+    assert!(
+        tool_error(&r).starts_with("HTTP-response-body-size"),
+        "{r:?}"
+    );
+    let started = std::time::Instant::now();
+    let r = fetch(&host, json!({"url": silent.url("/")})).await;
+    assert!(tool_error(&r).starts_with("connection-timeout"), "{r:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    drop(hold);
+}
+
+/// An approver that answers `outcome` and remembers what it was asked.
+#[derive(Clone)]
+struct Asked {
+    outcome: ApprovalOutcome,
+    requests: Arc<Mutex<Vec<ApprovalRequest>>>,
+}
+
+impl Approver for Asked {
+    fn name(&self) -> String {
+        "asked".into()
+    }
+
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        self.requests.lock().unwrap().push(request.clone());
+        let outcome = self.outcome;
+        Box::pin(async move { (outcome, None) })
+    }
+}
+
+#[tokio::test]
+async fn an_ask_grant_is_approved_per_call_before_the_body() {
+    let server = Server::ok("127.0.0.1", "asked for");
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nask = [\"http://127.0.0.1:{}\"]\n",
+        server.port()
+    );
+    for (outcome, ok) in [
+        (ApprovalOutcome::AllowedOnce, true),
+        (ApprovalOutcome::Rejected, false),
+    ] {
+        let asked = Asked {
+            outcome,
+            requests: Arc::default(),
+        };
+        let approver = asked.clone();
+        let (_ws, host) = host_with(&policy, move |b| {
+            b.approver(Box::new(approver));
+        })
+        .await;
+        let before = server.connections();
+        let r = fetch(&host, json!({"url": server.url("/")})).await;
+        let requests = asked.requests.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "asked once");
+        assert_eq!(requests[0].tool, "http_fetch");
+        assert_eq!(
+            requests[0].network,
+            [format!("http://127.0.0.1:{}", server.port())]
+        );
+        if ok {
+            assert!(r.is_ok(), "{r:?}");
+            let rec = serde_json::to_value(&r.receipt.network).unwrap();
+            assert_eq!(rec[0]["decision"], "approved");
+            assert_eq!(server.connections(), before + 1);
+        } else {
+            assert_eq!(r.code(), Some(ErrorCode::ApprovalRejected), "{r:?}");
+            assert_eq!(server.connections(), before);
+        }
+    }
+}
+
+#[tokio::test]
+async fn hostile_spellings_and_names_of_refused_addresses_never_connect() {
+    // The listener every hostile URL points at, one way or another.
+    let target = Server::ok("127.0.0.1", "reached");
+    let granted = Server::ok("127.0.0.2", "granted");
+    let p = target.port();
+    // Names granted by name, resolving (through the injected resolver) to
+    // refused addresses: a grant by name never unlocks them.
+    let resolver = StaticResolver::new()
+        .with("rebind.test", &["127.0.0.1".parse::<IpAddr>().unwrap()])
+        .with(
+            "mixed.test",
+            &[
+                "93.184.216.34".parse().unwrap(),
+                "127.0.0.1".parse().unwrap(),
+            ],
+        )
+        .with("metadata.test", &["169.254.169.254".parse().unwrap()])
+        .with("private.test", &["10.0.0.1".parse().unwrap()])
+        .with("mapped.test", &["::ffff:127.0.0.1".parse().unwrap()]);
+    let policy = grant_policy(&format!(
+        "\"http://127.0.0.2:{}\", \"http://rebind.test:{p}\", \"http://mixed.test:{p}\", \
+         \"http://metadata.test\", \"http://private.test\", \"http://mapped.test:{p}\"",
+        granted.port()
+    ));
+    let (_ws, host) = host_with(&policy, move |b| {
+        b.resolver(Arc::new(resolver));
+    })
+    .await;
+    let urls = [
+        format!("http://127.1:{p}/"),
+        format!("http://0x7f000001:{p}/"),
+        format!("http://2130706433:{p}/"),
+        format!("http://0177.0.0.1:{p}/"),
+        format!("http://0x7f.0.0.1:{p}/"),
+        format!("http://127.0.0.1:{p}/"),
+        format!("http://[::ffff:127.0.0.1]:{p}/"),
+        format!("http://[::ffff:7f00:1]:{p}/"),
+        format!("http://[::127.0.0.1]:{p}/"),
+        format!("http://[::1]:{p}/"),
+        format!("http://0.0.0.0:{p}/"),
+        format!("http://0:{p}/"),
+        format!("http://localhost:{p}/"),
+        format!("http://127.0.0.2:{p}/"),
+        format!("http://granted@127.0.0.1:{p}/"),
+        format!("http://127.0.0.2:{}@127.0.0.1:{p}/", granted.port()),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://[fd00:ec2::254]/latest/meta-data/".to_string(),
+        "http://100.100.100.200/".to_string(),
+        "http://10.0.0.1/".to_string(),
+        "http://192.168.1.1/".to_string(),
+        "http://172.16.0.1/".to_string(),
+        "http://100.64.0.1/".to_string(),
+        format!("http://rebind.test:{p}/"),
+        format!("http://mixed.test:{p}/"),
+        "http://metadata.test/latest/meta-data/".to_string(),
+        "http://private.test/".to_string(),
+        format!("http://mapped.test:{p}/"),
+    ];
+    for url in &urls {
+        let r = fetch(&host, json!({"url": url})).await;
+        let msg = tool_error(&r);
+        if msg.starts_with("invalid-url") {
+            // wasi:http itself refused the authority (userinfo): nothing
+            // was sent.
+            assert!(r.receipt.network.is_empty(), "{url}: {r:?}");
+            continue;
+        }
+        assert!(
+            msg.starts_with("HTTP-request-denied") || msg.starts_with("destination-IP-prohibited"),
+            "{url}: {msg}"
+        );
+        assert_eq!(r.receipt.network.len(), 1, "{url}: {:?}", r.receipt.network);
+        assert_eq!(
+            r.receipt.network[0].status, None,
+            "{url}: {:?}",
+            r.receipt.network
+        );
+    }
+    assert_eq!(
+        target.connections(),
+        0,
+        "a refused request reached the listener"
+    );
+    // The one granted server is still reachable.
+    let r = fetch(&host, json!({"url": granted.url("/")})).await;
+    assert!(r.is_ok(), "{r:?}");
+}

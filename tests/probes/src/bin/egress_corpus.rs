@@ -1,0 +1,177 @@
+//! A hostile guest for the egress corpus: tries every HTTP URL, TCP and UDP
+//! address and name lookup it is given, in order, and reports each outcome.
+//! The host decides each one against the call's grants; the test's
+//! listeners count what reached them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolhost_guest::http::{HttpRequest, send};
+use toolhost_guest::{Tool, ToolError};
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// URLs to GET.
+    #[serde(default)]
+    http: Vec<String>,
+    /// `a.b.c.d:port` to connect to over TCP.
+    #[serde(default)]
+    tcp: Vec<String>,
+    /// `a.b.c.d:port` to send one datagram to.
+    #[serde(default)]
+    udp: Vec<String>,
+    /// Names to look up.
+    #[serde(default)]
+    lookup: Vec<String>,
+}
+
+/// One attempt: what, whether it went through, and the error or result.
+#[derive(Serialize, JsonSchema)]
+struct Attempt {
+    target: String,
+    ok: bool,
+    detail: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Out {
+    attempts: Vec<Attempt>,
+}
+
+fn attempt(target: String, r: Result<String, String>) -> Attempt {
+    match r {
+        Ok(detail) => Attempt {
+            target,
+            ok: true,
+            detail,
+        },
+        Err(detail) => Attempt {
+            target,
+            ok: false,
+            detail,
+        },
+    }
+}
+
+#[cfg(target_os = "wasi")]
+mod net {
+    use wasip2::sockets::network::{IpAddressFamily, IpSocketAddress, Ipv4SocketAddress};
+    use wasip2::sockets::{instance_network, ip_name_lookup, tcp_create_socket, udp_create_socket};
+
+    fn parse(target: &str) -> Result<IpSocketAddress, String> {
+        let addr: std::net::SocketAddrV4 = target.parse().map_err(|e| format!("{e}"))?;
+        let [a, b, c, d] = addr.ip().octets();
+        Ok(IpSocketAddress::Ipv4(Ipv4SocketAddress {
+            port: addr.port(),
+            address: (a, b, c, d),
+        }))
+    }
+
+    pub fn tcp(target: &str) -> Result<String, String> {
+        let remote = parse(target)?;
+        let sock = tcp_create_socket::create_tcp_socket(IpAddressFamily::Ipv4)
+            .map_err(|e| format!("create: {e:?}"))?;
+        let network = instance_network::instance_network();
+        sock.start_connect(&network, remote)
+            .map_err(|e| format!("start-connect: {e:?}"))?;
+        sock.subscribe().block();
+        sock.finish_connect()
+            .map(|_| "connected".to_string())
+            .map_err(|e| format!("finish-connect: {e:?}"))
+    }
+
+    pub fn udp(target: &str) -> Result<String, String> {
+        let remote = parse(target)?;
+        let sock = udp_create_socket::create_udp_socket(IpAddressFamily::Ipv4)
+            .map_err(|e| format!("create: {e:?}"))?;
+        let network = instance_network::instance_network();
+        let any = IpSocketAddress::Ipv4(Ipv4SocketAddress {
+            port: 0,
+            address: (0, 0, 0, 0),
+        });
+        sock.start_bind(&network, any)
+            .map_err(|e| format!("start-bind: {e:?}"))?;
+        sock.subscribe().block();
+        sock.finish_bind()
+            .map_err(|e| format!("finish-bind: {e:?}"))?;
+        let (_incoming, outgoing) = sock
+            .stream(Some(remote))
+            .map_err(|e| format!("stream: {e:?}"))?;
+        outgoing.subscribe().block();
+        outgoing
+            .check_send()
+            .map_err(|e| format!("check-send: {e:?}"))?;
+        outgoing
+            .send(&[wasip2::sockets::udp::OutgoingDatagram {
+                data: b"escaped".to_vec(),
+                remote_address: None,
+            }])
+            .map(|n| format!("sent {n}"))
+            .map_err(|e| format!("send: {e:?}"))
+    }
+
+    pub fn lookup(name: &str) -> Result<String, String> {
+        let network = instance_network::instance_network();
+        let stream = ip_name_lookup::resolve_addresses(&network, name)
+            .map_err(|e| format!("resolve: {e:?}"))?;
+        stream.subscribe().block();
+        let mut found = Vec::new();
+        loop {
+            match stream.resolve_next_address() {
+                Ok(Some(a)) => found.push(format!("{a:?}")),
+                Ok(None) => break,
+                Err(e) => return Err(format!("next: {e:?}")),
+            }
+        }
+        Ok(found.join(","))
+    }
+}
+
+#[cfg(not(target_os = "wasi"))]
+mod net {
+    pub fn tcp(_: &str) -> Result<String, String> {
+        Err("native".into())
+    }
+    pub fn udp(_: &str) -> Result<String, String> {
+        Err("native".into())
+    }
+    pub fn lookup(_: &str) -> Result<String, String> {
+        Err("native".into())
+    }
+}
+
+struct Corpus;
+
+impl Tool for Corpus {
+    const NAME: &'static str = "egress";
+    const DESCRIPTION: &'static str =
+        "Tries HTTP URLs, TCP and UDP addresses and name lookups; reports each outcome.";
+    type Args = Args;
+    type Output = Out;
+    fn run(args: Args) -> Result<Out, ToolError> {
+        let mut attempts = Vec::new();
+        for url in args.http {
+            let r = send(&HttpRequest::get(&url), 4096)
+                .map(|r| format!("status {}", r.status))
+                .map_err(|f| f.to_string());
+            attempts.push(attempt(format!("http {url}"), r));
+        }
+        for t in args.tcp {
+            let r = net::tcp(&t);
+            attempts.push(attempt(format!("tcp {t}"), r));
+        }
+        for t in args.udp {
+            let r = net::udp(&t);
+            attempts.push(attempt(format!("udp {t}"), r));
+        }
+        for n in args.lookup {
+            let r = net::lookup(&n);
+            attempts.push(attempt(format!("lookup {n}"), r));
+        }
+        Ok(Out { attempts })
+    }
+}
+
+toolhost_guest::export_tools!(Corpus);
+
+fn main() {}

@@ -1,0 +1,234 @@
+//! Governed network egress (DESIGN.md §2b): a hostile guest tries a corpus
+//! of refused destinations through wasi:http and wasi:sockets, against
+//! listeners this test starts on loopback addresses. Every listener counts
+//! what reaches it: a refusal means zero. Only loopback addresses are ever
+//! contacted; every other address is refused before any connection.
+
+use crate::common::*;
+use serde_json::{Value, json};
+use std::net::{IpAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use toolhost::policy::Policy;
+use toolhost::policy::egress::StaticResolver;
+use toolhost::{Host, Limits, SandboxMode};
+
+toolhost_conformance::foreach_egress!(assert_test_exists);
+
+/// A TCP listener on a loopback address that accepts and counts
+/// connections (and answers nothing).
+struct Counted {
+    port: u16,
+    ip: &'static str,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Counted {
+    fn start(ip: &'static str) -> Counted {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(stream) = stream {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    held.push(stream);
+                }
+            }
+        });
+        Counted {
+            port,
+            ip,
+            count,
+            stop,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect((self.ip, self.port));
+    }
+}
+
+async fn egress_host(policy: &str, resolver: Option<StaticResolver>) -> (tempfile::TempDir, Host) {
+    let ws = tempfile::tempdir().unwrap();
+    let mut b = builder(
+        probes::EGRESS_CORPUS,
+        ws.path(),
+        Limits::default(),
+        suite_options(),
+    );
+    b.policy(Policy::from_toml(policy, "egress.toml").unwrap());
+    if let Some(r) = resolver {
+        b.resolver(Arc::new(r));
+    }
+    let host = b.build().await.unwrap();
+    (ws, host)
+}
+
+async fn run(host: &Host, args: Value) -> Vec<Value> {
+    let r = call(host, "egress", args, SandboxMode::None).await;
+    assert!(r.is_ok(), "{r:?}");
+    r.canonical["attempts"].as_array().unwrap().clone()
+}
+
+/// At least 40 attempts, each refused inside the guest with the interface's
+/// own error, none reaching the listeners; then the granted TCP address
+/// connects, and the per-call request limit holds.
+#[tokio::test]
+async fn egress_corpus() {
+    let target = Counted::start("127.0.0.1");
+    let tcp_ok = Counted::start("127.0.0.1");
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let (p, u, t) = (target.port, udp.local_addr().unwrap().port(), tcp_ok.port);
+    let resolver = StaticResolver::new()
+        .with("rebind.test", &["127.0.0.1".parse::<IpAddr>().unwrap()])
+        .with(
+            "mixed.test",
+            &[
+                "93.184.216.34".parse().unwrap(),
+                "127.0.0.1".parse().unwrap(),
+            ],
+        )
+        .with("metadata.test", &["169.254.169.254".parse().unwrap()])
+        .with("v6metadata.test", &["fd00:ec2::254".parse().unwrap()])
+        .with("private.test", &["192.168.0.10".parse().unwrap()])
+        .with("mapped.test", &["::ffff:127.0.0.1".parse().unwrap()]);
+    let policy = format!(
+        r#"version = 1
+default = "allow"
+
+[network]
+allow = [
+  "http://127.0.0.2:8080",
+  "tcp://127.0.0.1:{t}",
+  "http://rebind.test:{p}",
+  "http://mixed.test:{p}",
+  "http://metadata.test",
+  "http://v6metadata.test",
+  "http://private.test",
+  "http://mapped.test:{p}",
+]
+"#
+    );
+    let (_ws, host) = egress_host(&policy, Some(resolver)).await;
+    let http: Vec<String> = [
+        format!("http://127.0.0.1:{p}/"),
+        format!("http://127.1:{p}/"),
+        format!("http://127.0.1:{p}/"),
+        format!("http://0x7f000001:{p}/"),
+        format!("http://0x7F.0x0.0x0.0x1:{p}/"),
+        format!("http://2130706433:{p}/"),
+        format!("http://017700000001:{p}/"),
+        format!("http://0177.0.0.1:{p}/"),
+        format!("http://0x7f.1:{p}/"),
+        format!("http://127.0.0.1.:{p}/"),
+        format!("https://127.0.0.1:{p}/"),
+        format!("http://[::ffff:127.0.0.1]:{p}/"),
+        format!("http://[::ffff:7f00:1]:{p}/"),
+        format!("http://[0:0:0:0:0:ffff:127.0.0.1]:{p}/"),
+        format!("http://[::127.0.0.1]:{p}/"),
+        format!("http://[64:ff9b::7f00:1]:{p}/"),
+        format!("http://[2002:7f00:1::]:{p}/"),
+        format!("http://[::1]:{p}/"),
+        format!("http://0.0.0.0:{p}/"),
+        format!("http://0:{p}/"),
+        format!("http://localhost:{p}/"),
+        format!("http://127.0.0.2:{p}/"),
+        "http://127.0.0.2:8081/".to_string(),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://[fd00:ec2::254]/latest/meta-data/".to_string(),
+        "http://100.100.100.200/".to_string(),
+        "http://168.63.129.16/".to_string(),
+        "http://10.0.0.1/".to_string(),
+        "http://172.16.0.1/".to_string(),
+        "http://192.168.1.1/".to_string(),
+        "http://100.64.0.1/".to_string(),
+        "http://[fe80::1]/".to_string(),
+        "http://[fc00::1]/".to_string(),
+        "http://224.0.0.1/".to_string(),
+        "http://255.255.255.255/".to_string(),
+        "http://198.18.0.1/".to_string(),
+        format!("http://rebind.test:{p}/"),
+        format!("http://mixed.test:{p}/"),
+        "http://metadata.test/latest/meta-data/".to_string(),
+        "http://v6metadata.test/".to_string(),
+        "http://private.test/".to_string(),
+        format!("http://mapped.test:{p}/"),
+        format!("http://rebind.test:{}/", p.wrapping_add(1)),
+    ]
+    .to_vec();
+    let args = json!({
+        "http": http,
+        "tcp": [format!("127.0.0.1:{p}"), "127.0.0.2:8080", "10.0.0.1:80", "169.254.169.254:80"],
+        "udp": [format!("127.0.0.1:{u}"), "10.0.0.1:53"],
+        "lookup": ["localhost", "rebind.test", "example.com"],
+    });
+    let attempts = run(&host, args).await;
+    assert!(attempts.len() >= 40, "only {} attempts", attempts.len());
+    for a in &attempts {
+        let target = a["target"].as_str().unwrap();
+        let detail = a["detail"].as_str().unwrap();
+        assert_eq!(a["ok"], false, "{target} must be refused: {detail}");
+        if target.starts_with("http ") {
+            assert!(
+                detail.starts_with("HTTP-request-denied")
+                    || detail.starts_with("destination-IP-prohibited"),
+                "{target}: refused by the host, not by accident: {detail}"
+            );
+        } else if !target.starts_with("lookup ") {
+            assert!(
+                detail.contains("AccessDenied") || detail.contains("access-denied"),
+                "{target}: {detail}"
+            );
+        }
+    }
+    assert_eq!(target.count(), 0, "a refused attempt reached the listener");
+    let mut buf = [0u8; 64];
+    match udp.recv_from(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the UDP socket received a datagram: {other:?}"),
+    }
+
+    // The granted TCP address connects; the request limit holds per call.
+    let attempts = run(&host, json!({"tcp": [format!("127.0.0.1:{t}")]})).await;
+    assert_eq!(attempts[0]["ok"], true, "{attempts:?}");
+    assert_eq!(tcp_ok.count(), 1);
+
+    let limited = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\nmax_requests = 2\n"
+    );
+    let (_ws2, host2) = egress_host(&limited, None).await;
+    let r = call(
+        &host2,
+        "egress",
+        json!({"tcp": [format!("127.0.0.1:{t}"), format!("127.0.0.1:{t}"), format!("127.0.0.1:{t}")]}),
+        SandboxMode::None,
+    )
+    .await;
+    let attempts = r.canonical["attempts"].as_array().unwrap();
+    let oks: Vec<bool> = attempts.iter().map(|a| a["ok"] == true).collect();
+    assert_eq!(oks, [true, true, false], "{attempts:?}");
+    assert_eq!(tcp_ok.count(), 3);
+    let codes: Vec<Value> = r
+        .receipt
+        .network
+        .iter()
+        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
+        .collect();
+    assert_eq!(codes.last(), Some(&json!("limit_reached")), "{codes:?}");
+}
