@@ -146,11 +146,17 @@ mod imp {
         path: &str,
         max_body: usize,
     ) -> Result<HttpResponse, HttpFailure> {
-        let entries: Vec<(String, Vec<u8>)> = request
+        let mut entries: Vec<(String, Vec<u8>)> = request
             .headers
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
             .collect();
+        // A body goes with its length (not chunked), unless the caller set one.
+        if let Some(body) = &request.body
+            && !entries.iter().any(|(k, _)| k == "content-length")
+        {
+            entries.push(("content-length".into(), body.len().to_string().into_bytes()));
+        }
         let headers =
             Fields::from_list(&entries).map_err(|e| failure("invalid-header", format!("{e:?}")))?;
         let req = OutgoingRequest::new(headers);
