@@ -50,6 +50,11 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+/// The most records (and `denied` lines) one call keeps: refusals do not
+/// count against `max_requests`, so a guest looping on refused requests
+/// must not grow them without bound. Later ones are counted, not kept.
+const MAX_RECORDS: usize = 256;
+
 /// What the hook's future resolves to.
 type SendResult = Result<
     (
@@ -79,6 +84,21 @@ struct NetLog {
     bytes_in: u64,
     /// UDP destinations already allowed (a datagram stream is one record).
     udp_peers: Vec<SocketAddr>,
+    /// Records not kept (over [`MAX_RECORDS`]).
+    dropped: u64,
+}
+
+impl NetLog {
+    /// Keeps `record` unless the call already has [`MAX_RECORDS`]; returns
+    /// its index (`usize::MAX` when dropped: updates then do nothing).
+    fn keep(&mut self, record: EgressRecord) -> usize {
+        if self.records.len() >= MAX_RECORDS {
+            self.dropped += 1;
+            return usize::MAX;
+        }
+        self.records.push(record);
+        self.records.len() - 1
+    }
 }
 
 /// An HTTP request that passed the policy, to be planned and sent.
@@ -104,6 +124,11 @@ impl CallNet {
         })
     }
 
+    /// How many records were not kept (over the per-call cap).
+    pub(crate) fn dropped(&self) -> u64 {
+        self.log.lock().map(|l| l.dropped).unwrap_or(0)
+    }
+
     /// The records of every request and connection so far.
     pub(crate) fn records(&self) -> Vec<EgressRecord> {
         self.log
@@ -117,7 +142,9 @@ impl CallNet {
     }
 
     fn deny(&self, line: String) {
-        if let Ok(mut d) = self.denied.lock() {
+        if let Ok(mut d) = self.denied.lock()
+            && d.len() < MAX_RECORDS
+        {
             d.push(line);
         }
     }
@@ -132,7 +159,7 @@ impl CallNet {
             refusal.code()
         ));
         if let Ok(mut l) = self.log.lock() {
-            l.records.push(record);
+            l.keep(record);
         }
     }
 
@@ -156,7 +183,7 @@ impl CallNet {
             record.url
         ));
         if let Ok(mut l) = self.log.lock() {
-            l.records.push(record);
+            l.keep(record);
         }
     }
 
@@ -174,10 +201,7 @@ impl CallNet {
     /// Adds a record and returns its index.
     fn push(&self, record: EgressRecord) -> usize {
         match self.log.lock() {
-            Ok(mut l) => {
-                l.records.push(record);
-                l.records.len() - 1
-            }
+            Ok(mut l) => l.keep(record),
             Err(_) => usize::MAX,
         }
     }

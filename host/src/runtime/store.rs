@@ -216,6 +216,14 @@ pub struct Receipt {
     /// status, bytes, milliseconds). Never a header or a body.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network: Vec<EgressRecord>,
+    /// Network records not kept: a call keeps at most 256 (refusals do not
+    /// count against `max_requests`, so their number is otherwise unbounded).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub network_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Builds the store of one call.
@@ -454,6 +462,7 @@ impl Run {
             progress_reports: state.host.progress_reports,
             denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
             network: state.net.records(),
+            network_dropped: state.net.dropped(),
         }
     }
 }

@@ -37,7 +37,7 @@ fn conformance(path: &std::path::Path) -> (i32, serde_json::Value) {
 #[test]
 fn every_example_tool_passes() {
     let tools = example_tools();
-    assert_eq!(tools.len(), 5, "{tools:?}");
+    assert_eq!(tools.len(), 6, "{tools:?}");
     for t in tools {
         let (code, report) = conformance(&t);
         assert_eq!(code, 0, "{}: {report:#}", t.display());

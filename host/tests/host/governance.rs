@@ -1146,7 +1146,7 @@ async fn a_scope_shows_and_resolves_only_its_tools() {
         .map(|t| t.descriptor.name.as_str())
         .collect();
     assert_eq!(listed, ["read_file"]);
-    assert_eq!(host.tools(None).len(), 5);
+    assert_eq!(host.tools(None).len(), 6);
 
     let hidden = host.call(write("out.txt", "x").scope("reader")).await;
     assert_refused(&host, &hidden, ErrorCode::UnknownTool);

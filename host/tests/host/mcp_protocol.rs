@@ -129,7 +129,7 @@ impl Server {
         let r = self.response(&json!(id));
         assert_eq!(
             r["result"]["tools"].as_array().map(Vec::len),
-            Some(5),
+            Some(6),
             "{r}"
         );
     }

@@ -103,7 +103,7 @@ def test_initialize_and_list(tmp_path):
             assert s.server_info is not None and s.server_info.name == "toolhost"
             listed = await s.list_tools()
             names = sorted(t.name for t in listed.tools)
-            assert names == ["grep", "list_dir", "read_file", "sleep", "write_file"], names
+            assert names == ["grep", "http_fetch", "list_dir", "read_file", "sleep", "write_file"], names
             for t in listed.tools:
                 assert t.description, t.name
                 assert t.input_schema.get("type") == "object", (t.name, t.input_schema)
@@ -141,7 +141,7 @@ def test_invalid_args_is_an_error_result(tmp_path):
             r = await s.call_tool("no_such_tool", {})
             assert r.is_error and "UNKNOWN_TOOL" in text_of(r), text_of(r)
             # The server is still there.
-            assert len((await s.list_tools()).tools) == 5
+            assert len((await s.list_tools()).tools) == 6
 
     run(main)
 
@@ -366,10 +366,10 @@ def test_embedded_and_directory_tools_collide_and_keep_the_old_host(tmp_path):
 
     async def main():
         async with env.session("--tools", str(tools), "--poll-ms", "100") as s:
-            assert len((await s.list_tools()).tools) == 5
+            assert len((await s.list_tools()).tools) == 6
             shutil.copy(TOOLS_BUILD / "tool_sleep.wasm", tools / "another_sleep.wasm")
             await anyio.sleep(1.0)
-            assert len((await s.list_tools()).tools) == 5
+            assert len((await s.list_tools()).tools) == 6
             r = await s.call_tool("sleep", {"ms": 10})
             assert not r.is_error, text_of(r)
 

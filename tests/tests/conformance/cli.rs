@@ -210,7 +210,14 @@ fn cli_list_json() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["grep", "list_dir", "read_file", "sleep", "write_file"]
+        [
+            "grep",
+            "http_fetch",
+            "list_dir",
+            "read_file",
+            "sleep",
+            "write_file"
+        ]
     );
     for t in &tools {
         assert!(
