@@ -142,10 +142,8 @@ impl CallNet {
     }
 
     fn deny(&self, line: String) {
-        if let Ok(mut d) = self.denied.lock()
-            && d.len() < MAX_RECORDS
-        {
-            d.push(line);
+        if let Ok(mut d) = self.denied.lock() {
+            record_denied(&mut d, &self.unlisted, line);
         }
     }
 
