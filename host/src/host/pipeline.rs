@@ -9,7 +9,7 @@
 //! - policy and guards run for every call, whatever scope it comes from.
 
 use super::{CallRequest, Host};
-use crate::approval::{ApprovalOutcome, ApprovalRequest};
+use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver};
 use crate::hooks::PostAction;
 use crate::registry::RegisteredTool;
 use crate::result::CallResult;
@@ -189,7 +189,8 @@ impl Host {
                 mode,
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
             };
-            self.approve(request, &interrupt).await?;
+            let approver = req.approver.as_deref().unwrap_or(&*self.approver);
+            self.approve(approver, request, &interrupt).await?;
         }
         if interrupt.is_cancelled() {
             return Err((
@@ -230,6 +231,7 @@ impl Host {
 
     async fn approve(
         &self,
+        approver: &dyn Approver,
         request: ApprovalRequest,
         interrupt: &Interrupt,
     ) -> Result<(), Refusal> {
@@ -244,7 +246,7 @@ impl Host {
         }
         let call_id = request.call_id.as_str();
         let approval_id = request.approval_id.clone();
-        let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| self.approver.name()))
+        let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| approver.name()))
             .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
         let asked = serde_json::to_value(&request).unwrap_or_default();
         if let Err(e) = self.recorder.lazy(
@@ -266,7 +268,7 @@ impl Host {
             )
         };
         let (outcome, detail) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.approver.decide(&request)
+            approver.decide(&request)
         })) {
             Err(_) => panicked(),
             Ok(decision) => tokio::select! {
