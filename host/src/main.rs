@@ -36,7 +36,7 @@ enum Command {
     Log(LogArgs),
     /// Resolve calls whose outcome is unknown after a crash.
     Recover(StateArgs),
-    /// Serve the tools over the Model Context Protocol (stdio).
+    /// Serve the tools over the Model Context Protocol (stdio or Streamable HTTP).
     Serve(ServeArgs),
     /// Check a tool component against the contract.
     Conformance(ConformanceArgs),
@@ -166,10 +166,33 @@ struct ConformanceArgs {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("transport").required(true).args(["mcp", "http"])))]
 struct ServeArgs {
     /// Speak the Model Context Protocol on stdin/stdout (logs go to stderr).
-    #[arg(long, required = true)]
+    #[arg(long)]
     mcp: bool,
+    /// Serve MCP over Streamable HTTP at http://ADDR/mcp (ADDR: IP:PORT or
+    /// localhost:PORT; port 0 picks a free one). The bound address is
+    /// printed to stderr.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_addr)]
+    http: Option<std::net::SocketAddr>,
+    /// Allow --http on an address that is not loopback.
+    #[arg(long, requires = "http")]
+    allow_remote: bool,
+    /// An Origin admitted besides http(s)://localhost, 127.0.0.1 and [::1]
+    /// (scheme://host[:port], or :* for any port). Repeatable.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    allowed_origin: Vec<String>,
+    /// A Host admitted besides the loopback names and the bound address
+    /// (name[:port]; for a server reached by name). Repeatable.
+    #[arg(long, value_name = "HOST", requires = "http")]
+    allowed_host: Vec<String>,
+    /// Ask for a bearer token: one token per line, # starts a comment.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    tokens: Option<PathBuf>,
+    /// Seconds a stopping HTTP server waits for calls in flight.
+    #[arg(long, value_name = "SECS", default_value_t = 10, requires = "http")]
+    shutdown_grace: u64,
     /// Serve only the tools of --tools DIR, without the embedded tools.
     #[arg(long, requires = "tools")]
     tools_only: bool,
@@ -587,7 +610,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
     })
 }
 
-/// `toolhost serve --mcp`: see `toolhost::mcp`. With `--tools DIR` the
+/// `toolhost serve --mcp` / `--http ADDR`: see `toolhost::mcp`. With `--tools DIR` the
 /// directory is loaded with the embedded tools (as for `run`), or alone with
 /// `--tools-only`, and reloaded when it changes.
 async fn serve(a: ServeArgs) -> Result<ExitCode> {
@@ -602,6 +625,22 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         fallback_approver: std::sync::Arc::from(fallback),
         approval_timeout: timeout,
     };
+    let http = match a.http {
+        None => None,
+        Some(addr) => {
+            let mut http = toolhost::mcp::HttpOptions::new(addr);
+            http.allow_remote = a.allow_remote;
+            http.allowed_origins = a.allowed_origin.clone();
+            http.allowed_hosts = a.allowed_host.clone();
+            http.shutdown_grace = Duration::from_secs(a.shutdown_grace);
+            if let Some(file) = &a.tokens {
+                http.tokens = Some(toolhost::mcp::Tokens::from_file(file).map_err(|e| anyhow!(e))?);
+            }
+            // Refused before anything is loaded or bound.
+            http.check().map_err(|e| anyhow!(e))?;
+            Some(http)
+        }
+    };
     let embedded = !a.tools_only;
     let host_args = std::sync::Arc::new(a.host);
     let factory: toolhost::mcp::HostFactory = std::sync::Arc::new(move |parts| {
@@ -612,10 +651,32 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
                 .map_err(|e| format!("{e:#}"))
         })
     });
-    toolhost::mcp::serve_stdio(factory, options)
-        .await
-        .map_err(|e| anyhow!(e))?;
+    match http {
+        None => toolhost::mcp::serve_stdio(factory, options).await,
+        Some(http) => {
+            toolhost::mcp::serve_http(factory, options, http, |addr| {
+                eprintln!(
+                    "toolhost: serving MCP over Streamable HTTP at http://{addr}{}",
+                    toolhost::mcp::MCP_PATH
+                );
+            })
+            .await
+        }
+    }
+    .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `IP:PORT`, or `localhost:PORT` (the IPv4 loopback).
+fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = s.trim();
+    let resolved = match s.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => s.to_string(),
+    };
+    resolved
+        .parse()
+        .map_err(|_| format!("{s:?} is not IP:PORT (for example 127.0.0.1:8080 or [::1]:0)"))
 }
 
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {

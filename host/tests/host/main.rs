@@ -14,5 +14,6 @@ mod cli_run;
 mod conformance_cmd;
 mod durability;
 mod governance;
+mod mcp_http;
 mod mcp_protocol;
 mod mcp_python;
