@@ -75,7 +75,8 @@ pub struct SandboxSpec {
 pub struct CommandSpec {
     /// The arguments; the first is the program name the guest sees.
     pub args: Vec<String>,
-    /// The environment, in this order.
+    /// The environment, in this order (in `danger-full-access`, `PWD` is
+    /// added, naming the workspace, unless listed here).
     pub env: Vec<(String, String)>,
     /// Standard input (the whole of it; empty by default).
     pub stdin: Vec<u8>,
