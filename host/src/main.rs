@@ -134,14 +134,28 @@ struct ListArgs {
 
 #[derive(Args)]
 struct ExecArgs {
-    /// The command component (exports wasi:cli/run).
+    /// The program: a command component (exports wasi:cli/run) or a WASI
+    /// preview 1 core module (exports _start).
     program: PathBuf,
     /// Sandbox mode.
     #[arg(long, value_name = "MODE", default_value = "none")]
     mode: SandboxMode,
-    /// The workspace.
+    /// The workspace (default: the current directory).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Where the workspace appears inside the program (modes read-only and
+    /// workspace-write): `.`, its current directory, or an absolute guest
+    /// path such as `/` or `/data`.
+    #[arg(long, value_name = "GUEST_PATH", default_value = ".")]
+    mount: String,
+    /// An environment variable for the program (repeatable; a later one of
+    /// the same KEY wins). Nothing is inherited from toolhost's environment.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// The program's standard input: a file, or `-` for toolhost's own.
+    /// Read whole before the program starts, at most 64 MiB. Default: empty.
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
     /// Wall-clock deadline, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     timeout_ms: u64,
@@ -151,9 +165,33 @@ struct ExecArgs {
     /// Fuel budget (enables fuel metering).
     #[arg(long, value_name = "UNITS")]
     fuel: Option<u64>,
+    /// Bytes of stdout, and of stderr, passed through; past that the
+    /// program's writes fail and toolhost exits 125 (OUTPUT_TOO_LARGE).
+    #[arg(long, value_name = "BYTES", default_value_t = EXEC_MAX_OUTPUT)]
+    max_output: usize,
     /// Arguments for the program.
     #[arg(last = true)]
     args: Vec<String>,
+}
+
+/// The most `toolhost exec --stdin` reads.
+const EXEC_STDIN_CAP: u64 = 64 << 20;
+
+/// The default of `toolhost exec --max-output`.
+const EXEC_MAX_OUTPUT: usize = 64 << 20;
+
+/// `KEY=VALUE`, for `exec --env`.
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = s.split_once('=') else {
+        return Err("expected KEY=VALUE (no `=` found)".into());
+    };
+    if key.is_empty() {
+        return Err("expected KEY=VALUE (the KEY is empty)".into());
+    }
+    if s.contains('\0') {
+        return Err("an environment variable cannot contain a NUL byte".into());
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 #[derive(Args)]
@@ -561,6 +599,30 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             workspace.display()
         );
     }
+    let mut args = vec![
+        a.program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    ];
+    args.extend(a.args.iter().cloned());
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (key, value) in a.env {
+        match env.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => env.push((key, value)),
+        }
+    }
+    let command = toolhost::exec::CommandSpec {
+        args,
+        env,
+        stdin: match &a.stdin {
+            Some(path) => read_stdin(path)?,
+            None => Vec::new(),
+        },
+        mount: a.mount.clone(),
+    };
+    command.check(a.mode)?;
     let runtime = toolhost::Runtime::new(RuntimeOptions {
         fuel: a.fuel.is_some(),
         max_concurrent_calls: 4,
@@ -574,16 +636,10 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             deadline: Duration::from_millis(a.timeout_ms),
             fuel: a.fuel,
             max_memory: a.memory_mb << 20,
+            max_stdio: a.max_output,
             ..Limits::default()
         },
     };
-    let mut argv = vec![
-        a.program
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    ];
-    argv.extend(a.args.iter().cloned());
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -595,19 +651,46 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         &runtime,
         &a.program.display().to_string(),
         &bytes,
-        &argv,
         &spec,
+        &command,
         interrupt,
     )
     .await
     .map_err(|e| anyhow!("{e}"))?;
     Ok(match outcome {
-        toolhost::exec::ExecOutcome::Exited(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        toolhost::exec::ExecOutcome::Exited(status) => ExitCode::from(status),
         toolhost::exec::ExecOutcome::Failed { code, message } => {
             eprintln!("error: {code}: {message}");
             ExitCode::from(125)
         }
     })
+}
+
+/// The program's stdin for `exec --stdin`: the file's bytes, or toolhost's
+/// own stdin for `-`, at most [`EXEC_STDIN_CAP`] bytes.
+fn read_stdin(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(EXEC_STDIN_CAP + 1)
+            .read_to_end(&mut bytes)
+            .context("cannot read toolhost's standard input")
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(EXEC_STDIN_CAP + 1).read_to_end(&mut bytes))
+            .with_context(|| format!("cannot read --stdin {}", path.display()))
+    };
+    read?;
+    if bytes.len() as u64 > EXEC_STDIN_CAP {
+        bail!(
+            "--stdin {} is larger than {} MiB, the most toolhost exec reads as a program's input",
+            path.display(),
+            EXEC_STDIN_CAP >> 20
+        );
+    }
+    Ok(bytes)
 }
 
 /// `toolhost serve --mcp` / `--http ADDR`: see `toolhost::mcp`. With `--tools DIR` the

@@ -14,6 +14,7 @@ mod cli;
 mod contract;
 mod durability;
 mod escape;
+mod exec;
 mod load;
 mod mode;
 mod runtime;
