@@ -57,6 +57,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import types
 import typing
 from typing import Any, Callable, Optional, Union
@@ -507,12 +508,26 @@ def _run(spec: ToolSpec, args: str):
     return canonical, _content_blocks(spec, output, canonical), meta
 
 
+class _NotAComponent:
+    """What :func:`export_tools` returns outside a component."""
+
+    def describe(self) -> list:
+        raise RuntimeError("describe runs only in a component built by componentize-py")
+
+    def invoke(self, name: str, args: str):
+        raise RuntimeError("invoke runs only in a component built by componentize-py")
+
+
 def export_tools(*specs: ToolSpec) -> type:
     """The class componentize-py exports as ``toolhost:tool/tool``.
 
     Bind it to the name ``Tool`` at the top of the module you build::
 
         Tool = export_tools(word_count, line_count)
+
+    The tools are checked here, in any Python; outside a component (where
+    there are no bindings) the class returned only raises, so that a tool
+    module can be imported and its functions unit-tested in plain CPython.
     """
     if not specs:
         raise ValueError("export at least one tool")
@@ -524,9 +539,15 @@ def export_tools(*specs: ToolSpec) -> type:
             raise ValueError(f"two tools are named {s.name!r}")
         by_name[s.name] = s
 
-    from wit_world import exports
-    from wit_world.imports import types as wit
-    from componentize_py_types import Err
+    try:
+        from wit_world import exports
+        from wit_world.imports import types as wit
+        from componentize_py_types import Err
+    except ImportError:
+        # Plain CPython (a unit test of the tool's functions): nothing to
+        # export to.
+        return _NotAComponent
+
 
     modes = {
         "none": wit.SandboxMode.NONE,
@@ -578,17 +599,37 @@ def export_tools(*specs: ToolSpec) -> type:
 # ---------------------------------------------------------------- host
 
 
+_LEVELS = ("trace", "debug", "info", "warn", "error")
+
+
+def _host() -> Any:
+    """The host interface, or None outside a component (plain CPython, where
+    a tool's function can be unit-tested)."""
+    try:
+        from wit_world.imports import host
+    except ImportError:
+        return None
+    return host
+
+
 def log(level: str, message: str, **fields: Any) -> None:
     """Writes a record to the host's log (never to the model). ``level`` is
-    one of trace, debug, info, warn, error; ``fields`` become a JSON object."""
-    from wit_world.imports import host
-
-    lvl = getattr(host.LogLevel, level.upper())
-    host.log(lvl, message, json.dumps(to_json(fields)) if fields else None)
+    one of trace, debug, info, warn, error; ``fields`` become a JSON object.
+    Outside a component the record goes to stderr."""
+    if level not in _LEVELS:
+        raise ValueError(f"log level {level!r} is not one of {_LEVELS}")
+    encoded = json.dumps(to_json(fields)) if fields else None
+    host = _host()
+    if host is None:
+        print(f"[{level}] {message} {encoded or ''}".rstrip(), file=sys.stderr)
+        return
+    host.log(getattr(host.LogLevel, level.upper()), message, encoded)
 
 
 def progress(done: int, total: Optional[int] = None, message: Optional[str] = None) -> None:
-    """Reports progress of the current call."""
-    from wit_world.imports import host
-
+    """Reports progress of the current call (to stderr outside a component)."""
+    host = _host()
+    if host is None:
+        print(f"[progress] {done}/{total if total is not None else '?'} {message or ''}".rstrip(), file=sys.stderr)
+        return
     host.progress(done, total, message)
