@@ -3,6 +3,10 @@ component needed): python3 -m unittest discover -s sdk/python"""
 
 import dataclasses
 import enum
+import json
+import os
+import sys
+import tempfile
 import unittest
 from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
@@ -135,6 +139,40 @@ class ToolTest(unittest.TestCase):
             @tool(examples=[{"nope": 1}])
             def bad_example(args: Args) -> Out:
                 "x"
+
+
+class ExamplesTest(unittest.TestCase):
+    """The examples' functions, outside a component."""
+
+    @classmethod
+    def setUpClass(cls):
+        examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python")
+        sys.path.insert(0, os.path.abspath(examples))
+
+    def test_word_count(self):
+        import word_count
+
+        canonical, content, _ = _run(word_count.word_count, json.dumps({"text": "a b\nc"}))
+        self.assertEqual(json.loads(canonical), {"words": 3, "lines": 2, "chars": 5})
+        self.assertEqual(content, [canonical])
+
+    def test_head(self):
+        import head
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "f.txt")
+            with open(path, "w") as f:
+                f.write("1\n2\n3\n")
+            canonical, content, _ = _run(head.head, json.dumps({"path": path, "lines": 2}))
+            self.assertEqual(json.loads(canonical), {"path": path, "lines": ["1", "2"], "truncated": True})
+            self.assertEqual(content, ["1\n2"])
+            canonical, _, _ = _run(head.head, json.dumps({"path": path, "lines": 3}))
+            self.assertFalse(json.loads(canonical)["truncated"])
+            with self.assertRaises(ToolError) as e:
+                _run(head.head, json.dumps({"path": os.path.join(d, "missing")}))
+            self.assertEqual(e.exception.code, "not-found")
+            with self.assertRaises(RuntimeError):
+                head.Tool().describe()
 
 
 if __name__ == "__main__":
