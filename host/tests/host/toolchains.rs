@@ -27,12 +27,25 @@ pub struct Example {
     pub tool: &'static str,
     /// The mode its calls run in.
     pub mode: SandboxMode,
+    /// Files (path, text) the workspace holds for its calls.
+    pub files: &'static [(&'static str, &'static str)],
     /// Arguments its schema accepts.
     pub args: Value,
     /// The canonical result of `args`.
     pub expected: Value,
     /// Arguments its schema refuses.
     pub invalid: Value,
+    /// How many examples its input schema declares (conformance runs each).
+    pub examples: usize,
+}
+
+/// A fresh workspace holding `ex.files`.
+pub fn workspace_for(ex: &Example) -> tempfile::TempDir {
+    let ws = crate::support::tempdir();
+    for (path, text) in ex.files {
+        std::fs::write(ws.path().join(path), text).unwrap();
+    }
+    ws
 }
 
 /// The workspace root (the parent of the `host` crate).
@@ -99,7 +112,7 @@ fn deny_policy(tool: &str, reason: &str) -> String {
 const DENY_REASON: &str = "this tool is off in this session";
 
 async fn host_for(ex: &Example, policy: Option<&str>) -> (tempfile::TempDir, Host) {
-    let ws = crate::support::tempdir();
+    let ws = workspace_for(ex);
     let mut b = HostBuilder::new();
     b.tool_file(&ex.component)
         .workspace(ws.path())
@@ -182,7 +195,7 @@ pub async fn library_pipeline(ex: &Example) {
 /// status and the one JSON object it prints.
 fn cli_run(ex: &Example, args: &Value, extra: &[&std::ffi::OsStr]) -> (i32, Value) {
     let state = crate::support::tempdir();
-    let ws = crate::support::tempdir();
+    let ws = workspace_for(ex);
     let out = Command::new(crate::support::bin())
         .arg("run")
         .arg(&ex.component)
@@ -244,8 +257,8 @@ pub fn cli_pipeline(ex: &Example) {
 }
 
 /// `toolhost conformance COMPONENT --json` exits 0 with no failed row, has
-/// run the invalid-arguments check and every example, and reports the
-/// component's imports. Returns the report.
+/// run the invalid-arguments check and each of the tool's examples, and
+/// reports the component's imports. Returns the report.
 pub fn conformance_passes(ex: &Example) -> Value {
     let out = Command::new(crate::support::bin())
         .args(["conformance", "--json"])
@@ -269,7 +282,9 @@ pub fn conformance_passes(ex: &Example) -> Value {
             .unwrap_or_else(|| panic!("no {name} row: {report:#}"))
     };
     assert_eq!(row(format!("invalid-args:{}", ex.tool))["verdict"], "pass");
-    assert_eq!(row(format!("example:{}[0]", ex.tool))["verdict"], "pass");
+    for i in 0..ex.examples {
+        assert_eq!(row(format!("example:{}[{i}]", ex.tool))["verdict"], "pass");
+    }
     row(format!("capabilities:{}", ex.tool));
     report
 }
