@@ -113,11 +113,26 @@ def _own_doc(tp: type) -> Optional[str]:
     return " ".join(doc.split())
 
 
+_HINTS: dict = {}
+
+
 def _hints(tp: Any) -> dict:
+    """The type hints of a class or function, resolved once: the schemas
+    resolve them at import (which componentize-py runs at build time and
+    snapshots), so a call reads them from here."""
     try:
-        return typing.get_type_hints(tp, include_extras=True)
+        return _HINTS[tp]
+    except (KeyError, TypeError):
+        pass
+    try:
+        hints = typing.get_type_hints(tp, include_extras=True)
     except NameError as e:
         raise TypeError(f"cannot resolve the type hints of {tp!r}: {e}") from None
+    try:
+        _HINTS[tp] = hints
+    except TypeError:
+        pass
+    return hints
 
 
 def _strip_annotated(tp: Any) -> Any:
