@@ -1,8 +1,10 @@
 """Unit tests of the helper's schemas and values, in plain CPython (no
 component needed): python3 -m unittest discover -s sdk/python"""
 
+import contextlib
 import dataclasses
 import enum
+import io
 import json
 import os
 import sys
@@ -159,7 +161,8 @@ class ExamplesTest(unittest.TestCase):
     def test_head(self):
         import head
 
-        with tempfile.TemporaryDirectory() as d:
+        stderr = io.StringIO()
+        with tempfile.TemporaryDirectory() as d, contextlib.redirect_stderr(stderr):
             path = os.path.join(d, "f.txt")
             with open(path, "w") as f:
                 f.write("1\n2\n3\n")
@@ -173,6 +176,8 @@ class ExamplesTest(unittest.TestCase):
             self.assertEqual(e.exception.code, "not-found")
             with self.assertRaises(RuntimeError):
                 head.Tool().describe()
+        # Outside a component, log records go to stderr.
+        self.assertIn('[debug] read {"path": ', stderr.getvalue())
 
 
 if __name__ == "__main__":
