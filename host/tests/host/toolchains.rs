@@ -9,6 +9,14 @@
 //! A language's tests never skip: when its component cannot be built (the
 //! toolchain cannot be found or installed), they fail with the build
 //! script's message, which says how to install it.
+//!
+//! A language slots in as one more module here: its examples under
+//! `examples/LANG/`, a script `scripts/build-LANG-tools` that builds them
+//! into `target/LANG-tools/` (run by `.ci/run` before the tests), and an
+//! [`Example`] per tool handed to [`library_pipeline`], [`cli_pipeline`]
+//! and [`conformance_passes`]. The benchmark's section 9
+//! (`language_examples` in `host/benches/pipeline.rs`) takes one entry per
+//! language.
 
 mod python;
 
