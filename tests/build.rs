@@ -1,6 +1,9 @@
 //! Builds every probe in `probes/src/bin/` for wasm32-wasip2 and generates
 //! `probes.rs`: a path constant per probe and a `foreach_<suite>!` macro per
-//! suite, so the test binary fails to build when a probe has no test.
+//! suite, so the test binary fails to build when a probe has no test. Also
+//! builds the `toolhost exec` test programs of `programs/src/bin/` for
+//! wasm32-wasip1 and wasm32-wasip2 (modules `p1` and `p2` of path
+//! constants).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,6 +39,32 @@ fn main() {
             let _ = writeln!(src, "        $mac!({n});");
         }
         let _ = writeln!(src, "    }};\n}}");
+    }
+    // The `toolhost exec` test programs, as preview 1 core modules and as
+    // command components: `p1::NAME` and `p2::NAME`.
+    for (target, module) in [
+        (toolhost_build_support::TARGET_P1, "p1"),
+        (toolhost_build_support::TARGET, "p2"),
+    ] {
+        let built = toolhost_build_support::build_for(
+            target,
+            &["toolhost-test-programs"],
+            "wasm-programs",
+            &["tests/programs"],
+        );
+        let _ = writeln!(
+            src,
+            "/// The test programs built for {target}.\npub mod {module} {{"
+        );
+        for b in &built {
+            let _ = writeln!(
+                src,
+                "    pub const {}: &str = {:?};",
+                b.name.to_uppercase(),
+                b.path.display().to_string()
+            );
+        }
+        let _ = writeln!(src, "}}");
     }
     let out =
         std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("probes.rs");

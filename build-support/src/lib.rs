@@ -1,15 +1,21 @@
-//! Builds crates of this workspace for `wasm32-wasip2` from a build script.
+//! Builds crates of this workspace for a WASI target (`wasm32-wasip2` by
+//! default, or `wasm32-wasip1`) from a build script.
 //!
-//! The host embeds the example tools and the test suite embeds its probes;
-//! both build them with the same toolchain into their own target directory
-//! (so the outer build's lock is never contended) and get back the paths of
-//! the resulting components.
+//! The host embeds the example tools and the test suite embeds its probes
+//! and test programs; each builds them with the same toolchain into its own
+//! target directory (so the outer build's lock is never contended) and gets
+//! back the paths of the resulting components (or, for `wasm32-wasip1`,
+//! core modules).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The wasm target every tool and probe is built for.
 pub const TARGET: &str = "wasm32-wasip2";
+
+/// The WASI preview 1 target (core modules), for test programs of
+/// `toolhost exec`.
+pub const TARGET_P1: &str = "wasm32-wasip1";
 
 /// One built component.
 #[derive(Debug, Clone)]
@@ -34,12 +40,18 @@ pub fn workspace_root() -> PathBuf {
     manifest
 }
 
-/// Fails the build with one line that says what to run when the target is
+/// Fails the build with one line that says what to run when [`TARGET`] is
 /// not installed.
 pub fn require_target() {
+    require(TARGET);
+}
+
+/// Fails the build with one line that says what to run when `target` is not
+/// installed.
+pub fn require(target: &str) {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let out = Command::new(&rustc)
-        .args(["--print", "target-libdir", "--target", TARGET])
+        .args(["--print", "target-libdir", "--target", target])
         .output();
     let installed = match out {
         Ok(o) if o.status.success() => {
@@ -50,7 +62,7 @@ pub fn require_target() {
     };
     if !installed {
         fail(&format!(
-            "the {TARGET} target is not installed: run `rustup target add {TARGET}` (or `rustup toolchain install` in the checkout)"
+            "the {target} target is not installed: run `rustup target add {target}` (or `rustup toolchain install` in the checkout)"
         ));
     }
 }
@@ -65,7 +77,15 @@ fn fail(msg: &str) -> ! {
 /// into `target/<subdir>` of the workspace and returns the components the
 /// build produced, in name order. Emits `rerun-if-changed` for `watch`.
 pub fn build(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
-    require_target();
+    build_for(TARGET, packages, subdir, watch)
+}
+
+/// As [`build`], for `target` ([`TARGET`] or [`TARGET_P1`]): what it
+/// returns are components for `wasm32-wasip2` and core modules for
+/// `wasm32-wasip1`. Several targets may share one `subdir`: each builds
+/// under `target/<subdir>/<target>`.
+pub fn build_for(target: &str, packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
+    require(target);
     let root = workspace_root();
     for w in watch {
         println!("cargo::rerun-if-changed={}", root.join(w).display());
@@ -77,7 +97,7 @@ pub fn build(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
         .arg("build")
         .arg("--release")
         .arg("--target")
-        .arg(TARGET)
+        .arg(target)
         .arg("--target-dir")
         .arg(&target_dir)
         .arg("--message-format=short");
@@ -98,17 +118,15 @@ pub fn build(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
     }
     let status = match cmd.status() {
         Ok(s) => s,
-        Err(e) => fail(&format!(
-            "could not run cargo to build the wasm components: {e}"
-        )),
+        Err(e) => fail(&format!("could not run cargo to build for {target}: {e}")),
     };
     if !status.success() {
         fail(&format!(
-            "building {} for {TARGET} failed (see the output above)",
+            "building {} for {target} failed (see the output above)",
             packages.join(", ")
         ));
     }
-    let out_dir = target_dir.join(TARGET).join("release");
+    let out_dir = target_dir.join(target).join("release");
     let mut built = Vec::new();
     let entries = match std::fs::read_dir(&out_dir) {
         Ok(e) => e,

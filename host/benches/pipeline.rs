@@ -2,7 +2,8 @@
 //! alternatives users would otherwise pick, measured in one run.
 //!
 //! Run: `cargo bench -p toolhost --bench pipeline --features bench-internals` (add `-- --json` for one
-//! JSON object; `-- --quick` for fewer iterations). Figures are medians and
+//! JSON object; `-- --quick` for fewer iterations; `-- --languages-only` for
+//! section 9 alone). Figures are medians and
 //! percentiles of many iterations, reported with their targets; nothing here
 //! asserts a timing.
 
@@ -117,6 +118,16 @@ async fn main() {
     }
     let as_json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--languages-only") {
+        let cache = tempfile::tempdir().unwrap();
+        let ctx = Ctx {
+            quick,
+            cache: cache.path().to_path_buf(),
+            workspace: tempfile::tempdir().unwrap(),
+        };
+        println!("{}", languages(&ctx).await);
+        return;
+    }
     let cache = tempfile::tempdir().unwrap();
     let ctx = Ctx {
         quick,
@@ -479,12 +490,158 @@ async fn main() {
                 "bwrap_available": bwrap.is_some() }),
     );
 
+    // 9. Tools written in other languages, built by their toolchains,
+    //    beside a Rust tool: load (compile, and from the cache),
+    //    instantiation, the body alone and a warm governed call. In a
+    //    process of its own (`--languages-only`, which also runs it alone),
+    //    so that the runtimes and threads of the sections above are not in it.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.arg("--languages-only");
+    if ctx.quick {
+        child.arg("--quick");
+    }
+    let child = child.output().unwrap();
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    let languages: Value = serde_json::from_slice(&child.stdout).unwrap();
+    report.insert("languages".into(), languages);
+
     let report = Value::Object(report);
     if as_json {
         println!("{report}");
     } else {
         println!("{}", serde_json::to_string_pretty(&report).unwrap());
     }
+}
+
+/// One example tool per language for section 9.
+struct LanguageExample {
+    language: &'static str,
+    /// How the component is built.
+    built_by: &'static str,
+    path: PathBuf,
+    tool: &'static str,
+    args: Value,
+}
+
+/// The Rust bench guest's `noop` (the call with the least work), and each
+/// other language's example tool where its build script has built it.
+/// Another language's example slots in as one more entry.
+fn language_examples() -> Vec<LanguageExample> {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    vec![
+        LanguageExample {
+            language: "rust",
+            built_by: "cargo (host/build.rs)",
+            path: PathBuf::from(toolhost::BENCH_GUEST_PATH),
+            tool: "noop",
+            args: json!({}),
+        },
+        LanguageExample {
+            language: "python",
+            built_by: "scripts/build-python-tools (componentize-py)",
+            path: target.join("python-tools/word_count.wasm"),
+            tool: "word_count",
+            args: json!({"text": "one two three\nfour five\n"}),
+        },
+    ]
+}
+
+/// Section 9. A language whose component is not built is reported as
+/// missing, with the command that builds it.
+async fn languages(ctx: &Ctx) -> Value {
+    let mut out = serde_json::Map::new();
+    for ex in language_examples() {
+        let Ok(bytes) = std::fs::read(&ex.path) else {
+            out.insert(
+                ex.language.into(),
+                json!({ "missing": ex.path.display().to_string(), "build_with": ex.built_by }),
+            );
+            continue;
+        };
+        out.insert(ex.language.into(), language(ctx, &ex, &bytes).await);
+    }
+    Value::Object(out)
+}
+
+async fn language(ctx: &Ctx, ex: &LanguageExample, bytes: &[u8]) -> Value {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    // Compile: a fresh runtime without a disk cache, each round.
+    let mut compile = Vec::new();
+    for _ in 0..if ctx.quick { 1 } else { 3 } {
+        let rt = Runtime::new(RuntimeOptions {
+            cache_dir: None,
+            ..RuntimeOptions::default()
+        })
+        .unwrap();
+        let t = Instant::now();
+        rt.bench_load(ex.tool, bytes).await.unwrap();
+        compile.push(ms(t.elapsed()));
+    }
+    // From the cache: a fresh runtime over a filled cache, each round.
+    let cache = tempfile::tempdir().unwrap();
+    let options = RuntimeOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeOptions::default()
+    };
+    Runtime::new(options.clone())
+        .unwrap()
+        .bench_load(ex.tool, bytes)
+        .await
+        .unwrap();
+    let mut cached = Vec::new();
+    let mut compiles_when_cached = 0;
+    for _ in 0..if ctx.quick { 5 } else { 15 } {
+        let rt = Runtime::new(options.clone()).unwrap();
+        let t = Instant::now();
+        rt.bench_load(ex.tool, bytes).await.unwrap();
+        cached.push(ms(t.elapsed()));
+        compiles_when_cached += compiles(&rt);
+    }
+    // Calls: a host with this component alone, the in-memory log.
+    let rt = Arc::new(Runtime::new(options).unwrap());
+    let mut b = HostBuilder::new();
+    b.runtime(rt.clone())
+        .tool_file(&ex.path)
+        .workspace(ctx.workspace.path());
+    let host = b.build().await.unwrap();
+    let component = host
+        .tools(None)
+        .into_iter()
+        .find(|t| t.descriptor.name == ex.tool)
+        .unwrap()
+        .component
+        .clone();
+    let n = ctx.iters(1000);
+    let mut inst = Vec::new();
+    for i in 0..n + warm_ups(n) {
+        let t = Instant::now();
+        rt.bench_instantiate(&component).await.unwrap();
+        if i >= warm_ups(n) {
+            inst.push(us(t.elapsed()));
+        }
+    }
+    let args = ex.args.to_string();
+    let mut body = Vec::new();
+    for i in 0..n + warm_ups(n) {
+        let t = Instant::now();
+        let (outcome, _) = rt.bench_invoke(&component, ex.tool, &args).await;
+        if i >= warm_ups(n) {
+            body.push(us(t.elapsed()));
+        }
+        assert!(matches!(outcome, toolhost::BodyOutcome::Ok { .. }));
+    }
+    let req = || CallRequest::new(ex.tool, ex.args.clone()).mode(SandboxMode::None);
+    let call = timed_calls(&host, req, n).await;
+    let receipt = host.call(req()).await.receipt;
+    json!({ "tool": ex.tool, "built_by": ex.built_by, "component_bytes": bytes.len(),
+            "compile_ms": round(stats(compile).p50), "cached_load_ms": (stats(cached).p50 * 100.0).round() / 100.0,
+            "compiles_when_cached": compiles_when_cached,
+            "instantiate": js(&stats(inst)), "body_only": js(&stats(body)), "governed_call_in_memory_log": js(&call),
+            "call_peak_memory_bytes": receipt.peak_memory_bytes })
 }
 
 /// Section 7, in a process of its own: resident memory before anything is

@@ -1,5 +1,6 @@
-//! On-disk compile cache: compiled components keyed by the component's hash
-//! and the engine configuration, so a second load does not compile.
+//! On-disk compile cache: compiled components (and the core modules of
+//! `toolhost exec`) keyed by their hash, their kind and the engine
+//! configuration, so a second load does not compile.
 //!
 //! An entry is `<key>.cwasm` plus `<key>.sum` (the CRC-32 of the artifact),
 //! and `<key>.desc` (the component's validated tool descriptors, with their
@@ -18,8 +19,8 @@ use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::{Engine, Module};
 
 use crate::tool::Descriptor;
 
@@ -41,10 +42,73 @@ pub struct CacheStats {
     pub descriptor_hits: AtomicU64,
 }
 
-/// A component from [`CompileCache::load_hashed`].
-pub struct Cached {
-    /// The compiled component.
-    pub component: Component,
+/// What the cache compiles: a component, or a core module. Each kind has
+/// its own keys, so that an entry of one is never read as the other.
+pub trait Artifact: Sized {
+    /// Appended to the key of an entry of this kind (components have none,
+    /// so that their keys are those of before core modules were cached).
+    const KEY_SUFFIX: &'static str;
+
+    /// Compiles `bytes` with `engine` into an artifact.
+    fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>>;
+
+    /// Loads an artifact made by [`Artifact::precompile`].
+    ///
+    /// # Safety
+    ///
+    /// `artifact` must come from [`Artifact::precompile`] of this kind, on a
+    /// compatible engine (see `wasmtime::Module::deserialize`).
+    unsafe fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Self>;
+
+    /// Loads an artifact from a file made by [`Artifact::precompile`].
+    ///
+    /// # Safety
+    ///
+    /// As [`Artifact::deserialize`], and the file must not change while it
+    /// is mapped.
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self>;
+}
+
+impl Artifact for Component {
+    const KEY_SUFFIX: &'static str = "";
+
+    fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_component(bytes)
+    }
+
+    unsafe fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Component::deserialize(engine, artifact) }
+    }
+
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Component::deserialize_file(engine, path) }
+    }
+}
+
+impl Artifact for Module {
+    const KEY_SUFFIX: &'static str = "-module";
+
+    fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_module(bytes)
+    }
+
+    unsafe fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Module::deserialize(engine, artifact) }
+    }
+
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Module::deserialize_file(engine, path) }
+    }
+}
+
+/// A component (or core module) from [`CompileCache::load_hashed`].
+pub struct Cached<A = Component> {
+    /// The compiled component or module.
+    pub compiled: A,
     /// The SHA-256 of the component bytes (hex).
     pub sha256: String,
     /// Whether it came from a valid cache entry (no compile).
@@ -79,42 +143,54 @@ impl CompileCache {
 
     /// The cache key of a component whose SHA-256 (hex) is `sha256`.
     fn key(&self, sha256: &str) -> String {
+        self.key_of::<Component>(sha256)
+    }
+
+    /// The cache key of an artifact of kind `A` whose SHA-256 (hex) is
+    /// `sha256`.
+    fn key_of<A: Artifact>(&self, sha256: &str) -> String {
         format!(
-            "{}-{}-{}-f{CACHE_FORMAT}",
+            "{}-{}-{}-f{CACHE_FORMAT}{}",
             sha256.get(..32).unwrap_or(sha256),
             self.engine_key,
-            env!("CARGO_PKG_VERSION")
+            env!("CARGO_PKG_VERSION"),
+            A::KEY_SUFFIX
         )
     }
 
-    /// As [`CompileCache::load`], also returning the component's SHA-256
-    /// (hex), computed once for both the key and the caller, and whether the
-    /// entry was a hit.
-    pub fn load_hashed(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Cached> {
+    /// Loads the component (or, with `A = Module`, the core module) `bytes`
+    /// from the cache, or compiles and caches it; also returns its SHA-256
+    /// (hex), computed once for both the key and the caller, and whether
+    /// the entry was a hit.
+    pub fn load_hashed<A: Artifact>(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+    ) -> wasmtime::Result<Cached<A>> {
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let key = self.key(&sha256);
+        let key = self.key_of::<A>(&sha256);
         if let Some(dir) = &self.dir
-            && let Some(component) = self.read_entry(engine, dir, &key)
+            && let Some(compiled) = self.read_entry::<A>(engine, dir, &key)
         {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(Cached {
-                component,
+                compiled,
                 sha256,
                 hit: true,
             });
         }
         self.stats.compiles.fetch_add(1, Ordering::Relaxed);
-        let serialized = engine.precompile_component(bytes)?;
+        let serialized = A::precompile(engine, bytes)?;
         // SAFETY: the bytes were produced just now by this engine's
-        // `precompile_component`; nothing else has touched them.
-        let component = unsafe { Component::deserialize(engine, &serialized)? };
+        // `precompile` of the same kind; nothing else has touched them.
+        let compiled = unsafe { A::deserialize(engine, &serialized)? };
         if let Some(dir) = &self.dir
             && let Err(e) = write_entry(dir, &key, &serialized)
         {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
         }
         Ok(Cached {
-            component,
+            compiled,
             sha256,
             hit: false,
         })
@@ -158,7 +234,7 @@ impl CompileCache {
         }
     }
 
-    fn read_entry(&self, engine: &Engine, dir: &Path, key: &str) -> Option<Component> {
+    fn read_entry<A: Artifact>(&self, engine: &Engine, dir: &Path, key: &str) -> Option<A> {
         let path = dir.join(format!("{key}.cwasm"));
         let file = std::fs::File::open(&path).ok()?;
         // SAFETY: entries are only ever replaced by rename, never edited in
@@ -174,11 +250,12 @@ impl CompileCache {
             return None;
         }
         // SAFETY: the artifact is byte-for-byte what this host wrote after
-        // `precompile_component` (its checksum matches the sum written with
-        // it, and entries are only ever replaced by rename, never edited in
-        // place), and wasmtime itself checks the engine compatibility header.
+        // `precompile` of this kind (its checksum matches the sum written
+        // with it, the key names the kind, and entries are only ever
+        // replaced by rename, never edited in place), and wasmtime itself
+        // checks the engine compatibility header and the artifact's kind.
         // The file is mapped rather than copied into new executable memory.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        match unsafe { A::deserialize_file(engine, &path) } {
             Ok(c) => Some(c),
             Err(e) => {
                 self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -220,4 +297,23 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         return Some(PathBuf::from(d).join("toolhost"));
     }
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("toolhost"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component and a core module never share an entry, even for the
+    /// same hash; component keys are those of before modules were cached.
+    #[test]
+    fn keys_differ_by_kind() {
+        let engine = Engine::default();
+        let cache = CompileCache::new(&engine, None);
+        let sha = "ab".repeat(32);
+        let component = cache.key_of::<Component>(&sha);
+        let module = cache.key_of::<Module>(&sha);
+        assert_ne!(component, module);
+        assert_eq!(component, cache.key(&sha));
+        assert!(component.ends_with(&format!("-f{CACHE_FORMAT}")));
+    }
 }

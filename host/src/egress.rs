@@ -114,6 +114,32 @@ impl NetworkGrant {
         NetworkGrant::default()
     }
 
+    /// A grant of exactly `patterns` (`scheme://host[:port]`, as in the
+    /// policy's `[network] allow`), trusting `ca_file` beside the bundled
+    /// roots: what `toolhost exec --allow-net` gives a program. Names are
+    /// resolved by `resolver` (the system's when `None`).
+    ///
+    /// # Errors
+    ///
+    /// A pattern that is not a valid grant (the message names it), or a
+    /// CA file that cannot be read.
+    pub fn from_patterns(
+        patterns: &[String],
+        ca_file: Option<std::path::PathBuf>,
+        resolver: Option<SharedResolver>,
+    ) -> Result<NetworkGrant, String> {
+        if patterns.is_empty() {
+            return Ok(NetworkGrant::none());
+        }
+        let grants = patterns
+            .iter()
+            .map(|p| toolhost_egress::Grant::parse(p).map_err(|e| format!("{p:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let policy = NetworkPolicy::from_grants(grants).with_ca_file(ca_file);
+        let egress = Egress::load(&policy, resolver)?;
+        Ok(NetworkGrant::new(Some(Arc::new(egress)), false))
+    }
+
     pub(crate) fn new(egress: Option<Arc<Egress>>, ask_approved: bool) -> NetworkGrant {
         NetworkGrant {
             egress,

@@ -1,20 +1,27 @@
-//! `toolhost exec`: runs an existing WASI command program (a component
-//! exporting `wasi:cli/run`) under the same sandbox modes and limits as
-//! tools, with its stdout/stderr and exit code passed through.
+//! `toolhost exec`: runs an existing WASI command program, a component
+//! exporting `wasi:cli/run` or a WASI preview 1 core module exporting
+//! `_start`, under the same sandbox modes and limits as tools, with the
+//! args, environment and stdin the user lists (nothing inherited), its
+//! stdout/stderr passed through (up to a cap each) and its exit status
+//! passed through.
 
-use crate::runtime::{LoadError, Runtime, StoreBuilder, race};
-pub use crate::sandbox::SandboxSpec;
+use crate::runtime::{LoadError, Program, Receipt, Run, Runtime, START, StoreBuilder, race};
+pub use crate::sandbox::{CommandSpec, SandboxSpec};
 use crate::state::Interrupt;
 use toolhost_core::ErrorCode;
+use wasmtime::TypedFunc;
 use wasmtime_wasi::I32Exit;
 use wasmtime_wasi::p2::bindings::Command;
 
 /// How a command program ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecOutcome {
-    /// It exited with this status (0 for a normal return, 1 for `Err`).
-    Exited(i32),
-    /// The runtime stopped it (timeout, fuel, memory, trap, cancel).
+    /// It exited with this status: 0 for a normal end; a component's
+    /// `exit(err)` is 1 and its `exit-with-code(n)` is `n`; a preview 1
+    /// module's `proc_exit(n)` is `n` (255 for any `n` above 255).
+    Exited(u8),
+    /// The runtime stopped it (timeout, fuel, memory, trap, cancel), or cut
+    /// its output at the cap (`OUTPUT_TOO_LARGE`).
     Failed {
         /// The stable code.
         code: ErrorCode,
@@ -23,54 +30,106 @@ pub enum ExecOutcome {
     },
 }
 
-/// Runs the command component `bytes` with `args` (the first is the
-/// program name the guest sees).
+/// How a command program ended, and what the runtime saw it do: among
+/// others the capability attempts it refused (`receipt.denied`) and every
+/// network request (`receipt.network`).
+#[derive(Debug, Clone)]
+pub struct ExecReport {
+    /// How it ended.
+    pub outcome: ExecOutcome,
+    /// What it did, as a tool call's receipt records it.
+    pub receipt: Receipt,
+}
+
+/// Runs the command program `bytes` (read from `source`) in a fresh store
+/// built for `spec`, giving it what `command` lists. The network is what
+/// `spec.network` grants, nothing else.
 pub async fn run_command(
     runtime: &Runtime,
     source: &str,
     bytes: &[u8],
-    args: &[String],
     spec: &SandboxSpec,
+    command: &CommandSpec,
     interrupt: Interrupt,
-) -> Result<ExecOutcome, LoadError> {
-    let linked = runtime.link(source, bytes)?;
-    let needs = linked.needs;
-    let pre = wasmtime_wasi::p2::bindings::CommandPre::new(linked.pre).map_err(|e| {
-        LoadError::WrongWorld {
-            file: source.to_string(),
-            detail: format!("not a WASI command (no wasi:cli/run export): {e:#}"),
-        }
-    })?;
+) -> Result<ExecReport, LoadError> {
+    let program = runtime.link_program(source, bytes)?;
     let mut builder = StoreBuilder::new(spec);
-    builder.interrupt(interrupt).command(args);
+    builder.interrupt(interrupt).command(command);
     let mut run = match runtime.store(&builder) {
         Ok(r) => r,
-        Err((code, message)) => return Ok(ExecOutcome::Failed { code, message }),
+        Err((code, message)) => {
+            return Ok(ExecReport {
+                outcome: ExecOutcome::Failed { code, message },
+                receipt: Receipt::default(),
+            });
+        }
     };
     let (deadline, interrupt) = run.deadline();
     let store = &mut run.store;
-    let raced = race(
-        async {
-            store.data().admit(needs.as_ref())?;
-            let command: Command = pre.instantiate_async(&mut *store).await?;
-            command.wasi_cli_run().call_run(&mut *store).await
-        },
-        deadline,
-        &interrupt,
-    )
-    .await;
-    // An explicit `exit(n)` surfaces as an `I32Exit` error: that is a normal
-    // end, not a failure.
+    let raced = match program {
+        Program::Component { pre, needs } => {
+            race(
+                async {
+                    store.data().admit(needs.as_ref())?;
+                    let command: Command = pre.instantiate_async(&mut *store).await?;
+                    // `exit(err)` returns `Err(())`: status 1, as an
+                    // explicit `exit(1)` would be.
+                    match command.wasi_cli_run().call_run(&mut *store).await? {
+                        Ok(()) => Ok(0),
+                        Err(()) => Ok(1),
+                    }
+                },
+                deadline,
+                &interrupt,
+            )
+            .await
+        }
+        Program::Module { pre, needs } => {
+            race(
+                async {
+                    store.data().admit(needs.as_ref())?;
+                    let instance = pre.instantiate_async(&mut *store).await?;
+                    let start: TypedFunc<(), ()> = instance.get_typed_func(&mut *store, START)?;
+                    start.call_async(&mut *store, ()).await?;
+                    Ok(0)
+                },
+                deadline,
+                &interrupt,
+            )
+            .await
+        }
+    };
+    let outcome = outcome(&mut run, raced);
+    Ok(ExecReport {
+        outcome,
+        receipt: run.receipt(),
+    })
+}
+
+/// How the run ended, from what the body returned: an explicit exit (an
+/// `I32Exit` error, from `exit` or `proc_exit`) is a normal end; a cut
+/// output overrides a normal end, since the user did not get all of it.
+fn outcome(run: &mut Run, raced: Option<wasmtime::Result<u8>>) -> ExecOutcome {
     let raced = match raced {
         Some(Err(e)) => match e.downcast_ref::<I32Exit>() {
-            Some(exit) => return Ok(ExecOutcome::Exited(exit.0)),
+            Some(exit) => Some(Ok(u8::try_from(exit.0).unwrap_or(u8::MAX))),
             None => Some(Err(e)),
         },
         other => other,
     };
-    Ok(match run.finish(raced) {
-        Ok(Ok(())) => ExecOutcome::Exited(0),
-        Ok(Err(())) => ExecOutcome::Exited(1),
+    let ended = run.finish(raced);
+    if let Err((code, message)) = run.check_passthrough() {
+        let then = match &ended {
+            Ok(status) => format!("it then exited with status {status}"),
+            Err((code, message)) => format!("it then ended {code}: {message}"),
+        };
+        return ExecOutcome::Failed {
+            code,
+            message: format!("{message}; {then}"),
+        };
+    }
+    match ended {
+        Ok(status) => ExecOutcome::Exited(status),
         Err((code, message)) => ExecOutcome::Failed { code, message },
-    })
+    }
 }

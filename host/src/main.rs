@@ -36,7 +36,7 @@ enum Command {
     Log(LogArgs),
     /// Resolve calls whose outcome is unknown after a crash.
     Recover(StateArgs),
-    /// Serve the tools over the Model Context Protocol (stdio).
+    /// Serve the tools over the Model Context Protocol (stdio or Streamable HTTP).
     Serve(ServeArgs),
     /// Check a tool component against the contract.
     Conformance(ConformanceArgs),
@@ -134,14 +134,41 @@ struct ListArgs {
 
 #[derive(Args)]
 struct ExecArgs {
-    /// The command component (exports wasi:cli/run).
+    /// The program: a command component (exports wasi:cli/run) or a WASI
+    /// preview 1 core module (exports _start).
     program: PathBuf,
     /// Sandbox mode.
     #[arg(long, value_name = "MODE", default_value = "none")]
     mode: SandboxMode,
-    /// The workspace.
+    /// The workspace (default: the current directory).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Where the workspace appears inside the program (modes read-only and
+    /// workspace-write): `.`, its current directory, or an absolute guest
+    /// path such as `/` or `/data`.
+    #[arg(long, value_name = "GUEST_PATH", default_value = ".")]
+    mount: String,
+    /// An environment variable for the program (repeatable; a later one of
+    /// the same KEY wins). Nothing is inherited from toolhost's environment.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// The program's standard input: a file, or `-` for toolhost's own.
+    /// Read whole before the program starts, at most 64 MiB. Default: empty.
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
+    /// Let the program reach this destination (repeatable):
+    /// `scheme://host[:port]` with `http`, `https`, `tcp` or `udp`, a
+    /// `*.` wildcard for subdomains, the scheme's port by default; the same
+    /// patterns as a policy's `[network] allow`. Nothing is reachable
+    /// without one, in every mode; addresses are checked after name
+    /// resolution (loopback, private and metadata addresses only when a
+    /// pattern names that exact address).
+    #[arg(long = "allow-net", value_name = "URL_PATTERN")]
+    allow_net: Vec<String>,
+    /// Extra certificates (PEM) to trust for `https` beside the bundled
+    /// web roots, for example a private service's CA.
+    #[arg(long, value_name = "FILE", requires = "allow_net")]
+    ca_file: Option<PathBuf>,
     /// Wall-clock deadline, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     timeout_ms: u64,
@@ -151,9 +178,33 @@ struct ExecArgs {
     /// Fuel budget (enables fuel metering).
     #[arg(long, value_name = "UNITS")]
     fuel: Option<u64>,
+    /// Bytes of stdout, and of stderr, passed through; past that the
+    /// program's writes fail and toolhost exits 125 (OUTPUT_TOO_LARGE).
+    #[arg(long, value_name = "BYTES", default_value_t = EXEC_MAX_OUTPUT)]
+    max_output: usize,
     /// Arguments for the program.
     #[arg(last = true)]
     args: Vec<String>,
+}
+
+/// The most `toolhost exec --stdin` reads.
+const EXEC_STDIN_CAP: u64 = 64 << 20;
+
+/// The default of `toolhost exec --max-output`.
+const EXEC_MAX_OUTPUT: usize = 64 << 20;
+
+/// `KEY=VALUE`, for `exec --env`.
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = s.split_once('=') else {
+        return Err("expected KEY=VALUE (no `=` found)".into());
+    };
+    if key.is_empty() {
+        return Err("expected KEY=VALUE (the KEY is empty)".into());
+    }
+    if s.contains('\0') {
+        return Err("an environment variable cannot contain a NUL byte".into());
+    }
+    Ok((key.to_string(), value.to_string()))
 }
 
 #[derive(Args)]
@@ -166,10 +217,33 @@ struct ConformanceArgs {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("transport").required(true).args(["mcp", "http"])))]
 struct ServeArgs {
     /// Speak the Model Context Protocol on stdin/stdout (logs go to stderr).
-    #[arg(long, required = true)]
+    #[arg(long)]
     mcp: bool,
+    /// Serve MCP over Streamable HTTP at http://ADDR/mcp (ADDR: IP:PORT or
+    /// localhost:PORT; port 0 picks a free one). The bound address is
+    /// printed to stderr.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_addr)]
+    http: Option<std::net::SocketAddr>,
+    /// Allow --http on an address that is not loopback.
+    #[arg(long, requires = "http")]
+    allow_remote: bool,
+    /// An Origin admitted besides http(s)://localhost, 127.0.0.1 and [::1]
+    /// (scheme://host[:port], or :* for any port). Repeatable.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    allowed_origin: Vec<String>,
+    /// A Host admitted besides the loopback names and the bound address
+    /// (name[:port]; for a server reached by name). Repeatable.
+    #[arg(long, value_name = "HOST", requires = "http")]
+    allowed_host: Vec<String>,
+    /// Ask for a bearer token: one token per line, # starts a comment.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    tokens: Option<PathBuf>,
+    /// Seconds a stopping HTTP server waits for calls in flight.
+    #[arg(long, value_name = "SECS", default_value_t = 10, requires = "http")]
+    shutdown_grace: u64,
     /// Serve only the tools of --tools DIR, without the embedded tools.
     #[arg(long, requires = "tools")]
     tools_only: bool,
@@ -538,6 +612,30 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             workspace.display()
         );
     }
+    let mut args = vec![
+        a.program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    ];
+    args.extend(a.args.iter().cloned());
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (key, value) in a.env {
+        match env.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => env.push((key, value)),
+        }
+    }
+    let command = toolhost::exec::CommandSpec {
+        args,
+        env,
+        stdin: match &a.stdin {
+            Some(path) => read_stdin(path)?,
+            None => Vec::new(),
+        },
+        mount: a.mount.clone(),
+    };
+    command.check(a.mode)?;
     let runtime = toolhost::Runtime::new(RuntimeOptions {
         fuel: a.fuel.is_some(),
         max_concurrent_calls: 4,
@@ -551,17 +649,12 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             deadline: Duration::from_millis(a.timeout_ms),
             fuel: a.fuel,
             max_memory: a.memory_mb << 20,
+            max_stdio: a.max_output,
             ..Limits::default()
         },
-        network: Default::default(),
+        network: toolhost::NetworkGrant::from_patterns(&a.allow_net, a.ca_file.clone(), None)
+            .map_err(|e| anyhow!("--allow-net: {e}"))?,
     };
-    let mut argv = vec![
-        a.program
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    ];
-    argv.extend(a.args.iter().cloned());
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -569,18 +662,23 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             on_ctrl_c.cancel();
         }
     });
-    let outcome = toolhost::exec::run_command(
+    let report = toolhost::exec::run_command(
         &runtime,
         &a.program.display().to_string(),
         &bytes,
-        &argv,
         &spec,
+        &command,
         interrupt,
     )
     .await
     .map_err(|e| anyhow!("{e}"))?;
-    Ok(match outcome {
-        toolhost::exec::ExecOutcome::Exited(code) => ExitCode::from(code.clamp(0, 255) as u8),
+    // What the sandbox refused, so that a program's "permission denied" or
+    // "connection refused" can be traced to a missing grant.
+    for denied in &report.receipt.denied {
+        eprintln!("toolhost: denied: {denied}");
+    }
+    Ok(match report.outcome {
+        toolhost::exec::ExecOutcome::Exited(status) => ExitCode::from(status),
         toolhost::exec::ExecOutcome::Failed { code, message } => {
             eprintln!("error: {code}: {message}");
             ExitCode::from(125)
@@ -588,7 +686,34 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
     })
 }
 
-/// `toolhost serve --mcp`: see `toolhost::mcp`. With `--tools DIR` the
+/// The program's stdin for `exec --stdin`: the file's bytes, or toolhost's
+/// own stdin for `-`, at most [`EXEC_STDIN_CAP`] bytes.
+fn read_stdin(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(EXEC_STDIN_CAP + 1)
+            .read_to_end(&mut bytes)
+            .context("cannot read toolhost's standard input")
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(EXEC_STDIN_CAP + 1).read_to_end(&mut bytes))
+            .with_context(|| format!("cannot read --stdin {}", path.display()))
+    };
+    read?;
+    if bytes.len() as u64 > EXEC_STDIN_CAP {
+        bail!(
+            "--stdin {} is larger than {} MiB, the most toolhost exec reads as a program's input",
+            path.display(),
+            EXEC_STDIN_CAP >> 20
+        );
+    }
+    Ok(bytes)
+}
+
+/// `toolhost serve --mcp` / `--http ADDR`: see `toolhost::mcp`. With `--tools DIR` the
 /// directory is loaded with the embedded tools (as for `run`), or alone with
 /// `--tools-only`, and reloaded when it changes.
 async fn serve(a: ServeArgs) -> Result<ExitCode> {
@@ -603,6 +728,22 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         fallback_approver: std::sync::Arc::from(fallback),
         approval_timeout: timeout,
     };
+    let http = match a.http {
+        None => None,
+        Some(addr) => {
+            let mut http = toolhost::mcp::HttpOptions::new(addr);
+            http.allow_remote = a.allow_remote;
+            http.allowed_origins = a.allowed_origin.clone();
+            http.allowed_hosts = a.allowed_host.clone();
+            http.shutdown_grace = Duration::from_secs(a.shutdown_grace);
+            if let Some(file) = &a.tokens {
+                http.tokens = Some(toolhost::mcp::Tokens::from_file(file).map_err(|e| anyhow!(e))?);
+            }
+            // Refused before anything is loaded or bound.
+            http.check().map_err(|e| anyhow!(e))?;
+            Some(http)
+        }
+    };
     let embedded = !a.tools_only;
     let host_args = std::sync::Arc::new(a.host);
     let factory: toolhost::mcp::HostFactory = std::sync::Arc::new(move |parts| {
@@ -613,10 +754,32 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
                 .map_err(|e| format!("{e:#}"))
         })
     });
-    toolhost::mcp::serve_stdio(factory, options)
-        .await
-        .map_err(|e| anyhow!(e))?;
+    match http {
+        None => toolhost::mcp::serve_stdio(factory, options).await,
+        Some(http) => {
+            toolhost::mcp::serve_http(factory, options, http, |addr| {
+                eprintln!(
+                    "toolhost: serving MCP over Streamable HTTP at http://{addr}{}",
+                    toolhost::mcp::MCP_PATH
+                );
+            })
+            .await
+        }
+    }
+    .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `IP:PORT`, or `localhost:PORT` (the IPv4 loopback).
+fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = s.trim();
+    let resolved = match s.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => s.to_string(),
+    };
+    resolved
+        .parse()
+        .map_err(|_| format!("{s:?} is not IP:PORT (for example 127.0.0.1:8080 or [::1]:0)"))
 }
 
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {

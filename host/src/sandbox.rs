@@ -71,12 +71,90 @@ pub struct SandboxSpec {
     pub network: NetworkGrant,
 }
 
+/// What a command program (`toolhost exec`) is given besides its mode and
+/// limits: the only arguments, environment and standard input it sees, and
+/// where the workspace appears inside it. Nothing comes from the host
+/// process: what is not listed here is empty.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// The arguments; the first is the program name the guest sees.
+    pub args: Vec<String>,
+    /// The environment, in this order (in `danger-full-access`, `PWD` is
+    /// added, naming the workspace, unless listed here).
+    pub env: Vec<(String, String)>,
+    /// Standard input (the whole of it; empty by default).
+    pub stdin: Vec<u8>,
+    /// Where the workspace is mounted in modes `read-only` and
+    /// `workspace-write`: [`GUEST_WORKSPACE`] (`.`, the current directory)
+    /// by default, or a path such as `/` or `/data`. See
+    /// [`CommandSpec::check`].
+    pub mount: String,
+}
+
+impl Default for CommandSpec {
+    fn default() -> Self {
+        CommandSpec {
+            args: Vec::new(),
+            env: Vec::new(),
+            stdin: Vec::new(),
+            mount: GUEST_WORKSPACE.to_string(),
+        }
+    }
+}
+
+impl CommandSpec {
+    /// Checks the mount point against `mode`: it must be `.` or an absolute
+    /// guest path without `.` or `..` components; a mode without a
+    /// workspace (`none`) or with the whole host at `/`
+    /// (`danger-full-access`) takes none but `.`; in `workspace-write` it
+    /// must not be [`GUEST_SCRATCH`], where the scratch directory is.
+    pub fn check(&self, mode: SandboxMode) -> Result<(), SandboxError> {
+        let bad = |why: &str| {
+            Err(SandboxError::Mount {
+                mount: self.mount.clone(),
+                detail: why.to_string(),
+            })
+        };
+        let mount = self.mount.as_str();
+        if mount == GUEST_WORKSPACE {
+            return Ok(());
+        }
+        if !mount.starts_with('/') {
+            return bad("a mount point is `.` or an absolute guest path such as `/` or `/data`");
+        }
+        if mount.contains('\0') || mount.split('/').any(|c| c == "." || c == "..") {
+            return bad("a mount point has no `.` or `..` components and no NUL");
+        }
+        match mode {
+            SandboxMode::None => bad(
+                "mode none mounts nothing; give --mode read-only (or wider) to mount the workspace",
+            ),
+            SandboxMode::DangerFullAccess => {
+                bad("danger-full-access mounts the host root at `/`, not the workspace")
+            }
+            SandboxMode::WorkspaceWrite if mount.trim_end_matches('/') == GUEST_SCRATCH => {
+                bad("in workspace-write the per-call scratch directory is mounted at /tmp")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Errors that make a sandbox impossible to enforce.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// The workspace does not exist or is not a directory.
     #[error("workspace {0} does not exist or is not a directory")]
     NoWorkspace(PathBuf),
+    /// A command program's mount point cannot be used (see
+    /// [`CommandSpec::check`]).
+    #[error("cannot mount the workspace at {mount:?}: {detail}")]
+    Mount {
+        /// The mount point asked for.
+        mount: String,
+        /// Why it cannot be used.
+        detail: String,
+    },
     /// A preopen could not be opened.
     #[error("cannot preopen {path}: {detail}")]
     Preopen {

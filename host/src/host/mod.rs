@@ -59,6 +59,9 @@ pub struct CallRequest {
     pub interrupt: Option<Interrupt>,
     /// Receives the tool's progress reports.
     pub progress: Option<ProgressSink>,
+    /// Who decides this call's approval, instead of the host's approver:
+    /// a server with several clients asks the client that made the call.
+    pub approver: Option<Arc<dyn Approver>>,
 }
 
 impl std::fmt::Debug for CallRequest {

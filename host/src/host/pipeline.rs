@@ -9,7 +9,7 @@
 //! - policy and guards run for every call, whatever scope it comes from.
 
 use super::{CallRequest, Host};
-use crate::approval::{ApprovalOutcome, ApprovalRequest};
+use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver};
 use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
 use crate::registry::RegisteredTool;
@@ -222,7 +222,8 @@ impl Host {
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
                 network: ask_network.clone(),
             };
-            self.approve(request, &interrupt).await?;
+            let approver = req.approver.as_deref().unwrap_or(&*self.approver);
+            self.approve(approver, request, &interrupt).await?;
         }
         if interrupt.is_cancelled() {
             return Err((
@@ -266,6 +267,7 @@ impl Host {
 
     async fn approve(
         &self,
+        approver: &dyn Approver,
         request: ApprovalRequest,
         interrupt: &Interrupt,
     ) -> Result<(), Refusal> {
@@ -280,7 +282,7 @@ impl Host {
         }
         let call_id = request.call_id.as_str();
         let approval_id = request.approval_id.clone();
-        let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| self.approver.name()))
+        let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| approver.name()))
             .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
         let asked = serde_json::to_value(&request).unwrap_or_default();
         if let Err(e) = self.recorder.lazy(
@@ -302,7 +304,7 @@ impl Host {
             )
         };
         let (outcome, detail) = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.approver.decide(&request)
+            approver.decide(&request)
         })) {
             Err(_) => panicked(),
             Ok(decision) => tokio::select! {

@@ -49,6 +49,18 @@ impl McpApprover {
         }
     }
 
+    /// An approver that asks the client of `peer` (if it elicits), else
+    /// `fallback`: the approver of one call, made by that peer.
+    pub(super) fn for_peer(
+        peer: Peer<RoleServer>,
+        fallback: Arc<dyn Approver>,
+        timeout: Duration,
+    ) -> Self {
+        let slot = std::sync::OnceLock::new();
+        let _ = slot.set(peer);
+        McpApprover::new(Arc::new(slot), fallback, timeout)
+    }
+
     fn client(&self) -> Option<&Peer<RoleServer>> {
         self.peer.get().filter(|p| client_elicits(p))
     }

@@ -1,24 +1,28 @@
-//! The MCP server (`toolhost serve --mcp`): the Model Context Protocol as a
-//! thin layer over [`Host::call`]. Logs never go to stdout.
+//! The MCP server (`toolhost serve --mcp`, `toolhost serve --http ADDR`):
+//! the Model Context Protocol as a thin layer over [`Host::call`]. Logs
+//! never go to stdout.
 //!
 //! This module holds the public entry points ([`serve`], [`serve_stdio`],
-//! [`ServeOptions`], [`HostFactory`], [`HostParts`], [`to_mcp_result`]) and
-//! composes one session from its parts, one concern each:
+//! [`serve_http`], [`ServeOptions`], [`HttpOptions`], [`HostFactory`],
+//! [`HostParts`], [`to_mcp_result`]) and composes sessions from their parts,
+//! one concern each:
 //!
 //! | module | owns |
 //! |---|---|
 //! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
+//! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
 //! `protocol`, `approval`, `progress` and `reload` know nothing about the
-//! transport: a second transport (Streamable HTTP) replaces `framing`. One
-//! limit to lift then: the approver is installed in the host and asks the
-//! client of the one session it was built for ([`HostParts`]), so a
-//! transport with several sessions per host must route each ask to the
-//! session of its call.
+//! transport: `http` replaces `framing`, with one handler per session on
+//! one shared host. An approval is asked of the client of the call's own
+//! session: every call carries an [`McpApprover`] built from the peer of
+//! its request (`CallRequest::approver`), so with several sessions per host
+//! no session sees another's elicitation. (The approver in [`HostParts`] is
+//! only what the host falls back on for calls that carry none.)
 //!
 //! Nothing a guest or a client feeds the server is queued without bound:
 //! progress is one slot per call, framing answers wait for stdout, calls in
@@ -26,19 +30,24 @@
 
 mod approval;
 mod framing;
+mod http;
 mod progress;
 mod protocol;
 mod reload;
 
 pub use approval::McpApprover;
+pub use http::{
+    DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
+    MCP_PATH, Tokens, serve_http, serve_http_until,
+};
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::to_mcp_result;
 
-use crate::approval::{Approver, BoxFuture};
+use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};
 use crate::runtime::Runtime;
 use framing::Framing;
-use protocol::Server;
+use protocol::{Approvals, Server};
 use rmcp::service::RoleServer;
 use rmcp::{Peer, ServiceExt};
 use std::path::PathBuf;
@@ -48,12 +57,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use toolhost_core::SandboxMode;
 use toolhost_log::SessionLog;
 
-/// The largest JSON-RPC message (one line) the server reads. Longer lines
-/// are discarded unread and answered with an invalid-request error. Tool
-/// arguments are capped at [`crate::MAX_ARGS_BYTES`] anyway.
+/// The largest JSON-RPC message (one line, or one HTTP request body) the
+/// server reads. Longer lines are discarded unread and answered with an
+/// invalid-request error; longer bodies with 413. Tool arguments are capped
+/// at [`crate::MAX_ARGS_BYTES`] anyway.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
-/// The most `tools/call` requests one session runs at once. A call over
+/// The most `tools/call` requests a server runs at once (over stdio: its
+/// one session; over HTTP: all its sessions together). A call over
 /// the limit is refused at once (`SANDBOX_UNAVAILABLE`, before the pipeline,
 /// so it is not in the session log): a client cannot make the server hold
 /// any number of waiting calls (on approvals, say).
@@ -177,7 +188,17 @@ where
     .await?;
     let log = host.log().clone();
     let runtime = host.runtime().clone();
-    let server = Server::new(host, peer.clone(), options.scope.clone(), options.mode);
+    let approvals = Approvals {
+        fallback: options.fallback_approver.clone(),
+        timeout: options.approval_timeout,
+    };
+    let server = Server::new(
+        host,
+        peer.clone(),
+        options.scope.clone(),
+        options.mode,
+        approvals,
+    );
 
     // Framing in front of rmcp: garbage gets JSON-RPC errors, not silence.
     let (framing, pipes) = Framing::start(input, output);
@@ -232,14 +253,37 @@ where
         r.abort();
     }
     framing.finish().await;
-    let host = server.host();
+    flush_log(&server.host()).await;
+    Ok(())
+}
+
+/// Commits what the session log still holds (results ride on the next
+/// durable commit), off the async threads.
+async fn flush_log(host: &Host) {
     let log = host.log().clone();
     match tokio::task::spawn_blocking(move || log.flush()).await {
         Ok(Err(e)) => tracing::warn!("the session log could not be flushed: {e}"),
         Err(e) => tracing::warn!("the session log could not be flushed: {e}"),
         Ok(Ok(_)) => {}
     }
-    Ok(())
+}
+
+/// The configured approver, installed in a host it is shared with (over
+/// HTTP the host's own approver is only the fallback of calls that carry
+/// none).
+struct SharedApprover(Arc<dyn Approver>);
+
+impl Approver for SharedApprover {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        self.0.decide(request)
+    }
 }
 
 async fn wait_for_signal() {

@@ -9,17 +9,25 @@
 //! `notifications/cancelled` trips the call's [`Interrupt`]; the host waits
 //! for the body to stop and records `CANCELLED`.
 //!
+//! An `ask` is put to the client that made the call: each call carries an
+//! [`McpApprover`] for the peer of its own request (its session), so with
+//! several sessions on one host (Streamable HTTP) an elicitation never
+//! reaches another session.
+//!
 //! What a client can make the server hold is bounded: at most
-//! [`MAX_CALLS_IN_FLIGHT`] calls run per session (the next is refused), and
-//! the session-log flushes that follow calls are coalesced (one queued at
-//! most).
+//! [`MAX_CALLS_IN_FLIGHT`] calls run per server (the next is refused; all
+//! sessions of an HTTP server share the count), and the session-log flushes
+//! that follow calls are coalesced (one queued at most).
 
+use super::approval::McpApprover;
 use super::progress::ProgressForwarder;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
+use crate::approval::Approver;
 use crate::host::{CallRequest, Host};
 use crate::result::CallResult;
 use crate::runtime::Receipt;
 use crate::state::Interrupt;
+use rmcp::Peer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams,
@@ -29,17 +37,34 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
 
-/// The protocol handler of one session. Clones share the session's state.
+/// How a call's approval is asked: the client of the call's session if it
+/// elicits, else `fallback`, waiting at most `timeout` for the client.
+#[derive(Clone)]
+pub(super) struct Approvals {
+    pub(super) fallback: Arc<dyn Approver>,
+    pub(super) timeout: Duration,
+}
+
+/// The protocol handler of one session. Clones share the session's state;
+/// [`Server::session`] makes the handler of another session that shares
+/// the host, the cap on calls and the log flushes, not the peer.
 #[derive(Clone)]
 pub(super) struct Server {
     current: Arc<RwLock<Arc<Host>>>,
     pub(super) peer: PeerSlot,
     pub(super) scope: Option<String>,
     mode: Option<SandboxMode>,
+    approvals: Approvals,
+    /// The clients of every session that initialized and is still open
+    /// (told about reloads); pruned when a session initializes.
+    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    /// The server is stopping: calls are refused.
+    stopping: Arc<AtomicBool>,
     /// One permit per `tools/call` in flight.
     calls: Arc<Semaphore>,
     /// A session-log flush is queued and has not started yet.
@@ -48,21 +73,74 @@ pub(super) struct Server {
 
 impl Server {
     /// A handler serving `host`'s tools visible in `scope`, every call in
-    /// `mode`; `peer` is filled in when the client initializes.
+    /// `mode`, asking approvals as `approvals` says; `peer` is filled in
+    /// when the client initializes.
     pub(super) fn new(
         host: Host,
         peer: PeerSlot,
         scope: Option<String>,
         mode: Option<SandboxMode>,
+        approvals: Approvals,
     ) -> Server {
         Server {
             current: Arc::new(RwLock::new(Arc::new(host))),
             peer,
             scope,
             mode,
+            approvals,
+            peers: Arc::default(),
+            stopping: Arc::default(),
             calls: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
             flush_queued: Arc::default(),
         }
+    }
+
+    /// The handler of a new session on the same host: everything shared
+    /// but the peer, which that session's `initialize` fills in.
+    pub(super) fn session(&self) -> Server {
+        Server {
+            peer: Arc::new(OnceLock::new()),
+            ..self.clone()
+        }
+    }
+
+    /// Waits until no call is in flight, or `limit` has passed; true when
+    /// none is. New calls are not held off: the caller stops them first.
+    pub(super) async fn drain(&self, limit: Duration) -> bool {
+        let all = MAX_CALLS_IN_FLIGHT as u32;
+        matches!(
+            tokio::time::timeout(limit, self.calls.acquire_many(all)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Refuses every call from now on (the server is stopping).
+    pub(super) fn stop_calls(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// The clients of the sessions still open.
+    pub(super) fn peers(&self) -> Vec<Peer<RoleServer>> {
+        let mut peers = match self.peers.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        peers.retain(|p| !p.is_transport_closed());
+        peers.clone()
+    }
+
+    fn add_peer(&self, peer: Peer<RoleServer>) {
+        let mut peers = match self.peers.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(peer);
+    }
+
+    /// Calls in flight now.
+    pub(super) fn calls_in_flight(&self) -> usize {
+        MAX_CALLS_IN_FLIGHT - self.calls.available_permits()
     }
 
     /// The current host (a reload may replace it between calls).
@@ -102,6 +180,18 @@ impl Server {
     }
 }
 
+/// The answer to a `tools/call` while the server stops: refused before the
+/// pipeline, like [`too_many_calls`].
+fn stopping(tool: &str) -> CallResult {
+    CallResult::error(
+        String::new(),
+        tool.to_string(),
+        ErrorCode::SandboxUnavailable,
+        "the server is stopping; no new calls are taken".to_string(),
+        Receipt::default(),
+    )
+}
+
 /// The answer to a `tools/call` over [`MAX_CALLS_IN_FLIGHT`]: refused before
 /// the pipeline (so it has no call id and is not in the session log).
 fn too_many_calls(tool: &str) -> CallResult {
@@ -110,7 +200,7 @@ fn too_many_calls(tool: &str) -> CallResult {
         tool.to_string(),
         ErrorCode::SandboxUnavailable,
         format!(
-            "this session already runs {MAX_CALLS_IN_FLIGHT} calls; retry when one has finished"
+            "this server already runs {MAX_CALLS_IN_FLIGHT} calls; retry when one has finished"
         ),
         Receipt::default(),
     )
@@ -204,6 +294,7 @@ impl ServerHandler for Server {
     ) -> Result<InitializeResult, McpError> {
         context.peer.set_peer_info(request.clone());
         let _ = self.peer.set(context.peer.clone());
+        self.add_peer(context.peer.clone());
         self.negotiate_initialize(&request)
     }
 
@@ -232,6 +323,11 @@ impl ServerHandler for Server {
             tracing::warn!("refused a call: {MAX_CALLS_IN_FLIGHT} calls already in flight");
             return Ok(to_mcp_result(&too_many_calls(&request.name)).into());
         };
+        // Checked with the permit held: a stopping server that saw no call
+        // in flight sees no call start after it.
+        if self.stopping.load(Ordering::SeqCst) {
+            return Ok(to_mcp_result(&stopping(&request.name)).into());
+        }
         // The host this call starts on: a reload swaps in a new one, but
         // this call finishes on this one.
         let host = self.host();
@@ -263,6 +359,13 @@ impl ServerHandler for Server {
                 mode: self.mode,
                 interrupt: Some(interrupt),
                 progress,
+                // The client of this request's session is asked, never
+                // the client of another session on the same host.
+                approver: Some(Arc::new(McpApprover::for_peer(
+                    context.peer.clone(),
+                    self.approvals.fallback.clone(),
+                    self.approvals.timeout,
+                ))),
                 ..CallRequest::default()
             })
             .await;

@@ -1,7 +1,7 @@
 //! Hot reload of a tools directory: the directory is polled, a changed
 //! tool set is loaded into a new [`Host`] that shares the runtime and the
 //! session log, swapped in, and announced with
-//! `notifications/tools/list_changed`. Calls in flight keep the host they
+//! `notifications/tools/list_changed` (to the client of every open session). Calls in flight keep the host they
 //! started on; a directory that fails to load keeps the old host.
 
 use super::protocol::Server;
@@ -65,10 +65,10 @@ pub(super) async fn watch_tools<F>(
                     .collect::<Vec<_>>();
                 server.swap(host);
                 tracing::info!(dir = %dir.display(), tools = ?names, "reloaded the tools directory");
-                if let Some(peer) = server.peer.get()
-                    && let Err(e) = peer.notify_tool_list_changed().await
-                {
-                    tracing::warn!("cannot send tools/list_changed: {e}");
+                for peer in server.peers() {
+                    if let Err(e) = peer.notify_tool_list_changed().await {
+                        tracing::warn!("cannot send tools/list_changed: {e}");
+                    }
                 }
             }
             Err(e) => {

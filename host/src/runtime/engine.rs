@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use wasmparser::WasmFeatures;
 use wasmtime::{Config, Engine};
 
 /// How often the engine's epoch advances. Deadlines and cancellation are
@@ -52,14 +53,41 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// WebAssembly proposals this runtime does not enable, each with the name a
+/// user knows it by. wasmtime 48 leaves them off by default; [`config`]
+/// turns each off explicitly as well, so that a module that needs one is
+/// known to be refused for it, and loading can name it (see
+/// `runtime::program`). Every proposal of WebAssembly 3.0 (exception
+/// handling with `try_table`, GC, tail calls, memory64, relaxed SIMD,
+/// threads, ...) stays on.
+pub(crate) const PROPOSALS_OFF: &[(WasmFeatures, &str)] = &[
+    (
+        WasmFeatures::LEGACY_EXCEPTIONS,
+        "legacy exception handling (the `try`/`catch`/`rethrow`/`delegate` instructions of the \
+         proposal's first version; wasmtime supports the standard one, with `try_table`)",
+    ),
+    (WasmFeatures::STACK_SWITCHING, "stack switching"),
+    (
+        WasmFeatures::SHARED_EVERYTHING_THREADS,
+        "shared-everything threads",
+    ),
+    (WasmFeatures::CUSTOM_PAGE_SIZES, "custom page sizes"),
+    (WasmFeatures::WIDE_ARITHMETIC, "wide arithmetic"),
+    (WasmFeatures::MEMORY_CONTROL, "memory control"),
+];
+
 /// The engine configuration for `options`: component model, epoch
-/// interruption (always on outside the benchmarks), fuel when asked, and
-/// the pooling allocator sized for `max_concurrent_calls`.
+/// interruption (always on outside the benchmarks), fuel when asked,
+/// [`PROPOSALS_OFF`] off, and the pooling allocator sized for
+/// `max_concurrent_calls`.
 pub(crate) fn config(options: &RuntimeOptions) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(!options.unmetered_for_benchmarks);
     config.consume_fuel(options.fuel);
     config.wasm_component_model(true);
+    for (feature, _) in PROPOSALS_OFF {
+        config.wasm_features(*feature, false);
+    }
     if options.pooling {
         let n = options.max_concurrent_calls.max(1);
         let mut pool = wasmtime::PoolingAllocationConfig::default();

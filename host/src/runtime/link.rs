@@ -1,17 +1,20 @@
-//! Which host interfaces a component is linked against: the one place that
+//! Which host interfaces a program is linked against: the one place that
 //! decides it.
 //!
 //! Every component (tools and `toolhost exec` programs alike) is linked
-//! against the same sets, once per runtime. Linking grants nothing: what a
+//! against the same sets ([`LINKED`]), and every core module (a WASI
+//! preview 1 program, which only `toolhost exec` runs) against
+//! [`LINKED_MODULES`], once per runtime. Linking grants nothing: what a
 //! call may reach through an interface is decided per call, in its WASI
 //! context (`runtime::wasi`) and its network hooks (`runtime::net`). A new
-//! interface set is one more [`InterfaceSet`] variant, listed in
-//! [`LINKED`], with its state on the per-call store.
+//! interface set is one more [`InterfaceSet`] variant, listed in [`LINKED`]
+//! or [`LINKED_MODULES`], with its state on the per-call store.
 
 use crate::bindings::ToolProvider;
 use crate::runtime::store::CallState;
 use wasmtime::Engine;
 use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi::I32Exit;
 
 /// A set of host interfaces the linker provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +34,12 @@ pub(crate) enum InterfaceSet {
     WasiHttp,
     /// `toolhost:tool/host`: structured logs and progress reports.
     ToolhostHost,
+    /// `wasi_snapshot_preview1`, for core modules: wasmtime-wasi's
+    /// implementation (on top of the same per-call WASI context as
+    /// [`InterfaceSet::WasiP2`]), with one change: `proc_exit` passes every
+    /// status through (0-255 as itself, anything larger as 255), where
+    /// wasmtime-wasi refuses 126 and above.
+    WasiP1,
 }
 
 /// The interface sets every component is linked against, in this order.
@@ -40,8 +49,15 @@ pub(crate) const LINKED: &[InterfaceSet] = &[
     InterfaceSet::ToolhostHost,
 ];
 
+/// The interface sets every core module is linked against.
+pub(crate) const LINKED_MODULES: &[InterfaceSet] = &[InterfaceSet::WasiP1];
+
+/// The largest exit status a process can report; a preview 1 `proc_exit`
+/// status above it exits with it.
+const MAX_EXIT_STATUS: u32 = 255;
+
 impl InterfaceSet {
-    /// Adds this set's interfaces to `linker`.
+    /// Adds this set's interfaces to the component linker `linker`.
     fn add_to(self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         match self {
             InterfaceSet::WasiP2 => wasmtime_wasi::p2::add_to_linker_async(linker),
@@ -50,6 +66,36 @@ impl InterfaceSet {
                 ToolProvider::add_to_linker::<_, HasSelf<_>>(linker, |s: &mut CallState| {
                     &mut s.host
                 })
+            }
+            InterfaceSet::WasiP1 => Err(wasmtime::format_err!(
+                "{self:?} is linked into core modules, not components"
+            )),
+        }
+    }
+
+    /// Adds this set's functions to the core module linker `linker`.
+    fn add_to_module(self, linker: &mut wasmtime::Linker<CallState>) -> wasmtime::Result<()> {
+        match self {
+            InterfaceSet::WasiP1 => {
+                wasmtime_wasi::p1::add_to_linker_async(linker, CallState::p1)?;
+                // A program's exit status is its own: `exit(200)` must reach
+                // the user as 200, as it does natively.
+                linker.allow_shadowing(true);
+                linker.func_wrap(
+                    "wasi_snapshot_preview1",
+                    "proc_exit",
+                    |status: u32| -> wasmtime::Result<()> {
+                        let status = status.min(MAX_EXIT_STATUS);
+                        Err(I32Exit(status as i32).into())
+                    },
+                )?;
+                linker.allow_shadowing(false);
+                Ok(())
+            }
+            InterfaceSet::WasiP2 | InterfaceSet::WasiHttp | InterfaceSet::ToolhostHost => {
+                Err(wasmtime::format_err!(
+                    "{self:?} is linked into components, not core modules"
+                ))
             }
         }
     }
@@ -62,4 +108,38 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<CallState>> {
         set.add_to(&mut linker)?;
     }
     Ok(linker)
+}
+
+/// A core module linker for `engine` with every set of [`LINKED_MODULES`].
+pub(crate) fn module_linker(engine: &Engine) -> wasmtime::Result<wasmtime::Linker<CallState>> {
+    let mut linker = wasmtime::Linker::new(engine);
+    for set in LINKED_MODULES {
+        set.add_to_module(&mut linker)?;
+    }
+    Ok(linker)
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::expect_used, reason = "a test that cannot set up fails loudly")]
+
+    use super::*;
+
+    /// Each set is listed for the kind of linker it goes into (a set added
+    /// to the other kind fails), and nothing is linked twice.
+    #[test]
+    fn each_set_links_into_its_kind() {
+        let engine = Engine::default();
+        linker(&engine).expect("the component sets link");
+        module_linker(&engine).expect("the module sets link");
+        for set in LINKED {
+            assert!(
+                set.add_to_module(&mut wasmtime::Linker::new(&engine))
+                    .is_err()
+            );
+        }
+        for set in LINKED_MODULES {
+            assert!(set.add_to(&mut Linker::new(&engine)).is_err());
+        }
+    }
 }

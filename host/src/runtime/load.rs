@@ -42,11 +42,13 @@ pub enum LoadError {
         "{0} is a core WebAssembly module, not a component (build it for wasm32-wasip2, or wrap it with `wasm-tools component new`)"
     )]
     CoreModule(String),
-    /// The component failed to compile or validate.
-    #[error("{file} is not a valid component: {detail}")]
+    /// The component (or core module) failed to compile or validate.
+    #[error("{file} is not a valid {kind}: {detail}")]
     Invalid {
         /// The file.
         file: String,
+        /// `component` or `module`.
+        kind: &'static str,
         /// Why.
         detail: String,
     },
@@ -57,6 +59,32 @@ pub enum LoadError {
         file: String,
         /// Why.
         detail: String,
+    },
+    /// A program given to `toolhost exec` is not a WASI command: a
+    /// component without `wasi:cli/run`, or that imports what the host does
+    /// not provide; a core module without `_start`, or that imports more
+    /// than `wasi_snapshot_preview1`.
+    #[error("{file} is not a WASI command program: {detail}")]
+    NotCommand {
+        /// The file.
+        file: String,
+        /// Why.
+        detail: String,
+    },
+    /// A core module given to `toolhost exec` is a WASI reactor: it exports
+    /// `_initialize` and no `_start`.
+    #[error(
+        "{0} is a WASI reactor (it exports `_initialize` but no `_start`): a library for a host to call, not a program to run; build it as a command (a binary with `main`)"
+    )]
+    Reactor(String),
+    /// The module or component needs WebAssembly proposals this runtime
+    /// does not enable.
+    #[error("{file} needs {proposals}, which this runtime (wasmtime 48) does not support")]
+    Unsupported {
+        /// The file.
+        file: String,
+        /// The proposals it needs that are off, by name, joined with "and".
+        proposals: String,
     },
     /// `describe` trapped, timed out or returned unusable descriptors.
     #[error("{file}: describe failed: {detail}")]
@@ -103,15 +131,29 @@ pub(crate) struct Linked {
     pub needs: Option<Footprint>,
 }
 
-/// The linker and the compile cache of one runtime.
+/// The linkers and the compile cache of one runtime.
 pub(crate) struct Loader {
     linker: Linker<CallState>,
+    module_linker: wasmtime::Linker<CallState>,
     cache: CompileCache,
 }
 
 impl Loader {
-    pub(crate) fn new(linker: Linker<CallState>, cache: CompileCache) -> Loader {
-        Loader { linker, cache }
+    pub(crate) fn new(
+        linker: Linker<CallState>,
+        module_linker: wasmtime::Linker<CallState>,
+        cache: CompileCache,
+    ) -> Loader {
+        Loader {
+            linker,
+            module_linker,
+            cache,
+        }
+    }
+
+    /// The core module linker (WASI preview 1 programs).
+    pub(crate) fn module_linker(&self) -> &wasmtime::Linker<CallState> {
+        &self.module_linker
     }
 
     /// The compile cache.
@@ -133,21 +175,29 @@ impl Loader {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
         }
+        self.link_component(source, bytes, |file, detail| LoadError::WrongWorld {
+            file,
+            detail,
+        })
+    }
+
+    /// Compiles (or loads from the cache) and links the component `bytes`;
+    /// an import the host does not provide is `wrong_world(file, detail)`.
+    pub(crate) fn link_component(
+        &self,
+        source: &str,
+        bytes: &[u8],
+        wrong_world: impl Fn(String, String) -> LoadError,
+    ) -> Result<Linked, LoadError> {
         let cached = self
             .cache
             .load_hashed(self.linker.engine(), bytes)
-            .map_err(|e| LoadError::Invalid {
-                file: source.to_string(),
-                detail: format!("{e:#}"),
-            })?;
+            .map_err(|e| crate::runtime::program::compile_error(source, "component", bytes, &e))?;
         let pre = self
             .linker
-            .instantiate_pre(&cached.component)
-            .map_err(|e| LoadError::WrongWorld {
-                file: source.to_string(),
-                detail: format!("{e:#}"),
-            })?;
-        let needs = footprint(&cached.component, bytes);
+            .instantiate_pre(&cached.compiled)
+            .map_err(|e| wrong_world(source.to_string(), format!("{e:#}")))?;
+        let needs = footprint(&cached.compiled, bytes);
         Ok(Linked { cached, pre, needs })
     }
 
@@ -165,7 +215,7 @@ impl Loader {
         let Linked {
             cached:
                 Cached {
-                    component,
+                    compiled: component,
                     sha256,
                     hit,
                 },

@@ -81,7 +81,7 @@ async fn the_counted_footprint_is_what_wasmtime_enforces() {
     })
     .expect("a runtime");
     for (name, bytes) in crate::embedded::EMBEDDED_TOOLS {
-        let linked = runtime.link(name, bytes).expect("the tool links");
+        let linked = runtime.loader.link(name, bytes).expect("the tool links");
         let needs = linked.needs.expect("a tool's footprint is counted");
         assert!(needs.instances > 1, "{name}: {needs:?}");
         for max_instances in [needs.instances, needs.instances - 1] {

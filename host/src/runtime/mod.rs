@@ -8,9 +8,13 @@
 //!
 //! - `engine`: the engine configuration, the pooling allocator and the
 //!   epoch thread ([`RuntimeOptions`], [`EPOCH_TICK`]);
-//! - `link`: which host interfaces every component is linked against;
+//! - `link`: which host interfaces every component, and every core module,
+//!   is linked against;
 //! - `load`: compile through the cache, link, count, `describe`
 //!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]);
+//! - `program`: the same for a `toolhost exec` program (a command
+//!   component or a preview 1 command module), and naming the proposals a
+//!   program needs that the engine does not enable;
 //! - `store`: the store of one call and every limit it runs under
 //!   ([`Receipt`]), with `wasi`, the call's WASI context per mode, and
 //!   `net`, its network grant enforced (wasi:http hook, socket check);
@@ -24,6 +28,7 @@ mod invoke;
 mod link;
 mod load;
 mod net;
+mod program;
 mod store;
 mod wasi;
 
@@ -34,7 +39,8 @@ pub use self::store::Receipt;
 
 #[cfg(feature = "cli")]
 pub(crate) use self::invoke::race;
-pub(crate) use self::load::Linked;
+#[cfg(feature = "cli")]
+pub(crate) use self::program::{Program, START};
 pub(crate) use self::store::{Run, StoreBuilder};
 
 use self::engine::EpochTicker;
@@ -75,11 +81,13 @@ impl Runtime {
         let engine = Engine::new(&engine::config(&options))
             .map_err(|e| LoadError::Runtime(e.to_string()))?;
         let linker = link::linker(&engine).map_err(|e| LoadError::Runtime(e.to_string()))?;
+        let module_linker =
+            link::module_linker(&engine).map_err(|e| LoadError::Runtime(e.to_string()))?;
         let ticker = EpochTicker::start(&engine)
             .map_err(|e| LoadError::Runtime(format!("cannot start the epoch thread: {e}")))?;
         let cache = CompileCache::new(&engine, options.cache_dir.clone());
         Ok(Runtime {
-            loader: Loader::new(linker, cache),
+            loader: Loader::new(linker, module_linker, cache),
             invoker: Invoker::new(engine, options, ticker),
         })
     }
@@ -115,15 +123,12 @@ impl Runtime {
         self.loader.load(&self.invoker, source, bytes, false).await
     }
 
-    /// Checks that `bytes` are a component, compiles it (or loads it from the
-    /// cache) and links it against the host's imports, without looking for
-    /// any export (`toolhost exec` looks for `wasi:cli/run`).
-    #[cfg_attr(
-        not(feature = "cli"),
-        allow(dead_code, reason = "only `toolhost exec` links without a tool world")
-    )]
-    pub(crate) fn link(&self, source: &str, bytes: &[u8]) -> Result<Linked, LoadError> {
-        self.loader.link(source, bytes)
+    /// Compiles (or loads from the cache) and links a `toolhost exec`
+    /// program: a command component (exports `wasi:cli/run`) or a WASI
+    /// preview 1 command module (exports `_start`).
+    #[cfg(feature = "cli")]
+    pub(crate) fn link_program(&self, source: &str, bytes: &[u8]) -> Result<Program, LoadError> {
+        self.loader.link_program(source, bytes)
     }
 
     /// A fresh store built by `builder`.

@@ -14,30 +14,33 @@
 //! result and a [`Receipt`] once the body has stopped.
 
 use crate::bindings::{ContentBlock, HostCalls, ToolOutput};
-use crate::output::CapturedOutput;
+use crate::output::{CapturedOutput, PassthroughOutput};
 use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
 use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
 use crate::runtime::net::{CallNet, HttpHooks};
 use crate::runtime::wasi::build_wasi;
-use crate::sandbox::{Limits, SandboxSpec};
+use crate::sandbox::{CommandSpec, Limits, SandboxSpec};
 use crate::state::{Interrupt, LogRecord, ProgressSink};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
 use toolhost_egress::EgressRecord;
-use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// Everything one `Store` holds.
 pub(crate) struct CallState {
-    pub wasi: WasiCtx,
+    /// The call's WASI context and resource table. A preview 1 context
+    /// wraps the same context components use (its preview 1 descriptor
+    /// table is built only when a core module first asks for it), so one
+    /// context serves both kinds of program. wasi:http shares its table.
+    pub wasi: WasiP1Ctx,
     pub http: WasiHttpCtx,
     /// The wasi:http hooks: every outgoing request is decided against the
     /// call's network grant (`runtime::net`).
     pub http_hooks: HttpHooks,
-    pub table: ResourceTable,
     pub limiter: Limiter,
     pub host: HostCalls,
     pub stdout: CapturedOutput,
@@ -54,24 +57,29 @@ pub(crate) struct CallState {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        self.wasi.ctx()
     }
 }
 
 impl WasiHttpView for CallState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
+        // One resource table for both: wasi:http's bodies are wasi:io
+        // streams and pollables.
+        let WasiCtxView { table, .. } = self.wasi.ctx();
         WasiHttpCtxView {
             ctx: &mut self.http,
-            table: &mut self.table,
+            table,
             hooks: &mut self.http_hooks,
         }
     }
 }
 
 impl CallState {
+    /// The call's WASI context, as the preview 1 functions use it.
+    pub(crate) fn p1(&mut self) -> &mut WasiP1Ctx {
+        &mut self.wasi
+    }
+
     /// Checks that instantiating a component of footprint `needs` stays
     /// within the call's instance, memory and table counts. Called in the
     /// body, just before instantiating, so that a refusal is classified and
@@ -231,7 +239,7 @@ pub(crate) struct StoreBuilder<'a> {
     spec: &'a SandboxSpec,
     interrupt: Interrupt,
     progress: Option<ProgressSink>,
-    command: Option<&'a [String]>,
+    command: Option<&'a CommandSpec>,
     blocking: bool,
 }
 
@@ -260,14 +268,16 @@ impl<'a> StoreBuilder<'a> {
         self
     }
 
-    /// Runs a command program (`toolhost exec`): `args` are passed and
-    /// stdout/stderr inherited instead of captured.
+    /// Runs a command program (`toolhost exec`): it gets the args,
+    /// environment and stdin of `command`, the workspace at its mount
+    /// point, and stdout/stderr passed through to the host's (up to the
+    /// spec's `max_stdio` bytes each) instead of captured.
     #[cfg_attr(
         not(feature = "cli"),
         allow(dead_code, reason = "only `toolhost exec` runs a command")
     )]
-    pub(crate) fn command(&mut self, args: &'a [String]) -> &mut Self {
-        self.command = Some(args);
+    pub(crate) fn command(&mut self, command: &'a CommandSpec) -> &mut Self {
+        self.command = Some(command);
         self
     }
 
@@ -319,7 +329,6 @@ impl<'a> StoreBuilder<'a> {
             wasi: built.wasi,
             http: WasiHttpCtx::new(),
             http_hooks: HttpHooks(net.clone()),
-            table: ResourceTable::new(),
             limiter: Limiter::new(limits),
             host: HostCalls {
                 progress_sink: self.progress.clone(),
@@ -362,6 +371,7 @@ impl<'a> StoreBuilder<'a> {
             metered: options.fuel,
             mode: self.spec.mode,
             max_output: limits.max_output,
+            passthrough: built.passthrough,
             _scratch: built.scratch,
         })
     }
@@ -374,6 +384,8 @@ pub(crate) struct Run {
     metered: bool,
     mode: SandboxMode,
     max_output: usize,
+    /// A command program's stdout and stderr, passed through.
+    passthrough: Option<[PassthroughOutput; 2]>,
     _scratch: Option<tempfile::TempDir>,
 }
 
@@ -407,6 +419,21 @@ impl Run {
                 Err((code, stop_message(code)))
             }
         }
+    }
+
+    /// Fails `OUTPUT_TOO_LARGE` when a command program's stdout or stderr
+    /// was cut at its cap (the writes past it failed).
+    #[cfg_attr(
+        not(feature = "cli"),
+        allow(dead_code, reason = "only `toolhost exec` runs a command")
+    )]
+    pub(crate) fn check_passthrough(&self) -> Result<(), (ErrorCode, String)> {
+        for out in self.passthrough.iter().flatten() {
+            if let Some(message) = out.refused() {
+                return Err((ErrorCode::OutputTooLarge, message));
+            }
+        }
+        Ok(())
     }
 
     /// The call's deadline and interrupt, for racing its body.

@@ -4,23 +4,30 @@
 //! sees and with which permissions, and the only one with ambient authority
 //! (it opens host directories by path, in [`build_wasi`]). Everything else a
 //! tool could reach through WASI (env, args, stdin, sockets, name lookup) is
-//! empty or refused here. It sets no limit: the store module gives it the
-//! bounded stdout/stderr buffers and holds every limit.
+//! empty or refused here; a command program (`toolhost exec`) gets exactly
+//! the args, env and stdin its [`CommandSpec`] lists, nothing from the host
+//! process. It sets no limit: the store module gives it the bounded
+//! stdout/stderr buffers (or their caps) and holds every limit.
 
-use crate::output::CapturedOutput;
+use crate::output::{CapturedOutput, HostStream, PassthroughOutput};
 use crate::runtime::net::CallNet;
-use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
+use crate::sandbox::{CommandSpec, GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use toolhost_core::SandboxMode;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 /// What building a WASI context produced besides the context.
 pub(crate) struct Built {
-    pub wasi: WasiCtx,
+    /// The context (usable by components and preview 1 modules alike).
+    pub wasi: WasiP1Ctx,
     /// The per-call scratch directory, removed when dropped.
     pub scratch: Option<tempfile::TempDir>,
+    /// A command program's stdout and stderr.
+    pub passthrough: Option<[PassthroughOutput; 2]>,
 }
 
 /// The most denied capability attempts a call's receipt lists; one more
@@ -47,9 +54,11 @@ pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, atte
 /// Builds the WASI context of one call: preopens for `spec.mode`, stdout and
 /// stderr into the given bounded buffers, no env, args or stdin; sockets
 /// decided by `net` (the call's network grant).
-/// `command` (for `toolhost exec` only) passes args and inherits stdout and
-/// stderr instead. `blocking`: file operations block the current thread
-/// (only for a body on a thread of its own).
+/// `command` (for `toolhost exec` only) passes its args, env and stdin,
+/// mounts the workspace at its mount point, and passes stdout and stderr
+/// through to the host's, up to `spec.limits.max_stdio` bytes each.
+/// `blocking`: file operations block the current thread (only for a body
+/// on a thread of its own).
 ///
 /// # Ambient Authority
 ///
@@ -58,7 +67,7 @@ pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, atte
 pub(crate) fn build_wasi(
     spec: &SandboxSpec,
     (stdout, stderr): (&CapturedOutput, &CapturedOutput),
-    command: Option<&[String]>,
+    command: Option<&CommandSpec>,
     blocking: bool,
     net: &Arc<CallNet>,
 ) -> Result<Built, SandboxError> {
@@ -66,15 +75,27 @@ pub(crate) fn build_wasi(
     // File operations block the current thread instead of going through
     // tokio's blocking pool: only for a body on a thread of its own.
     b.allow_blocking_current_thread(blocking);
+    let mut passthrough = None;
+    let mut mount = GUEST_WORKSPACE;
     match command {
         // Tools: output is captured and bounded, never inherited; no args.
         None => {
             b.stdout(stdout.clone()).stderr(stderr.clone());
         }
         // `toolhost exec`: the user runs a command program and sees its
-        // output; still no env and no stdin.
-        Some(args) => {
-            b.inherit_stdout().inherit_stderr().args(args);
+        // output; it gets what the user listed, nothing inherited.
+        Some(command) => {
+            command.check(spec.mode)?;
+            mount = &command.mount;
+            let cap = spec.limits.max_stdio;
+            let out = PassthroughOutput::new(HostStream::Stdout, cap);
+            let err = PassthroughOutput::new(HostStream::Stderr, cap);
+            b.stdout(out.clone())
+                .stderr(err.clone())
+                .args(&command.args)
+                .envs(&command.env)
+                .stdin(MemoryInputPipe::new(command.stdin.clone()));
+            passthrough = Some([out, err]);
         }
     }
     // Network: only what the call's grant names. A guest may create a
@@ -99,10 +120,10 @@ pub(crate) fn build_wasi(
     match spec.mode {
         SandboxMode::None => {}
         SandboxMode::ReadOnly => {
-            preopen(&mut b, &spec.workspace, GUEST_WORKSPACE, FsPerms::ReadOnly)?;
+            preopen(&mut b, &spec.workspace, mount, FsPerms::ReadOnly)?;
         }
         SandboxMode::WorkspaceWrite => {
-            preopen(&mut b, &spec.workspace, GUEST_WORKSPACE, FsPerms::ReadWrite)?;
+            preopen(&mut b, &spec.workspace, mount, FsPerms::ReadWrite)?;
             let dir = tempfile::Builder::new()
                 .prefix("toolhost-scratch-")
                 .tempdir()
@@ -124,13 +145,17 @@ pub(crate) fn build_wasi(
                     detail: "the workspace path is not UTF-8, so it cannot be the guest's working directory".into(),
                 });
             };
-            b.initial_cwd(cwd).env("PWD", cwd);
+            b.initial_cwd(cwd);
+            if !command.is_some_and(|c| c.env.iter().any(|(k, _)| k == "PWD")) {
+                b.env("PWD", cwd);
+            }
             preopen(&mut b, Path::new("/"), "/", FsPerms::ReadWrite)?;
         }
     }
     Ok(Built {
-        wasi: b.build(),
+        wasi: b.build_p1(),
         scratch,
+        passthrough,
     })
 }
 

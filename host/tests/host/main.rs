@@ -1,7 +1,8 @@
 //! The integration tests of the `toolhost` crate, in one binary (wasmtime is
 //! linked once): the governed pipeline through the library, durability
-//! through the library and the binary, the CLI, `toolhost conformance`, and
-//! the MCP server with our own and the official SDKs' clients.
+//! through the library and the binary, the CLI, `toolhost conformance`, the
+//! MCP server with our own and the official SDKs' clients, and tools built by
+//! other languages' toolchains (Python).
 //!
 //! Run one area with a module filter, e.g.
 //! `cargo test -p toolhost --test host governance::`.
@@ -14,6 +15,8 @@ mod cli_run;
 mod conformance_cmd;
 mod durability;
 mod governance;
+mod mcp_http;
 mod mcp_protocol;
 mod mcp_python;
 mod network;
+mod toolchains;

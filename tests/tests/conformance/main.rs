@@ -15,6 +15,7 @@ mod contract;
 mod durability;
 mod egress;
 mod escape;
+mod exec;
 mod load;
 mod mode;
 mod runtime;

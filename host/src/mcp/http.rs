@@ -1,0 +1,849 @@
+//! The Streamable HTTP transport (`toolhost serve --http ADDR`): MCP at
+//! `/mcp`, served by rmcp's [`StreamableHttpService`] behind a front door
+//! that refuses, before anything is dispatched:
+//!
+//! 1. a path other than `/mcp` (404);
+//! 2. a `Host` that is not the bound address or a loopback name with the
+//!    bound port, or an `--allowed-host` (403: DNS rebinding);
+//! 3. an `Origin`, when present, that is not `http(s)://localhost`,
+//!    `127.0.0.1` or `[::1]` (any port) or an `--allowed-origin` (403);
+//! 4. with `--tokens FILE`, a request without one of its bearer tokens
+//!    (401 with `WWW-Authenticate: Bearer`; compared in constant time);
+//! 5. a new session beyond [`MAX_SESSIONS`], or any new session while the
+//!    server stops (503).
+//!
+//! rmcp then refuses bodies over [`MAX_MESSAGE_BYTES`] (413) and applies the
+//! same `Host`/`Origin` lists again. Every session gets its own handler
+//! ([`Server::session`]) on the one host: calls of all sessions share the
+//! [`MAX_CALLS_IN_FLIGHT`](super::MAX_CALLS_IN_FLIGHT) cap, and a call's
+//! approval is asked of its own session's client.
+//!
+//! Connections are capped at [`MAX_CONNECTIONS`] (the next waits to be
+//! accepted) and must send their request head within
+//! [`HEADER_READ_TIMEOUT`]. On SIGTERM / Ctrl-C the server stops accepting,
+//! refuses new calls, waits up to the shutdown grace for calls in flight,
+//! then closes the sessions and flushes the session log; a call still
+//! running then is cut off and recovered as usual (`TOOL_OUTCOME_UNKNOWN`).
+
+use super::protocol::{Approvals, Server};
+use super::{HostFactory, HostParts, MAX_MESSAGE_BYTES, ServeOptions, SharedApprover, reload};
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use sha2::{Digest, Sha256};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// The path MCP is served at.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The most MCP sessions at once; a new one beyond is refused (503) until
+/// one ends (a client's `DELETE`, or five idle minutes). Checked before each
+/// new session, so initializations racing each other may pass it by at most
+/// the number of open connections ([`MAX_CONNECTIONS`]).
+pub const MAX_SESSIONS: usize = 64;
+
+/// The most open connections; the next one waits to be accepted.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default of how long a stopping server waits for calls in flight.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How the HTTP transport listens and whom it admits.
+#[derive(Clone)]
+pub struct HttpOptions {
+    /// Where to listen (port 0: any free port).
+    pub addr: SocketAddr,
+    /// Allow an address that is not loopback.
+    pub allow_remote: bool,
+    /// Host names (with or without a port) admitted in `Host` besides the
+    /// loopback names and the bound address.
+    pub allowed_hosts: Vec<String>,
+    /// Origins admitted besides the loopback ones
+    /// (`scheme://host[:port]`, or `:*` for any port).
+    pub allowed_origins: Vec<String>,
+    /// Bearer tokens; `None`: no token asked.
+    pub tokens: Option<Tokens>,
+    /// How long a stopping server waits for calls in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("addr", &self.addr)
+            .field("allow_remote", &self.allow_remote)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("tokens", &self.tokens.as_ref().map(|t| t.digests.len()))
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl HttpOptions {
+    /// Options for `addr` with every default: loopback only, no tokens.
+    pub fn new(addr: SocketAddr) -> HttpOptions {
+        HttpOptions {
+            addr,
+            allow_remote: false,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            tokens: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+
+    /// Refuses a configuration that would expose the server by accident or
+    /// could never admit anyone.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.addr.ip().is_loopback() && !self.allow_remote {
+            return Err(format!(
+                "{} is not a loopback address: anyone who can reach it could call the tools; \
+                 pass --allow-remote to serve on it (and --tokens FILE to ask for a token)",
+                self.addr
+            ));
+        }
+        for o in &self.allowed_origins {
+            if Origin::parse(o.trim_end_matches(":*")).is_none() {
+                return Err(format!(
+                    "--allowed-origin {o:?} is not scheme://host[:port] (or :* for any port)"
+                ));
+            }
+        }
+        for h in &self.allowed_hosts {
+            if Authority::parse(h).is_none() {
+                return Err(format!("--allowed-host {h:?} is not a host name[:port]"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bearer tokens, kept as SHA-256 digests and compared in constant time
+/// (digests: a wrong guess learns nothing from the length either).
+#[derive(Clone)]
+pub struct Tokens {
+    digests: Vec<[u8; 32]>,
+}
+
+impl Tokens {
+    /// Reads one token per line; blank lines and lines starting with `#`
+    /// are skipped. A file without tokens, or a token with characters a
+    /// bearer token cannot have, is an error.
+    pub fn from_file(path: &Path) -> Result<Tokens, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the tokens file {}: {e}", path.display()))?;
+        Tokens::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses the text of a tokens file (see [`Tokens::from_file`]).
+    pub fn parse(text: &str) -> Result<Tokens, String> {
+        let mut digests = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let token = line.trim();
+            if token.is_empty() || token.starts_with('#') {
+                continue;
+            }
+            if !token.bytes().all(is_token_byte) {
+                return Err(format!(
+                    "line {}: a bearer token has only letters, digits and -._~+/=",
+                    n + 1
+                ));
+            }
+            digests.push(Sha256::digest(token.as_bytes()).into());
+        }
+        if digests.is_empty() {
+            return Err("no tokens (one token per line; # starts a comment)".into());
+        }
+        Ok(Tokens { digests })
+    }
+
+    /// Whether `token` is one of the tokens; looks at every one of them.
+    fn admits(&self, token: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found = subtle::Choice::from(0);
+        for d in &self.digests {
+            found |= d.ct_eq(&digest);
+        }
+        found.into()
+    }
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b)
+}
+
+/// A `Host` header or allowed host: lower-case name without brackets, port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Authority {
+    host: String,
+    port: Option<u16>,
+}
+
+impl Authority {
+    fn parse(s: &str) -> Option<Authority> {
+        let a = http::uri::Authority::try_from(s.trim()).ok()?;
+        if a.as_str().contains('@') {
+            return None;
+        }
+        Some(Authority {
+            host: normalize_host(a.host()),
+            port: a.port_u16(),
+        })
+    }
+}
+
+fn normalize_host(h: &str) -> String {
+    h.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// An `Origin`: scheme, host and port (the scheme's default when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: Option<u16>,
+}
+
+impl Origin {
+    fn parse(s: &str) -> Option<Origin> {
+        let uri = http::Uri::try_from(s.trim()).ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let authority = uri.authority()?;
+        if authority.as_str().contains('@') || uri.path_and_query().is_some_and(|p| p != "/") {
+            return None;
+        }
+        let port = authority.port_u16().or(match scheme.as_str() {
+            "http" => Some(80),
+            "https" => Some(443),
+            _ => None,
+        });
+        Some(Origin {
+            scheme,
+            host: normalize_host(authority.host()),
+            port,
+        })
+    }
+}
+
+/// What the front door admits: built once from the options and the bound
+/// address.
+struct Admission {
+    port: u16,
+    /// Host names admitted with the bound port (loopback names, the bound
+    /// address).
+    names: Vec<String>,
+    /// `--allowed-host` entries.
+    extra_hosts: Vec<Authority>,
+    /// `--allowed-origin` entries; `None` port: any.
+    origins: Vec<Origin>,
+    tokens: Option<Tokens>,
+}
+
+impl Admission {
+    fn new(options: &HttpOptions, bound: SocketAddr) -> Admission {
+        let mut names: Vec<String> = LOOPBACK_NAMES.iter().map(|s| s.to_string()).collect();
+        if !bound.ip().is_unspecified() {
+            names.push(normalize_host(&bound.ip().to_string()));
+        }
+        let origins = options
+            .allowed_origins
+            .iter()
+            .filter_map(|o| match o.strip_suffix(":*") {
+                Some(base) => Origin::parse(base).map(|o| Origin { port: None, ..o }),
+                None => Origin::parse(o),
+            })
+            .collect();
+        Admission {
+            port: bound.port(),
+            names,
+            extra_hosts: options
+                .allowed_hosts
+                .iter()
+                .filter_map(|h| Authority::parse(h))
+                .collect(),
+            origins,
+            tokens: options.tokens.clone(),
+        }
+    }
+
+    /// The `Host` check (DNS rebinding): a loopback name or the bound
+    /// address with the bound port (no port: port 80), or an allowed host.
+    fn host_ok(&self, headers: &HeaderMap) -> bool {
+        let mut values = headers.get_all(header::HOST).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return false;
+        };
+        let Some(host) = value.to_str().ok().and_then(Authority::parse) else {
+            return false;
+        };
+        let port = host.port.unwrap_or(80);
+        if port == self.port && self.names.contains(&host.host) {
+            return true;
+        }
+        self.extra_hosts
+            .iter()
+            .any(|a| a.host == host.host && a.port.is_none_or(|p| p == port))
+    }
+
+    /// The `Origin` check: absent, or a loopback origin (any port), or an
+    /// allowed one.
+    fn origin_ok(&self, headers: &HeaderMap) -> bool {
+        let mut values = headers.get_all(header::ORIGIN).iter();
+        let value = match (values.next(), values.next()) {
+            (None, _) => return true,
+            (Some(v), None) => v,
+            (Some(_), Some(_)) => return false,
+        };
+        let Some(origin) = value.to_str().ok().and_then(Origin::parse) else {
+            return false;
+        };
+        if matches!(origin.scheme.as_str(), "http" | "https")
+            && LOOPBACK_NAMES.contains(&origin.host.as_str())
+        {
+            return true;
+        }
+        self.origins.iter().any(|o| {
+            o.scheme == origin.scheme
+                && o.host == origin.host
+                && o.port.is_none_or(|p| Some(p) == origin.port)
+        })
+    }
+
+    /// The token check: `None` when admitted, else whether a token was
+    /// offered at all.
+    fn token_refused(&self, headers: &HeaderMap) -> Option<bool> {
+        let tokens = self.tokens.as_ref()?;
+        let offered = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme
+                    .eq_ignore_ascii_case("bearer")
+                    .then(|| token.trim().to_string())
+            });
+        match offered {
+            Some(t) if tokens.admits(&t) => None,
+            Some(_) => Some(true),
+            None => Some(false),
+        }
+    }
+
+    /// rmcp's own `Host` list (it checks again after the front door).
+    fn rmcp_hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = self
+            .names
+            .iter()
+            .map(|n| {
+                if n.contains(':') {
+                    format!("[{n}]:{}", self.port)
+                } else {
+                    format!("{n}:{}", self.port)
+                }
+            })
+            .collect();
+        if self.port == 80 {
+            hosts.extend(self.names.iter().cloned());
+        }
+        for a in &self.extra_hosts {
+            let host = if a.host.contains(':') {
+                format!("[{}]", a.host)
+            } else {
+                a.host.clone()
+            };
+            hosts.push(match a.port {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            });
+        }
+        hosts
+    }
+
+    /// rmcp's own `Origin` list.
+    fn rmcp_origins(&self) -> Vec<String> {
+        let mut origins = Vec::new();
+        for scheme in ["http", "https"] {
+            for host in ["localhost", "127.0.0.1", "[::1]"] {
+                origins.push(format!("{scheme}://{host}:*"));
+            }
+        }
+        for o in &self.origins {
+            let host = if o.host.contains(':') {
+                format!("[{}]", o.host)
+            } else {
+                o.host.clone()
+            };
+            origins.push(match o.port {
+                Some(p) => format!("{}://{host}:{p}", o.scheme),
+                None => format!("{}://{host}:*", o.scheme),
+            });
+        }
+        origins
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn unauthorized(offered: bool) -> Response<Body> {
+    let mut r = plain(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized: a bearer token is required\n",
+    );
+    let challenge = if offered {
+        "Bearer realm=\"toolhost\", error=\"invalid_token\""
+    } else {
+        "Bearer realm=\"toolhost\""
+    };
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static(challenge),
+    );
+    r
+}
+
+/// The answers to POSTs still being sent. A call's response reaches its
+/// stream after the call has finished, so a stopping server waits for
+/// these, not only for the calls, before it closes the sessions.
+#[derive(Default)]
+struct Answering {
+    open: std::sync::atomic::AtomicUsize,
+    none: tokio::sync::Notify,
+}
+
+/// One answer being sent; dropped with the response body (sent, or the
+/// connection gone).
+struct Answer(Arc<Answering>);
+
+impl Answer {
+    fn new(answering: &Arc<Answering>) -> Answer {
+        answering.open.fetch_add(1, Ordering::SeqCst);
+        Answer(answering.clone())
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.none.notify_waiters();
+        }
+    }
+}
+
+impl Answering {
+    /// Waits until no answer is being sent, or `limit` has passed.
+    async fn settle(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let none = self.none.notified();
+                if self.open.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                none.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+}
+
+/// The front door and rmcp behind it, shared by every connection.
+struct Front {
+    admission: Admission,
+    mcp: StreamableHttpService<Server, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    stopping: Arc<AtomicBool>,
+    answering: Arc<Answering>,
+}
+
+impl Front {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        if request.uri().path() != MCP_PATH {
+            return plain(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n");
+        }
+        let headers = request.headers();
+        if !self.admission.host_ok(headers) {
+            tracing::warn!(host = ?headers.get(header::HOST), "refused a request: Host not allowed (DNS rebinding?)");
+            return plain(StatusCode::FORBIDDEN, "Forbidden: Host not allowed\n");
+        }
+        if !self.admission.origin_ok(headers) {
+            tracing::warn!(origin = ?headers.get(header::ORIGIN), "refused a request: Origin not allowed");
+            return plain(StatusCode::FORBIDDEN, "Forbidden: Origin not allowed\n");
+        }
+        if let Some(offered) = self.admission.token_refused(headers) {
+            tracing::warn!(offered, "refused a request without a valid bearer token");
+            return unauthorized(offered);
+        }
+        let new_session = request.method() == http::Method::POST
+            && !headers.contains_key(rmcp::transport::common::http_header::HEADER_SESSION_ID);
+        if new_session {
+            if self.stopping.load(Ordering::SeqCst) {
+                return plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service Unavailable: the server is stopping\n",
+                );
+            }
+            if self.sessions.sessions.read().await.len() >= MAX_SESSIONS {
+                tracing::warn!("refused a new session: {MAX_SESSIONS} sessions open");
+                let mut r = plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service Unavailable: too many sessions; retry later\n",
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, http::HeaderValue::from_static("5"));
+                return r;
+            }
+        }
+        if request.method() != http::Method::POST {
+            return self.mcp.handle(request).await;
+        }
+        let answer = Answer::new(&self.answering);
+        let (parts, body) = self.mcp.handle(request).await.into_parts();
+        let body = body
+            .map_frame(move |frame| {
+                let _sending = &answer;
+                frame
+            })
+            .boxed();
+        Response::from_parts(parts, body)
+    }
+}
+
+/// Serves MCP over Streamable HTTP on `http.addr` until SIGTERM / Ctrl-C.
+/// `on_ready` gets the bound address once the server accepts connections.
+pub async fn serve_http(
+    factory: HostFactory,
+    options: ServeOptions,
+    http: HttpOptions,
+    on_ready: impl FnOnce(SocketAddr) + Send,
+) -> Result<(), String> {
+    serve_http_until(factory, options, http, on_ready, super::wait_for_signal()).await
+}
+
+/// [`serve_http`], stopping when `stop` completes.
+pub async fn serve_http_until(
+    factory: HostFactory,
+    options: ServeOptions,
+    http: HttpOptions,
+    on_ready: impl FnOnce(SocketAddr) + Send,
+    stop: impl Future<Output = ()> + Send,
+) -> Result<(), String> {
+    http.check()?;
+    let listener = TcpListener::bind(http.addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", http.addr))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    if !bound.ip().is_loopback() && http.tokens.is_none() {
+        tracing::warn!(
+            "serving on {bound} without --tokens: anyone who can reach it can call the tools"
+        );
+    }
+
+    let approvals = Approvals {
+        fallback: options.fallback_approver.clone(),
+        timeout: options.approval_timeout,
+    };
+    let first_snapshot = options.watch.as_deref().map(reload::snapshot);
+    let host = factory(HostParts {
+        approver: Box::new(SharedApprover(options.fallback_approver.clone())),
+        runtime: None,
+        log: None,
+        replaces: None,
+    })
+    .await?;
+    let log = host.log().clone();
+    let runtime = host.runtime().clone();
+    let server = Server::new(
+        host,
+        Arc::default(),
+        options.scope.clone(),
+        options.mode,
+        approvals,
+    );
+
+    let admission = Admission::new(&http, bound);
+    let stop_sessions = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(admission.rmcp_hosts())
+        .with_allowed_origins(admission.rmcp_origins())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(MAX_MESSAGE_BYTES)
+        .with_cancellation_token(stop_sessions.clone());
+    let sessions = Arc::new(LocalSessionManager::default());
+    let sessions_of = server.clone();
+    let mcp =
+        StreamableHttpService::new(move || Ok(sessions_of.session()), sessions.clone(), config);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let answering = Arc::new(Answering::default());
+    let front = Arc::new(Front {
+        admission,
+        mcp,
+        sessions,
+        stopping: stopping.clone(),
+        answering: answering.clone(),
+    });
+
+    let reloader = options.watch.clone().map(|dir| {
+        let current = server.clone();
+        let factory = factory.clone();
+        let fallback = options.fallback_approver.clone();
+        let interval = options.poll_interval;
+        let snapshot = first_snapshot.unwrap_or_default();
+        let server = server.clone();
+        tokio::spawn(async move {
+            reload::watch_tools(
+                dir,
+                interval,
+                snapshot,
+                move || {
+                    factory(HostParts {
+                        approver: Box::new(SharedApprover(fallback.clone())),
+                        runtime: Some(runtime.clone()),
+                        log: Some(log.clone()),
+                        replaces: Some(current.host()),
+                    })
+                },
+                server,
+            )
+            .await
+        })
+    });
+
+    on_ready(bound);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            () = &mut stop => break,
+            p = connections.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let accepted = tokio::select! {
+            () = &mut stop => break,
+            a = listener.accept() => a,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: back off instead of spinning.
+                tracing::warn!("cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let front = front.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let front = front.clone();
+            async move { Ok::<_, Infallible>(front.handle(request).await) }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+
+    // Stop: no new connections or sessions, no new calls; wait for the
+    // calls in flight and their answers (bounded), then end the sessions
+    // and connections.
+    drop(listener);
+    tracing::info!("stopping the MCP server");
+    let started = tokio::time::Instant::now();
+    stopping.store(true, Ordering::SeqCst);
+    server.stop_calls();
+    if !server.drain(http.shutdown_grace).await {
+        tracing::warn!(
+            "{} calls still running after {:?}; they are cut off and recovered as usual",
+            server.calls_in_flight(),
+            http.shutdown_grace
+        );
+    }
+    // The answers of the calls just finished, at least a moment for them.
+    let left = http
+        .shutdown_grace
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    if !answering.settle(left).await {
+        tracing::debug!("some answers were not sent before the sessions closed");
+    }
+    stop_sessions.cancel();
+    if tokio::time::timeout(Duration::from_secs(2), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("some connections did not close in time");
+    }
+    if let Some(r) = reloader {
+        r.abort();
+    }
+    super::flush_log(&server.host()).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(origins: &[&str], hosts: &[&str], tokens: Option<&str>) -> Admission {
+        let mut o = HttpOptions::new(SocketAddr::from(([127, 0, 0, 1], 8123)));
+        o.allowed_origins = origins.iter().map(|s| s.to_string()).collect();
+        o.allowed_hosts = hosts.iter().map(|s| s.to_string()).collect();
+        o.tokens = tokens.map(Tokens::parse).transpose().ok().flatten();
+        Admission::new(&o, o.addr)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            if let Ok(v) = http::HeaderValue::from_str(v) {
+                h.append(*k, v);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn host_must_name_the_bound_port_on_loopback() {
+        let a = admission(&[], &["tools.example:443"], None);
+        for ok in [
+            "localhost:8123",
+            "127.0.0.1:8123",
+            "[::1]:8123",
+            "LOCALHOST:8123",
+            "tools.example:443",
+        ] {
+            assert!(a.host_ok(&headers(&[("host", ok)])), "{ok}");
+        }
+        for bad in [
+            "evil.example:8123",
+            "localhost:8124",
+            "localhost",
+            "127.0.0.1.evil.example:8123",
+            "user@localhost:8123",
+            "tools.example:444",
+            "",
+        ] {
+            assert!(!a.host_ok(&headers(&[("host", bad)])), "{bad}");
+        }
+        assert!(!a.host_ok(&HeaderMap::new()), "no Host");
+        assert!(
+            !a.host_ok(&headers(&[
+                ("host", "localhost:8123"),
+                ("host", "evil.example:8123")
+            ])),
+            "two Hosts"
+        );
+    }
+
+    #[test]
+    fn origin_is_loopback_or_allowed() {
+        let a = admission(
+            &["https://app.example:*", "http://ui.example:3000"],
+            &[],
+            None,
+        );
+        assert!(a.origin_ok(&HeaderMap::new()), "no Origin");
+        for ok in [
+            "http://localhost:5173",
+            "https://127.0.0.1",
+            "http://[::1]:9",
+            "https://app.example:8443",
+            "http://ui.example:3000",
+        ] {
+            assert!(a.origin_ok(&headers(&[("origin", ok)])), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "null",
+            "http://ui.example:3001",
+            "http://ui.example",
+            "file://localhost",
+            "http://localhost.evil.example",
+            "garbage",
+        ] {
+            assert!(!a.origin_ok(&headers(&[("origin", bad)])), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_parse_skip_comments_and_compare() {
+        let t = Tokens::parse("# tokens\n\n  alpha-1  \nbeta/2=\n").ok();
+        let Some(t) = t else {
+            panic!("tokens did not parse");
+        };
+        assert!(t.admits("alpha-1") && t.admits("beta/2="));
+        assert!(!t.admits("alpha") && !t.admits("") && !t.admits("# tokens"));
+        assert!(Tokens::parse("# only a comment\n").is_err());
+        assert!(Tokens::parse("has space\n").is_err());
+        let a = admission(&[], &[], Some("s3cret\n"));
+        assert_eq!(a.token_refused(&HeaderMap::new()), Some(false));
+        assert_eq!(
+            a.token_refused(&headers(&[("authorization", "Bearer nope")])),
+            Some(true)
+        );
+        assert_eq!(
+            a.token_refused(&headers(&[("authorization", "bearer s3cret")])),
+            None
+        );
+        assert_eq!(
+            a.token_refused(&headers(&[("authorization", "Basic s3cret")])),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn remote_addresses_need_an_explicit_flag() {
+        let mut o = HttpOptions::new(SocketAddr::from(([0, 0, 0, 0], 8080)));
+        assert!(o.check().is_err());
+        o.allow_remote = true;
+        assert!(o.check().is_ok());
+        o.allowed_origins = vec!["not an origin".into()];
+        assert!(o.check().is_err());
+        assert!(
+            HttpOptions::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .check()
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,591 @@
+//! `toolhost serve --http ADDR` end to end, with a plain HTTP/1.1 client
+//! (hyper): the session handshake, `tools/list` and `tools/call` over SSE
+//! responses; the `Host`/`Origin`/token checks refusing before anything is
+//! dispatched (the session log stays empty); oversized bodies; elicitations
+//! reaching only the session whose call asks; stopping on SIGTERM, idle and
+//! with a call in flight. Loopback only; every wait is bounded.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+const ASK_WRITES: &str = "version = 1\nmode = \"workspace-write\"\n\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n";
+
+struct Server {
+    child: Option<Child>,
+    addr: SocketAddr,
+    ws: tempfile::TempDir,
+    state: tempfile::TempDir,
+    /// stderr lines after the address line.
+    _stderr: Receiver<String>,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let ws = crate::support::tempdir();
+        let state = crate::support::tempdir();
+        let mut child = Command::new(crate::support::bin())
+            .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+            .arg(ws.path())
+            .arg("--state")
+            .arg(state.path())
+            .args(extra)
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let marker = "serving MCP over Streamable HTTP at http://";
+        let addr = loop {
+            let line = lines
+                .recv_timeout(WAIT)
+                .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
+            if let Some(rest) = line.split(marker).nth(1) {
+                break rest.trim_end_matches("/mcp").parse().unwrap();
+            }
+        };
+        Server {
+            child: Some(child),
+            addr,
+            ws,
+            state,
+            _stderr: lines,
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.addr.port())
+    }
+
+    fn client(&self) -> Client {
+        Client {
+            addr: self.addr,
+            host: self.host(),
+            extra: Vec::new(),
+            session: None,
+        }
+    }
+
+    /// The session log's events, as `toolhost log --json` prints them.
+    fn events(&self) -> Vec<Value> {
+        let out = Command::new(crate::support::bin())
+            .args(["log", "--json", "--state"])
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap()
+    }
+
+    /// Waits (bounded) for the process to exit; its exit code.
+    fn exit_code(&mut self) -> Option<i32> {
+        let (tx, rx) = channel();
+        let mut child = self.child.take().unwrap();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait().map(|s| s.code()));
+        });
+        match rx.recv_timeout(WAIT) {
+            Ok(Ok(code)) => code,
+            other => panic!("the server did not exit: {other:?}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A response: status, headers, and the body to read as SSE events.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Incoming,
+    buf: String,
+}
+
+impl Reply {
+    /// The next SSE event with JSON data (priming events have none).
+    async fn next_message(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() || data.iter().all(|d| d.is_empty()) {
+                    continue;
+                }
+                return serde_json::from_str(&data.join("\n")).ok();
+            }
+            let frame = self.body.frame().await?.ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buf
+                    .push_str(&String::from_utf8_lossy(&data).replace("\r\n", "\n"));
+            }
+        }
+    }
+
+    /// The next SSE message, waiting at most [`WAIT`].
+    async fn message(&mut self) -> Value {
+        tokio::time::timeout(WAIT, self.next_message())
+            .await
+            .expect("no SSE message in time")
+            .expect("the stream ended without a message")
+    }
+
+    async fn text(self) -> String {
+        let bytes = self.body.collect().await.unwrap().to_bytes();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// One HTTP connection per request, unless a connection is kept (see
+/// [`Client::connect`]).
+#[derive(Clone)]
+struct Client {
+    addr: SocketAddr,
+    host: String,
+    extra: Vec<(&'static str, String)>,
+    session: Option<String>,
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+impl Client {
+    fn with(mut self, name: &'static str, value: &str) -> Client {
+        self.extra.push((name, value.to_string()));
+        self
+    }
+
+    async fn connect(&self) -> Sender {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+        let mut b = Request::builder()
+            .method("POST")
+            .uri("/mcp")
+            .header("host", &self.host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(s) = &self.session {
+            b = b
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        for (k, v) in &self.extra {
+            b = b.header(*k, v);
+        }
+        b.body(Full::new(body)).unwrap()
+    }
+
+    async fn send_on(&self, sender: &mut Sender, body: Bytes) -> Reply {
+        let response = tokio::time::timeout(WAIT, sender.send_request(self.request(body)))
+            .await
+            .expect("no response in time")
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            buf: String::new(),
+        }
+    }
+
+    async fn post(&self, message: &Value) -> Reply {
+        let mut sender = self.connect().await;
+        self.send_on(&mut sender, Bytes::from(message.to_string()))
+            .await
+    }
+
+    /// A request whose answer is the first message of its SSE stream.
+    async fn rpc(&self, id: u64, method: &str, params: Value) -> Value {
+        let mut reply = self
+            .post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        if reply.status != StatusCode::OK {
+            let status = reply.status;
+            panic!("{method}: {status} {}", reply.text().await);
+        }
+        let answer = reply.message().await;
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    }
+
+    /// `initialize` and `notifications/initialized`; the client now
+    /// speaks in its session.
+    async fn initialize(mut self, capabilities: Value) -> Client {
+        let mut reply = self
+            .post(
+                &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": capabilities,
+                "clientInfo": {"name": "http-test", "version": "0"}}}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let session = reply
+            .headers
+            .get("mcp-session-id")
+            .expect("a session id")
+            .to_str()
+            .unwrap()
+            .to_string();
+        let init = reply.message().await;
+        assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
+        self.session = Some(session);
+        let done = self
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        assert_eq!(done.status, StatusCode::ACCEPTED);
+        self
+    }
+}
+
+fn call(id: u64, tool: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": args}})
+}
+
+fn has_tool_events(events: &[Value]) -> bool {
+    !events.is_empty()
+}
+
+#[tokio::test]
+async fn http_initialize_list_and_call_read_file() {
+    let mut s = Server::start(&[]);
+    std::fs::write(s.ws.path().join("hello.txt"), "hello over http\n").unwrap();
+    let c = s.client().initialize(json!({})).await;
+    let list = c.rpc(1, "tools/list", json!({})).await;
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"read_file"), "{list}");
+    let read = c
+        .rpc(
+            2,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+        )
+        .await;
+    assert_eq!(read["result"]["isError"], false, "{read}");
+    assert!(
+        read["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello over http")),
+        "{read}"
+    );
+    // A refusal is a result with a stable code, as over stdio.
+    let missing = c
+        .rpc(
+            3,
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(missing["result"]["isError"], true, "{missing}");
+    // An unknown session is 404, another path is 404.
+    let mut stale = s.client();
+    stale.session = Some("not-a-session".into());
+    let r = stale
+        .post(&call(4, "read_file", json!({"path": "hello.txt"})))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    s.terminate();
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[tokio::test]
+async fn http_refuses_bad_origin_and_host_before_dispatch() {
+    let s = Server::start(&["--allowed-origin", "https://app.example:*"]);
+    std::fs::write(s.ws.path().join("a.txt"), "a").unwrap();
+    let c = s.client().initialize(json!({})).await;
+
+    let bad_origin = c.clone().with("origin", "http://evil.example");
+    let r = bad_origin
+        .post(&call(1, "read_file", json!({"path": "a.txt"})))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let mut bad_host = c.clone();
+    bad_host.host = format!("evil.example:{}", s.addr.port());
+    let r = bad_host
+        .post(&call(2, "read_file", json!({"path": "a.txt"})))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let mut other_port = c.clone();
+    other_port.host = format!("localhost:{}", s.addr.port().wrapping_add(1));
+    let r = other_port
+        .post(&call(3, "read_file", json!({"path": "a.txt"})))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Not a new session either.
+    let r = s
+        .client()
+        .with("origin", "http://evil.example")
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "evil", "version": "0"}}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // None of the refused calls ran.
+    let events = s.events();
+    assert!(!has_tool_events(&events), "{events:?}");
+
+    // Loopback origins (any port), localhost by name and an allowed origin pass.
+    let local = c.clone().with("origin", "http://localhost:5173");
+    let ok = local
+        .rpc(
+            4,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+        )
+        .await;
+    assert_eq!(ok["result"]["isError"], false, "{ok}");
+    let mut by_name = c.clone().with("origin", "https://app.example:8443");
+    by_name.host = format!("localhost:{}", s.addr.port());
+    let ok = by_name
+        .rpc(
+            5,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+        )
+        .await;
+    assert_eq!(ok["result"]["isError"], false, "{ok}");
+    let events = s.events();
+    assert!(has_tool_events(&events), "the admitted calls are logged");
+}
+
+#[tokio::test]
+async fn http_bearer_tokens() {
+    let dir = crate::support::tempdir();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "# who may call\n\nfirst-token\nsecond.token\n").unwrap();
+    let s = Server::start(&["--tokens", tokens.to_str().unwrap()]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}});
+    let r = s.client().post(&init).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let challenge = r.headers.get("www-authenticate").unwrap().to_str().unwrap();
+    assert!(challenge.starts_with("Bearer"), "{challenge}");
+    let r = s
+        .client()
+        .with("authorization", "Bearer first-token-not")
+        .post(&init)
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        r.headers
+            .get("www-authenticate")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains("invalid_token")
+    );
+    let c = s
+        .client()
+        .with("authorization", "Bearer second.token")
+        .initialize(json!({}))
+        .await;
+    let list = c.rpc(1, "tools/list", json!({})).await;
+    assert!(list["result"]["tools"].is_array(), "{list}");
+    // The session alone is not enough: every request needs the token.
+    let mut no_token = c.clone();
+    no_token.extra.clear();
+    let r = no_token
+        .post(&call(2, "read_file", json!({"path": "x"})))
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(!has_tool_events(&s.events()));
+}
+
+#[tokio::test]
+async fn http_oversized_body_is_413_and_the_server_keeps_serving() {
+    let s = Server::start(&[]);
+    let c = s.client().initialize(json!({})).await;
+    let big = "x".repeat(toolhost::mcp::MAX_MESSAGE_BYTES + 1);
+    let message = call(1, "read_file", json!({"path": big}));
+    let r = c.post(&message).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(!has_tool_events(&s.events()));
+    let list = c.rpc(2, "tools/list", json!({})).await;
+    assert!(list["result"]["tools"].is_array(), "{list}");
+}
+
+#[tokio::test]
+async fn http_shutdown_while_idle_exits_zero() {
+    let mut s = Server::start(&[]);
+    let _c = s.client().initialize(json!({})).await;
+    s.terminate();
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn http_on_a_remote_address_needs_allow_remote() {
+    let out = Command::new(crate::support::bin())
+        .args(["serve", "--http", "0.0.0.0:0", "--state"])
+        .arg(crate::support::tempdir().path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--allow-remote"), "{err}");
+}
+
+/// Two sessions on one server, both able to elicit, each call asking for
+/// approval: each session is asked about its own call only (the message
+/// names its own file), and each answer decides its own call.
+#[tokio::test]
+async fn http_elicitation_goes_to_the_session_that_called() {
+    let dir = crate::support::tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, ASK_WRITES).unwrap();
+    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    let a = s.client().initialize(json!({"elicitation": {}})).await;
+    let b = s.client().initialize(json!({"elicitation": {}})).await;
+
+    let mut call_a = a
+        .post(&call(
+            1,
+            "write_file",
+            json!({"path": "a.txt", "content": "A"}),
+        ))
+        .await;
+    let mut call_b = b
+        .post(&call(
+            1,
+            "write_file",
+            json!({"path": "b.txt", "content": "B"}),
+        ))
+        .await;
+    assert_eq!(call_a.status, StatusCode::OK);
+    assert_eq!(call_b.status, StatusCode::OK);
+    let ask_a = call_a.message().await;
+    let ask_b = call_b.message().await;
+    for (ask, own, other) in [(&ask_a, "a.txt", "b.txt"), (&ask_b, "b.txt", "a.txt")] {
+        assert_eq!(ask["method"], "elicitation/create", "{ask}");
+        let text = ask["params"]["message"].as_str().unwrap();
+        assert!(text.contains(own) && !text.contains(other), "{text}");
+    }
+    // A approves, B declines: each answer decides its own session's call.
+    let r = a
+        .post(&json!({"jsonrpc": "2.0", "id": ask_a["id"], "result": {
+            "action": "accept", "content": {"approve": true}}}))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let r = b
+        .post(&json!({"jsonrpc": "2.0", "id": ask_b["id"], "result": {"action": "decline"}}))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let done_a = call_a.message().await;
+    let done_b = call_b.message().await;
+    assert_eq!(done_a["result"]["isError"], false, "{done_a}");
+    assert_eq!(done_b["result"]["isError"], true, "{done_b}");
+    assert!(
+        done_b["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("APPROVAL_REJECTED")),
+        "{done_b}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.ws.path().join("a.txt")).unwrap(),
+        "A"
+    );
+    assert!(!s.ws.path().join("b.txt").exists());
+}
+
+/// SIGTERM with a call in flight (waiting on its approval): the server
+/// takes no new session, lets the call finish, then exits 0.
+#[tokio::test]
+async fn http_shutdown_waits_for_the_call_in_flight() {
+    let dir = crate::support::tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, ASK_WRITES).unwrap();
+    let mut s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    let c = s.client().initialize(json!({"elicitation": {}})).await;
+    // A connection opened now, to answer after the listener has closed.
+    let mut kept = c.connect().await;
+    let mut pending = c
+        .post(&call(
+            1,
+            "write_file",
+            json!({"path": "late.txt", "content": "L"}),
+        ))
+        .await;
+    let ask = pending.message().await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    s.terminate();
+    // Once it stops, the server accepts no connection: wait (bounded) for
+    // that, so the answer below comes after the stop began.
+    let deadline = std::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(s.addr).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server kept accepting"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let answer = json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+        "action": "accept", "content": {"approve": true}}});
+    let r = c.send_on(&mut kept, Bytes::from(answer.to_string())).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let done = pending.message().await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.path().join("late.txt")).unwrap(),
+        "L"
+    );
+    assert_eq!(s.exit_code(), Some(0));
+}
