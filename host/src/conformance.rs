@@ -98,8 +98,9 @@ impl Report {
     }
 }
 
-/// Interfaces that reach the network. The host links them, but no sandbox
-/// mode grants network: a call that uses them fails inside the tool.
+/// Interfaces that reach the network. The host links them; only a policy's
+/// `[network]` grants open them (no sandbox mode does), so under
+/// conformance a call that uses them fails inside the tool.
 const NETWORK_IMPORTS: &[&str] = &["wasi:sockets/", "wasi:http/"];
 
 /// Runs every check on the component `bytes` (named `source` in the report).
@@ -195,7 +196,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
                 row,
                 Verdict::Warn,
                 format!(
-                    "minimum mode {}, side effect {}; imports {}: no sandbox mode grants network, so a call that uses it fails inside the tool with the interface's own error (toolchains such as componentize-py import these interfaces whether or not the tool uses them)",
+                    "minimum mode {}, side effect {}; imports {}: only a policy's [network] grants open them (no sandbox mode does), so without one a call that uses them fails inside the tool with the interface's own error (toolchains such as componentize-py import these interfaces whether or not the tool uses them)",
                     d.min_mode,
                     d.side_effect,
                     network.join(", ")
@@ -283,17 +284,35 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
             }
             continue;
         }
+        // The destinations the examples tried to reach: conformance grants
+        // no network, so each attempt was refused before any connection,
+        // and is what the tool will ask a policy for.
+        let mut asks: BTreeSet<String> = BTreeSet::new();
         for (i, example) in examples.iter().enumerate() {
             let row = format!("example:{}[{i}]", d.name);
             let r = host
                 .call(CallRequest::new(&d.name, example.clone()).mode(mode))
                 .await;
+            let wanted = destinations(&r.receipt.network);
+            asks.extend(wanted.iter().cloned());
             match &r.error {
                 None => report.push_ran(
                     row,
                     Verdict::Pass,
                     format!(
                         "ran in {mode} (throwaway workspace, no network), and its output satisfies the output schema"
+                    ),
+                    mode,
+                ),
+                // Refused network, not a broken contract: say what a policy
+                // must grant for the example to run.
+                Some(e) if !wanted.is_empty() => report.push_ran(
+                    row,
+                    Verdict::Warn,
+                    format!(
+                        "ran in {mode} without network and ended {}: it needs {}; grant it in the policy's [network] to run this example",
+                        e.code,
+                        wanted.join(", ")
                     ),
                     mode,
                 ),
@@ -305,8 +324,48 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
                 ),
             }
         }
+        if !asks.is_empty() {
+            report.push(
+                format!("network:{}", d.name),
+                Verdict::Warn,
+                format!(
+                    "its examples ask for {}: a policy must grant these (`[network] allow` or `ask`) for such calls to reach them",
+                    asks.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
     }
     report
+}
+
+/// The refused destinations of a call's network records, each as
+/// `METHOD scheme://host:port` (`connect` for a socket), in order, once.
+fn destinations(records: &[toolhost_egress::EgressRecord]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for record in records {
+        if !matches!(
+            record.outcome,
+            toolhost_egress::EgressOutcome::Refused { .. }
+        ) {
+            continue;
+        }
+        let origin = origin(&record.url);
+        let method = record.method.as_deref().unwrap_or("connect");
+        let entry = format!("{method} {origin}");
+        if !seen.contains(&entry) {
+            seen.push(entry);
+        }
+    }
+    seen
+}
+
+/// `scheme://host:port` of a recorded `scheme://host:port/path`.
+fn origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(slash) => &url[..after_scheme + slash],
+        None => url,
+    }
 }
 
 fn names(descriptors: &[crate::tool::Descriptor]) -> String {

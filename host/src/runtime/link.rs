@@ -92,11 +92,9 @@ impl InterfaceSet {
                 linker.allow_shadowing(false);
                 Ok(())
             }
-            InterfaceSet::WasiP2 | InterfaceSet::WasiHttp | InterfaceSet::ToolhostHost => {
-                Err(wasmtime::format_err!(
-                    "{self:?} is linked into components, not core modules"
-                ))
-            }
+            InterfaceSet::WasiP2 | InterfaceSet::WasiHttp | InterfaceSet::ToolhostHost => Err(
+                wasmtime::format_err!("{self:?} is linked into components, not core modules"),
+            ),
         }
     }
 }

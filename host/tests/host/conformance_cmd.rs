@@ -97,3 +97,41 @@ fn a_file_that_is_not_wasm_fails() {
         "{report:#}"
     );
 }
+
+/// `http_fetch` passes, and the report names the destination its example
+/// asks for (conformance grants no network: the attempt is refused inside
+/// the guest and never connects).
+#[test]
+fn conformance_reports_the_hosts_a_tool_asks_for() {
+    let tool = example_tools()
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == "tool_http_fetch.wasm"))
+        .expect("http_fetch is built");
+    let (code, report) = conformance(&tool);
+    assert_eq!(code, 0, "{report:#}");
+    let checks = report["checks"].as_array().unwrap();
+    let row = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name} row: {report:#}"))
+    };
+    let network = row("network:http_fetch");
+    assert_eq!(network["verdict"], "warn", "{network}");
+    assert!(
+        network["detail"]
+            .as_str()
+            .unwrap()
+            .contains("GET https://example.com:443"),
+        "{network}"
+    );
+    let example = row("example:http_fetch[0]");
+    assert_eq!(example["verdict"], "warn", "{example}");
+    assert!(
+        example["detail"]
+            .as_str()
+            .unwrap()
+            .contains("needs GET https://example.com:443"),
+        "{example}"
+    );
+}

@@ -686,3 +686,113 @@ async fn hostile_spellings_and_names_of_refused_addresses_never_connect() {
     let r = fetch(&host, json!({"url": granted.url("/")})).await;
     assert!(r.is_ok(), "{r:?}");
 }
+
+/// An HTTPS server on 127.0.0.1 with a self-signed certificate for that
+/// address: one thread, counts connections and complete requests.
+struct TlsServer {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
+    ca_pem: String,
+    stop: Arc<AtomicBool>,
+}
+
+impl TlsServer {
+    fn start() -> TlsServer {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let ca_pem = certified.cert.pem();
+        let cert = certified.cert.der().clone();
+        let key =
+            rustls_pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)
+                .unwrap(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, r, s) = (connections.clone(), requests.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                c.fetch_add(1, Ordering::SeqCst);
+                let Ok(conn) = rustls::ServerConnection::new(config.clone()) else {
+                    continue;
+                };
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match tls.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => break,
+                    }
+                }
+                if head.ends_with(b"\r\n\r\n") {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    let _ = tls.write_all(&response(200, &[], b"over tls"));
+                    let _ = tls.flush();
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                }
+            }
+        });
+        TlsServer {
+            port,
+            connections,
+            requests,
+            ca_pem,
+            stop,
+        }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+#[tokio::test]
+async fn https_trusts_the_policy_ca_file_and_nothing_else() {
+    let server = TlsServer::start();
+    let dir = tempdir();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &server.ca_pem).unwrap();
+    let url = format!("https://127.0.0.1:{}/secure", server.port);
+
+    // Without the CA file, the self-signed certificate is refused: the
+    // handshake fails and no request is sent.
+    let (_ws, untrusting) = host(&grant_policy(&format!(
+        "\"https://127.0.0.1:{}\"",
+        server.port
+    )))
+    .await;
+    let r = fetch(&untrusting, json!({"url": url})).await;
+    assert!(tool_error(&r).starts_with("TLS-"), "{r:?}");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 0);
+
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"https://127.0.0.1:{}\"]\nca_file = \"{}\"\n",
+        server.port,
+        ca.display()
+    );
+    let (_ws, trusting) = host(&policy).await;
+    let r = fetch(&trusting, json!({"url": url})).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical["status"], 200);
+    assert_eq!(r.canonical["body"], "over tls");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+    assert!(server.connections.load(Ordering::SeqCst) >= 2);
+}

@@ -207,7 +207,9 @@ async fn network_imports_are_a_warning_in_conformance() {
         assert_eq!(row.verdict, toolhost::conformance::Verdict::Warn, "{row:?}");
         assert!(
             row.detail.contains("wasi:sockets/")
-                && row.detail.contains("no sandbox mode grants network"),
+                && row
+                    .detail
+                    .contains("only a policy's [network] grants open them"),
             "{row:?}"
         );
     }

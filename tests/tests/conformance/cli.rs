@@ -524,6 +524,7 @@ fn cli_schema_formats() {
         names,
         [
             "grep",
+            "http_fetch",
             "list_dir",
             "machine_formats",
             "read_file",

@@ -583,3 +583,119 @@ fn exec_caches_modules_apart_from_components() {
         "{entries:?}"
     );
 }
+
+/// A TCP listener on 127.0.0.1 that counts connections and answers each
+/// first line with `echo: LINE`. Stops when dropped.
+struct EchoListener {
+    port: u16,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl EchoListener {
+    fn start() -> EchoListener {
+        use std::io::{BufRead, BufReader};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut stream) = stream else { continue };
+                c.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut line = String::new();
+                if let Ok(reader) = stream.try_clone() {
+                    let _ = BufReader::new(reader).read_line(&mut line);
+                }
+                let _ = stream.write_all(format!("echo: {line}").as_bytes());
+            }
+        });
+        EchoListener { port, count, stop }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for EchoListener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// A program reaches the network only through `--allow-net`, in every mode
+/// (danger-full-access included), and only the exact destination granted:
+/// without a grant, or with a grant for another port, nothing reaches the
+/// listener and toolhost names the refusal on stderr.
+#[test]
+fn exec_network_only_through_allow_net() {
+    let echo = EchoListener::start();
+    let addr = format!("127.0.0.1:{}", echo.port);
+    let other_port = format!("tcp://127.0.0.1:{}", echo.port.wrapping_add(1).max(1));
+    for (mode, grants, granted) in [
+        ("none", vec![], false),
+        ("danger-full-access", vec![], false),
+        ("none", vec![other_port.clone()], false),
+        (
+            "none",
+            vec![format!("tcp://127.0.0.2:{}", echo.port)],
+            false,
+        ),
+        ("none", vec![format!("http://{addr}")], false),
+        ("none", vec![format!("tcp://{addr}")], true),
+        ("workspace-write", vec![format!("tcp://{addr}")], true),
+    ] {
+        let ws = tempfile::tempdir().unwrap();
+        let before = echo.count();
+        let mut c = exec(p2::TCP_SEND);
+        c.args(["--mode", mode, "--workspace"]).arg(ws.path());
+        for g in &grants {
+            c.arg("--allow-net").arg(g);
+        }
+        let out = run(c.args(["--", &addr, "hello"]));
+        let what = format!("{mode} {grants:?}");
+        if granted {
+            assert_status(&out, 0, &what);
+            assert_eq!(stdout(&out), "echo: hello\n", "{what}");
+            assert_eq!(echo.count(), before + 1, "{what}: one connection");
+        } else {
+            assert_status(&out, 1, &what);
+            assert_eq!(
+                echo.count(),
+                before,
+                "{what}: nothing may reach the listener"
+            );
+            assert!(
+                stderr(&out).contains("toolhost: denied: network"),
+                "{what}: the refusal is named: {}",
+                stderr(&out)
+            );
+        }
+    }
+}
+
+/// A malformed `--allow-net` pattern is a usage error before the program
+/// runs.
+#[test]
+fn exec_allow_net_errors_exit_2() {
+    for bad in ["example.com", "ftp://example.com", "http://", "tcp://*"] {
+        let out = run(exec(p2::TCP_SEND)
+            .args(["--allow-net", bad, "--"])
+            .args(["127.0.0.1:1", "x"]));
+        assert_ne!(out.status.code(), Some(0), "{bad}");
+        assert!(out.stdout.is_empty(), "{bad}: the program must not run");
+        assert!(
+            stderr(&out).contains("--allow-net"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -33,6 +33,7 @@ pub enum Method {
 /// Arguments of `http_fetch`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"url": "https://example.com/"}))]
 pub struct Args {
     /// An absolute `http://` or `https://` URL.
     pub url: String,

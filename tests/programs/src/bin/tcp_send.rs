@@ -1,0 +1,29 @@
+//! `tcp_send ADDR MESSAGE`: connects to the socket address `ADDR` (an IP
+//! literal and a port; no name lookup), sends `MESSAGE` and a newline,
+//! prints the first line the peer answers. Exit 1 and the error kind on
+//! stderr when the connection or the exchange fails.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(addr), Some(message)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: tcp_send ADDR MESSAGE");
+        std::process::exit(2);
+    };
+    let exchange = || -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(addr.as_str())?;
+        stream.write_all(format!("{message}\n").as_bytes())?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line)?;
+        Ok(line)
+    };
+    match exchange() {
+        Ok(line) => print!("{line}"),
+        Err(e) => {
+            eprintln!("error: {:?}", e.kind());
+            std::process::exit(1);
+        }
+    }
+}
