@@ -547,6 +547,13 @@ fn language_examples() -> Vec<LanguageExample> {
             tool: "word_count",
             args: json!({"text": "one two three\nfour five\n"}),
         },
+        LanguageExample {
+            language: "javascript",
+            built_by: "scripts/build-js-tools (componentize-js)",
+            path: target.join("js-tools/word_stats.wasm"),
+            tool: "word_stats",
+            args: json!({"text": "one two three\nfour five\n"}),
+        },
     ]
 }
 

@@ -18,6 +18,7 @@
 //! (`language_examples` in `host/benches/pipeline.rs`) takes one entry per
 //! language.
 
+mod js;
 mod python;
 
 use serde_json::{Value, json};
