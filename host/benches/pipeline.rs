@@ -118,6 +118,10 @@ async fn main() {
     }
     let as_json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--network-only") {
+        println!("{}", network(quick).await);
+        return;
+    }
     if args.iter().any(|a| a == "--languages-only") {
         let cache = tempfile::tempdir().unwrap();
         let ctx = Ctx {
@@ -509,12 +513,156 @@ async fn main() {
     let languages: Value = serde_json::from_slice(&child.stdout).unwrap();
     report.insert("languages".into(), languages);
 
+    // 10. Network egress: a governed GET of 4 KiB from a loopback server
+    //     through `http_fetch`, against the same request by a native Rust
+    //     client, and the cost of the decision and address check alone.
+    //     In a process of its own (`--network-only`) like section 9.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.arg("--network-only");
+    if ctx.quick {
+        child.arg("--quick");
+    }
+    let child = child.output().unwrap();
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    let network: Value = serde_json::from_slice(&child.stdout).unwrap();
+    report.insert("network".into(), network);
+
     let report = Value::Object(report);
     if as_json {
         println!("{report}");
     } else {
         println!("{}", serde_json::to_string_pretty(&report).unwrap());
     }
+}
+
+/// A loopback HTTP/1.1 server for section 10: answers every request with
+/// 200 and a 4 KiB body, one connection per request (`connection: close`),
+/// a thread per connection. Returns its port.
+fn loopback_4k_server() -> u16 {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = "x".repeat(4096);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if line == "\r\n" {
+                        break;
+                    }
+                    line.clear();
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+/// The same GET by a plain Rust client: connect, send, read to the end.
+fn native_get(port: u16) -> usize {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(b"GET /4k HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = Vec::with_capacity(8192);
+    stream.read_to_end(&mut response).unwrap();
+    response.len()
+}
+
+/// Section 10.
+async fn network(quick: bool) -> Value {
+    use toolhost::policy::egress::{Grant, NetworkPolicy, Request, StaticResolver, connect_plan};
+    let port = loopback_4k_server();
+    let n = if quick { 100 } else { 1000 };
+    // Native: the request on a thread of its own, as a blocking client.
+    for _ in 0..warm_ups(n) {
+        native_get(port);
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let got = tokio::task::spawn_blocking(move || native_get(port))
+            .await
+            .unwrap();
+        samples.push(us(t.elapsed()));
+        assert!(got > 4096);
+    }
+    let native = stats(samples);
+
+    // Governed: http_fetch with an explicit grant of the loopback server.
+    let workspace = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{port}\"]\n"
+    );
+    let mut b = HostBuilder::new();
+    b.runtime_options(RuntimeOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeOptions::default()
+    })
+    .embedded_tools()
+    .workspace(workspace.path())
+    .policy(toolhost::policy::Policy::from_toml(&policy, "bench.toml").unwrap());
+    let host = b.build().await.unwrap();
+    let url = format!("http://127.0.0.1:{port}/4k");
+    let get = || {
+        CallRequest::new("http_fetch", json!({"url": url, "max_body_bytes": 8192}))
+            .mode(SandboxMode::None)
+    };
+    let governed = timed_calls(&host, get, n).await;
+    let r = host.call(get()).await;
+    assert_eq!(r.canonical["body"].as_str().map(str::len), Some(4096));
+
+    // The decision and address check alone (no lookup: an IP literal, and
+    // a name through an in-memory resolver).
+    let grant_policy = NetworkPolicy::from_grants(vec![
+        Grant::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+    ]);
+    let by_ip = Request::from_url(&url, Some("GET")).unwrap();
+    let named = NetworkPolicy::from_grants(vec![Grant::parse("https://api.example.com").unwrap()]);
+    let by_name = Request::from_url("https://api.example.com/v1", Some("GET")).unwrap();
+    let resolver = StaticResolver::new().with(
+        "api.example.com",
+        &[
+            "93.184.215.14".parse().unwrap(),
+            "2606:2800:21f:cb07:6820:80da:af6b:8b2c".parse().unwrap(),
+        ],
+    );
+    let rounds = if quick { 20_000 } else { 200_000 };
+    let t = Instant::now();
+    for _ in 0..rounds {
+        std::hint::black_box(connect_plan(&by_ip, &grant_policy, &resolver).unwrap());
+    }
+    let check_ip_ns = t.elapsed().as_nanos() as f64 / rounds as f64;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        std::hint::black_box(connect_plan(&by_name, &named, &resolver).unwrap());
+    }
+    let check_name_ns = t.elapsed().as_nanos() as f64 / rounds as f64;
+    json!({
+        "governed_http_fetch_get_4k": js(&governed),
+        "native_rust_get_4k": js(&native),
+        "governed_minus_native_p50_us": round(governed.p50 - native.p50),
+        "governed_over_native_p50": round(governed.p50 / native.p50 * 100.0) / 100.0,
+        "target": "governed <= native + 150 us at p50",
+        "decision_and_address_check_ns": { "ip_literal": round(check_ip_ns), "name_two_addresses": round(check_name_ns) },
+        "iterations": n,
+    })
 }
 
 /// One example tool per language for section 9.

@@ -838,7 +838,46 @@ fn summary(payload: &serde_json::Value) -> String {
     if let Some(code) = payload.pointer("/error/code").and_then(|v| v.as_str()) {
         parts.push(format!("code={code}"));
     }
+    // An intent's reachable grants; a result's network requests.
+    if let Some(grants) = payload.get("network").and_then(|v| v.as_array()) {
+        let grants: Vec<&str> = grants.iter().filter_map(|g| g.as_str()).collect();
+        parts.push(format!("network=[{}]", grants.join(", ")));
+    }
+    if let Some(records) = payload
+        .pointer("/receipt/network")
+        .and_then(|v| v.as_array())
+        .filter(|r| !r.is_empty())
+    {
+        parts.push(format!("requests=[{}]", network_summary(records)));
+    }
     parts.join(" ")
+}
+
+/// The first few of a call's network records, `METHOD URL STATUS` or
+/// `METHOD URL refused:CODE`, then how many more.
+fn network_summary(records: &[serde_json::Value]) -> String {
+    const SHOWN: usize = 3;
+    let mut out: Vec<String> = records
+        .iter()
+        .take(SHOWN)
+        .map(|r| {
+            let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("");
+            let method = match get("method") {
+                "" => "connect",
+                m => m,
+            };
+            let outcome = match (get("decision"), r.get("status").and_then(|v| v.as_u64())) {
+                ("refused", _) => format!("refused:{}", get("code")),
+                (_, Some(status)) => status.to_string(),
+                (decision, None) => decision.to_string(),
+            };
+            format!("{method} {} {outcome}", get("url"))
+        })
+        .collect();
+    if records.len() > SHOWN {
+        out.push(format!("+{} more", records.len() - SHOWN));
+    }
+    out.join(", ")
 }
 
 fn recover(a: StateArgs) -> Result<ExitCode> {

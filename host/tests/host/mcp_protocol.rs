@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -23,7 +23,7 @@ impl Server {
 
     /// A server with `extra` arguments, initialized by a client that
     /// declares `capabilities`.
-    fn start_with(extra: &[&str], capabilities: Value) -> Server {
+    pub(crate) fn start_with(extra: &[&str], capabilities: Value) -> Server {
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
         let mut child = Command::new(crate::support::bin())
@@ -70,7 +70,7 @@ impl Server {
         stdin.flush().unwrap();
     }
 
-    fn send(&mut self, v: &Value) {
+    pub(crate) fn send(&mut self, v: &Value) {
         self.raw(format!("{v}\n").as_bytes());
     }
 
@@ -89,7 +89,7 @@ impl Server {
     }
 
     /// The response with `id`, skipping notifications.
-    fn response(&mut self, id: &Value) -> Value {
+    pub(crate) fn response(&mut self, id: &Value) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(v) = self.next(Duration::from_millis(200))

@@ -796,3 +796,79 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
     assert!(server.connections.load(Ordering::SeqCst) >= 2);
 }
+
+/// What the CLI and the MCP server show of the network: `run --json` and
+/// MCP results' `_meta.toolhost.receipt` carry every request with its rule
+/// or refusal; `toolhost log` shows the intent's reachable grants and each
+/// request's outcome.
+#[test]
+fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
+    let server = Server::ok("127.0.0.1", "shown");
+    let dir = tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        grant_policy(&format!("\"http://127.0.0.1:{}\"", server.port())),
+    )
+    .unwrap();
+    let workspace = tempdir();
+    let state = dir.path().join("state");
+    let run = |url: &str| {
+        let out = std::process::Command::new(crate::support::bin())
+            .args(["run", "http_fetch", "--mode", "none", "--json", "--args"])
+            .arg(json!({ "url": url }).to_string())
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--state")
+            .arg(&state)
+            .arg("--workspace")
+            .arg(workspace.path())
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let allowed = run(&server.url("/ok"));
+    let record = &allowed["receipt"]["network"][0];
+    assert_eq!(record["decision"], "allowed", "{allowed:#}");
+    assert_eq!(record["status"], 200, "{allowed:#}");
+    let other = format!(
+        "http://127.0.0.1:{}/no",
+        server.port().wrapping_add(1).max(1)
+    );
+    let refused = run(&other);
+    assert_eq!(
+        refused["receipt"]["network"][0]["decision"], "refused",
+        "{refused:#}"
+    );
+
+    let log = std::process::Command::new(crate::support::bin())
+        .args(["log", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    let grant = format!("network=[http://127.0.0.1:{}]", server.port());
+    assert!(log.contains(&grant), "{log}");
+    assert!(
+        log.contains(&format!("requests=[GET {} 200]", server.url("/ok"))),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("requests=[GET {other} refused:")),
+        "{log}"
+    );
+
+    let mut mcp =
+        crate::mcp_protocol::Server::start_with(&["--policy", policy.to_str().unwrap()], json!({}));
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "http_fetch", "arguments": {"url": server.url("/mcp")}}}),
+    );
+    let r = mcp.response(&json!(7));
+    let record = &r["result"]["_meta"]["toolhost"]["receipt"]["network"][0];
+    assert_eq!(record["decision"], "allowed", "{r:#}");
+    assert_eq!(record["url"], server.url("/mcp"), "{r:#}");
+    assert_eq!(server.connections(), 2);
+}
