@@ -71,6 +71,8 @@ pub struct Policy {
     rules: Vec<Rule>,
     guards: Vec<PolicyGuard>,
     post_execute: PostExecuteRules,
+    /// Principals, narrowing layers and argument patches (see `layer.rs`).
+    pub(crate) stack: crate::layer::Stack,
 }
 
 impl Default for Policy {
@@ -90,6 +92,7 @@ impl Default for Policy {
             rules: Vec::new(),
             guards: Vec::new(),
             post_execute: PostExecuteRules::default(),
+            stack: crate::layer::Stack::default(),
         }
     }
 }
@@ -118,7 +121,13 @@ impl Policy {
             rules,
             guards,
             post_execute,
+            stack: crate::layer::Stack::default(),
         }
+    }
+
+    pub(crate) fn with_stack(mut self, stack: crate::layer::Stack) -> Self {
+        self.stack = stack;
+        self
     }
 
     /// Decides one call. Pure: the result depends only on `self` and `facts`.
