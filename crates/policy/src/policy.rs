@@ -54,6 +54,29 @@ use toolhost_core::SandboxMode;
 /// redact = ["sk-[A-Za-z0-9]{20,}"]      # matches in content become "[REDACTED]"
 /// max_content_chars = 20000
 /// block_matching = "BEGIN PRIVATE KEY"  # blocks when content or canonical matches
+///
+/// [principals]
+/// owners = ["alice"]           # owners besides "local" (the CLI operator, a library caller)
+/// owner_only = ["write_*"]     # tool patterns hidden from and refused for non-owners
+/// [principals.groups]
+/// crew = ["bob", "carol"]
+///
+/// [[layers]]                   # narrows, never widens (see `Policy::trace`)
+/// kind = "principal"           # group | principal | agent (a scope) | mode | subagent
+/// name = "bob"                 # the principal, group, scope or mode; optional for subagent
+/// allow = ["read_file", "grep"]   # optional: only these stay visible
+/// deny = ["grep"]              # hidden and refused
+/// default = "ask"              # optional: this layer's decision when none of its rules match
+/// approval = "never"           # optional
+/// [[layers.rules]]             # as [[rules]]; [[layers.guards]] as [[guards]]
+/// tool = "read_file"
+/// decision = "allow"
+///
+/// [[patches]]                  # rewrites arguments before policy, guards and approval
+/// tool = "grep"
+/// pointer = "/max_results"
+/// clamp = { min = 1, max = 50 }   # or: set = V (when absent), force = V,
+///                                 # rewrite_prefix = { from = "/tmp/", to = "scratch/" }
 /// ```
 ///
 /// Unknown keys, unknown names, empty tool patterns, invalid globs or

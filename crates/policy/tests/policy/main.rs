@@ -6,7 +6,9 @@
 mod evaluate;
 mod examples;
 mod guards;
+mod layers;
 mod load_errors;
+mod patches;
 mod post_execute;
 mod presets;
 
