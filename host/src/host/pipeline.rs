@@ -23,7 +23,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use toolhost_core::{ErrorCode, SandboxMode};
 use toolhost_log::EventKind;
-use toolhost_policy::{ApprovalSetting, CallFacts, Decision, PostVerdict};
+use toolhost_policy::{
+    AppliedPatch, ApprovalSetting, CallFacts, Decision, LOCAL_PRINCIPAL, Policy, PostVerdict,
+    Subject,
+};
 
 /// The most bytes of arguments a call may carry.
 pub const MAX_ARGS_BYTES: usize = 1 << 20;
@@ -34,12 +37,50 @@ pub(crate) struct Admitted<'h> {
     pub tool: &'h RegisteredTool,
     pub args: serde_json::Value,
     pub args_text: String,
+    /// The arguments as the caller sent them, when a policy patch changed them.
+    pub original_args: Option<serde_json::Value>,
+    /// The patches that changed them.
+    pub patches: Vec<AppliedPatch>,
     pub mode: SandboxMode,
     pub interrupt: Interrupt,
     pub progress: Option<crate::state::ProgressSink>,
 }
 
 type Refusal = (ErrorCode, String);
+
+/// What [`Host::assess`] found: a call that passed phases 1-4 and the
+/// sandbox check, and what approval it still needs.
+pub(crate) struct Assessed<'h> {
+    pub tool: &'h RegisteredTool,
+    /// The arguments, patched.
+    pub args: serde_json::Value,
+    pub original_args: Option<serde_json::Value>,
+    pub patches: Vec<AppliedPatch>,
+    pub mode: SandboxMode,
+    /// What a human must be asked; `None` when nobody needs to be.
+    pub approval_reason: Option<String>,
+    /// The layer whose `approval = "never"` forbids asking, if any.
+    pub approval: Option<String>,
+}
+
+/// Refuses a tool a policy layer hides from `subject` in `mode`.
+fn hidden_refusal(
+    policy: &Policy,
+    tool: &str,
+    subject: &Subject<'_>,
+    mode: SandboxMode,
+) -> Result<(), Refusal> {
+    match policy.hidden(tool, subject, mode) {
+        None => Ok(()),
+        Some(blame) => Err((
+            ErrorCode::PolicyDenied,
+            format!(
+                "tool {tool:?} is not available to principal {:?} [{blame}]",
+                subject.principal
+            ),
+        )),
+    }
+}
 
 impl Host {
     /// Runs one call through the whole pipeline and returns its result.
@@ -90,18 +131,77 @@ impl Host {
         self.recorder.call(
             &call_id,
             json!({ "tool": req.tool, "args": cut(&req.args, 4096), "scope": req.scope,
-                    "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})) }),
+                    "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})),
+                    "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL) }),
         );
 
-        // 1. lookup, through the one visibility resolver.
+        // 1-4: lookup, validation, patches, policy, guards (pure).
+        let a = self.assess(&req)?;
+
+        // 5. approval: for `ask`, and for every escalation.
+        // Nobody is asked about a call that is already cancelled.
+        let interrupt = req.interrupt.unwrap_or_default();
+        if interrupt.is_cancelled() {
+            return Err((
+                ErrorCode::Cancelled,
+                "the call was cancelled before it was dispatched".into(),
+            ));
+        }
+        if let Some(reason) = a.approval_reason {
+            let request = ApprovalRequest {
+                approval_id: format!("{call_id}-approval"),
+                call_id: call_id.clone(),
+                tool: a.tool.descriptor.name.clone(),
+                args: a.args.clone(),
+                reason,
+                mode: a.mode,
+                justification: req.escalation.as_ref().map(|e| e.justification.clone()),
+            };
+            let approver = req.approver.as_deref().unwrap_or(&*self.approver);
+            self.approve(approver, request, &interrupt, &a.approval)
+                .await?;
+        }
+        if interrupt.is_cancelled() {
+            return Err((
+                ErrorCode::Cancelled,
+                "the call was cancelled before it was dispatched".into(),
+            ));
+        }
+        Ok(Admitted {
+            call_id,
+            tool: a.tool,
+            args_text: a.args.to_string(),
+            args: a.args,
+            original_args: a.original_args,
+            patches: a.patches,
+            mode: a.mode,
+            interrupt,
+            progress: req.progress,
+        })
+    }
+
+    /// Phases 1-4 and the sandbox check, without side effects: what
+    /// [`Host::admit`] decides before anyone is asked, and what
+    /// `Host::explain` reports. Records nothing.
+    pub(crate) fn assess<'h>(&'h self, req: &CallRequest) -> Result<Assessed<'h>, Refusal> {
+        let principal = req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
+        let scopes = self.registry.scope_chain(req.scope.as_deref());
+        let subject = Subject {
+            principal,
+            scopes: &scopes,
+        };
+
+        // 1. lookup, through the one visibility resolver, then the policy
+        // layers' visibility (owner-only tools, allow and deny lists).
         let tool = self.lookup(req.scope.as_deref(), &req.tool)?;
+        let base_mode = req.mode.unwrap_or_else(|| self.policy.default_mode());
+        hidden_refusal(&self.policy, &tool.descriptor.name, &subject, base_mode)?;
 
         // 2. parse and validate the arguments.
-        let args = parse_args(tool, &req.args)?;
+        let mut args = parse_args(tool, &req.args)?;
 
         // The call's mode: the request's, else the policy's default; an
         // escalation must be strictly wider and justified.
-        let base_mode = req.mode.unwrap_or_else(|| self.policy.default_mode());
         let mode = match &req.escalation {
             None => base_mode,
             Some(e) => {
@@ -123,6 +223,16 @@ impl Host {
                 e.mode
             }
         };
+        if mode != base_mode {
+            hidden_refusal(&self.policy, &tool.descriptor.name, &subject, mode)?;
+        }
+
+        // 2b. the policy's argument patches, then validation again: a patch
+        // that breaks the schema refuses before anyone is asked.
+        let (original_args, patches) = match crate::patches::apply(&self.policy, tool, &args)? {
+            None => (None, Vec::new()),
+            Some(p) => (Some(std::mem::replace(&mut args, p.args)), p.applied),
+        };
 
         let facts = CallFacts {
             tool: &tool.descriptor.name,
@@ -131,11 +241,16 @@ impl Host {
             mode,
         };
 
-        // 3. pre-execute policy.
-        let decision = self.policy.evaluate(&facts).decision;
-        let ask_reason = match decision {
-            Decision::Deny { reason } => return Err((ErrorCode::PolicyDenied, reason)),
-            Decision::Ask { reason } => Some(reason),
+        // 3. pre-execute policy, every layer that applies; strictest wins.
+        let trace = self.policy.trace(&facts, &subject);
+        let ask_reason = match &trace.decision {
+            Decision::Deny { reason } => {
+                return Err((
+                    ErrorCode::PolicyDenied,
+                    format!("{reason} [{}]", trace.decided_by),
+                ));
+            }
+            Decision::Ask { reason } => Some(reason.clone()),
             Decision::Allow => None,
         };
 
@@ -144,6 +259,12 @@ impl Host {
             return Err((
                 ErrorCode::GuardDenied,
                 format!("{} (guard {})", denial.reason, denial.guard),
+            ));
+        }
+        if let Some((blame, denial)) = &trace.guard {
+            return Err((
+                ErrorCode::GuardDenied,
+                format!("{} (guard {}) [{blame}]", denial.reason, denial.guard),
             ));
         }
 
@@ -158,7 +279,7 @@ impl Host {
             ));
         }
 
-        // 5. approval: for `ask`, and for every escalation.
+        // What a human would be asked, if anything.
         let reason = match (&ask_reason, &req.escalation) {
             (Some(r), Some(e)) => Some(format!(
                 "{r}; escalation to {}: {}",
@@ -171,41 +292,19 @@ impl Host {
             )),
             (None, None) => None,
         };
-        // Nobody is asked about a call that is already cancelled.
-        let interrupt = req.interrupt.unwrap_or_default();
-        if interrupt.is_cancelled() {
-            return Err((
-                ErrorCode::Cancelled,
-                "the call was cancelled before it was dispatched".into(),
-            ));
-        }
-        if let Some(reason) = reason {
-            let request = ApprovalRequest {
-                approval_id: format!("{call_id}-approval"),
-                call_id: call_id.clone(),
-                tool: tool.descriptor.name.clone(),
-                args: args.clone(),
-                reason,
-                mode,
-                justification: req.escalation.as_ref().map(|e| e.justification.clone()),
-            };
-            let approver = req.approver.as_deref().unwrap_or(&*self.approver);
-            self.approve(approver, request, &interrupt).await?;
-        }
-        if interrupt.is_cancelled() {
-            return Err((
-                ErrorCode::Cancelled,
-                "the call was cancelled before it was dispatched".into(),
-            ));
-        }
-        Ok(Admitted {
-            call_id,
+        let approval_reason = reason.map(|r| crate::patches::tell_approver(r, &patches));
+        let approval = match &trace.approval_by {
+            Some(layer) if trace.approval == ApprovalSetting::Never => Some(layer.clone()),
+            _ => None,
+        };
+        Ok(Assessed {
             tool,
-            args_text: args.to_string(),
             args,
+            original_args,
+            patches,
             mode,
-            interrupt,
-            progress: req.progress,
+            approval_reason,
+            approval,
         })
     }
 
@@ -234,12 +333,13 @@ impl Host {
         approver: &dyn Approver,
         request: ApprovalRequest,
         interrupt: &Interrupt,
+        never_by: &Option<String>,
     ) -> Result<(), Refusal> {
-        if self.policy.approval() == ApprovalSetting::Never {
+        if let Some(layer) = never_by {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!(
-                    "approval needed ({}) but the policy never asks (approval = \"never\")",
+                    "approval needed ({}) but the policy never asks (approval = \"never\") [layer {layer}]",
                     request.reason
                 ),
             ));
@@ -519,5 +619,10 @@ pub(crate) fn aborted(a: &Admitted<'_>, error: &str) -> CallResult {
 }
 
 fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
-    json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 })
+    let mut intent = json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 });
+    if let (Some(original), Some(o)) = (&a.original_args, intent.as_object_mut()) {
+        o.insert("original_args".into(), original.clone());
+        o.insert("patches".into(), crate::patches::applied_json(&a.patches));
+    }
+    intent
 }
