@@ -40,6 +40,8 @@ enum Command {
     Serve(ServeArgs),
     /// Check a tool component against the contract.
     Conformance(ConformanceArgs),
+    /// Explain, layer by layer, what a call would meet; runs nothing.
+    Explain(ExplainArgs),
 }
 
 #[derive(Args, Clone)]
@@ -86,6 +88,10 @@ struct HostArgs {
     /// Scope (agent) the call comes from.
     #[arg(long, value_name = "NAME")]
     scope: Option<String>,
+    /// Who asks, as the policy's principals and layers see it (default:
+    /// `local`, an owner; `serve --http` without tokens: `anonymous`).
+    #[arg(long, value_name = "NAME", value_parser = parse_principal)]
+    principal: Option<String>,
     /// Compile cache directory (default: $TOOLHOST_CACHE_DIR or ~/.cache/toolhost).
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
@@ -124,9 +130,41 @@ struct RunArgs {
 }
 
 #[derive(Args)]
+struct ExplainArgs {
+    /// A tool name (embedded or in --tools).
+    tool: String,
+    /// The arguments, as a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    args: String,
+    /// Explain the call as an escalation to this mode.
+    #[arg(long, value_name = "MODE", requires = "justification")]
+    escalate: Option<SandboxMode>,
+    /// Why the escalation is needed.
+    #[arg(long, value_name = "TEXT")]
+    justification: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+/// A principal name, as `--principal` takes it.
+fn parse_principal(s: &str) -> Result<String, String> {
+    toolhost::policy::check_principal_name(s)?;
+    Ok(s.to_string())
+}
+
+#[derive(Args)]
 struct ListArgs {
     /// Component files or directories of them (default: the embedded tools).
     paths: Vec<PathBuf>,
+    /// Policy file: list only what --principal may see.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// List the tools this principal sees (default: `local`, an owner).
+    #[arg(long, value_name = "NAME", value_parser = parse_principal)]
+    principal: Option<String>,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -290,6 +328,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Recover(a) => recover(a).map_err(UsageError),
         Command::Serve(a) => serve(a).await.map_err(UsageError),
         Command::Conformance(a) => conformance(a).await.map_err(UsageError),
+        Command::Explain(a) => explain(a).await.map_err(UsageError),
     }
 }
 
@@ -370,14 +409,7 @@ async fn build_host_with(
             }
         }
     }
-    let mut policy = toolhost::policy::Policy::default();
-    if let Some(p) = &h.policy {
-        let src = std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read policy {}", p.display()))?;
-        policy = toolhost::policy::Policy::from_toml(&src, &p.display().to_string())
-            .map_err(|e| anyhow!("{e}"))?;
-    }
-    b.policy(policy);
+    b.policy(load_policy(h.policy.as_deref())?);
     let approver =
         toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout))
             .map_err(|e| anyhow!(e))?;
@@ -401,6 +433,16 @@ async fn build_host_with(
     b.state_dir(state);
     customize(&mut b);
     b.build().await.map_err(|e| anyhow!("{e}"))
+}
+
+/// The policy file, or the built-in default without one.
+fn load_policy(path: Option<&Path>) -> Result<toolhost::policy::Policy> {
+    let Some(p) = path else {
+        return Ok(toolhost::policy::Policy::default());
+    };
+    let src = std::fs::read_to_string(p)
+        .with_context(|| format!("cannot read policy {}", p.display()))?;
+    toolhost::policy::Policy::from_toml(&src, &p.display().to_string()).map_err(|e| anyhow!("{e}"))
 }
 
 fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -450,6 +492,7 @@ async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
         args: a.args.clone(),
         scope: a.host.scope.clone(),
         mode: a.host.mode,
+        principal: a.host.principal.clone(),
         interrupt: Some(interrupt),
         ..CallRequest::default()
     };
@@ -503,6 +546,7 @@ async fn run_batch(
             },
             scope: a.host.scope.clone(),
             mode: a.host.mode,
+            principal: a.host.principal.clone(),
             interrupt: Some(interrupt.clone()),
             ..CallRequest::default()
         })
@@ -562,8 +606,9 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
         }
     }
     b.workspace(std::env::temp_dir());
+    b.policy(load_policy(a.policy.as_deref())?);
     let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
-    let tools = host.tools(None);
+    let tools = host.tools_for(None, a.principal.as_deref(), None);
     if a.json {
         let all: Vec<_> = tools
             .iter()
@@ -707,6 +752,11 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         poll_interval: Duration::from_millis(a.poll_ms.max(20)),
         fallback_approver: std::sync::Arc::from(fallback),
         approval_timeout: timeout,
+        // Over HTTP a caller is nobody in particular unless a token names it.
+        principal: a.host.principal.clone().or_else(|| {
+            a.http
+                .map(|_| toolhost::policy::ANONYMOUS_PRINCIPAL.to_string())
+        }),
     };
     let http = match a.http {
         None => None,
@@ -760,6 +810,75 @@ fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     resolved
         .parse()
         .map_err(|_| format!("{s:?} is not IP:PORT (for example 127.0.0.1:8080 or [::1]:0)"))
+}
+
+/// `toolhost explain`: the call's way through the pipeline up to the
+/// approver, without running it. Uses an in-memory log, so it works beside
+/// a server that holds the state directory.
+async fn explain(a: ExplainArgs) -> Result<ExitCode> {
+    let log = toolhost::log::SessionLog::in_memory().map_err(|e| anyhow!("{e}"))?;
+    let host = build_host_with(&a.host, None, true, |b| {
+        b.session_log(std::sync::Arc::new(log));
+    })
+    .await?;
+    let mut request = CallRequest {
+        tool: a.tool.clone(),
+        args: a.args.clone(),
+        scope: a.host.scope.clone(),
+        mode: a.host.mode,
+        principal: a.host.principal.clone(),
+        ..CallRequest::default()
+    };
+    if let Some(mode) = a.escalate {
+        request = request.escalate(mode, a.justification.clone().unwrap_or_default());
+    }
+    let e = host.explain(&request);
+    if a.json {
+        println!("{}", serde_json::to_string(&e)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} as {} (scope {}, mode {})",
+        e.tool,
+        e.principal,
+        e.scope.as_deref().unwrap_or("global"),
+        e.mode
+    );
+    for p in &e.patches {
+        println!("  patch     {p}");
+    }
+    for l in &e.layers {
+        let get = |k: &str| l.get(k).and_then(|v| v.as_str()).unwrap_or("");
+        let seen = match l.get("hidden_by").and_then(|v| v.as_str()) {
+            None => "visible".to_string(),
+            Some(rule) => format!("HIDDEN by {rule}"),
+        };
+        let decision = match get("decision") {
+            "" => "no opinion".to_string(),
+            d => format!("{d} ({})", get("rule")),
+        };
+        println!("  {:<28} {seen}; {decision}", get("layer"));
+        if let Some(reason) = l.get("reason").and_then(|v| v.as_str()) {
+            println!("  {:<28}   reason: {reason}", "");
+        }
+        if let Some(g) = l.get("guard").filter(|g| !g.is_null()) {
+            println!("  {:<28}   guard denies: {g}", "");
+        }
+    }
+    match &e.guard {
+        Some(g) => println!("  {:<28} {g}", "guards"),
+        None => println!("  {:<28} pass", "guards"),
+    }
+    match &e.answer {
+        toolhost::Answer::Allow => println!("answer: allow (nobody is asked)"),
+        toolhost::Answer::Ask { reason, approver } => {
+            println!("answer: ask approver {approver}: {reason}")
+        }
+        toolhost::Answer::Refused { code, message } => {
+            println!("answer: refused {code}: {message}")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {

@@ -136,6 +136,10 @@ pub struct ServeOptions {
     pub fallback_approver: Arc<dyn Approver>,
     /// How long to wait for the client's answer to an elicitation.
     pub approval_timeout: Duration,
+    /// Who calls, as the policy sees it, when the transport names nobody:
+    /// over stdio, the client's profile (`None`: the local principal, an
+    /// owner); over HTTP with tokens, each token's principal overrides it.
+    pub principal: Option<String>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -147,6 +151,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("poll_interval", &self.poll_interval)
             .field("fallback_approver", &self.fallback_approver.name())
             .field("approval_timeout", &self.approval_timeout)
+            .field("principal", &self.principal)
             .finish()
     }
 }
@@ -197,6 +202,7 @@ where
         peer.clone(),
         options.scope.clone(),
         options.mode,
+        options.principal.clone(),
         approvals,
     );
 
