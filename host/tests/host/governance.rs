@@ -8,6 +8,7 @@
 //! did not run by checking the host file system.
 
 mod common;
+mod layers;
 
 use common::*;
 use serde_json::json;

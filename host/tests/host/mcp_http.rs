@@ -589,3 +589,61 @@ async fn http_shutdown_waits_for_the_call_in_flight() {
     );
     assert_eq!(s.exit_code(), Some(0));
 }
+
+/// Each bearer token maps to a principal: the owner's token sees and calls
+/// an owner-only tool, another token neither sees nor calls it, and a token
+/// without a name is `anonymous` (not an owner).
+#[tokio::test]
+async fn http_tokens_map_to_principals_for_owner_only_tools() {
+    let dir = crate::support::tempdir();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice-token alice\nbob-token bob\nplain-token\n").unwrap();
+    let policy = dir.path().join("owners.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[principals]\nowners = [\"alice\"]\nowner_only = [\"write_file\"]\n",
+    )
+    .unwrap();
+    let s = Server::start(&[
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    let mut id = 10;
+    for (token, owner) in [
+        ("alice-token", true),
+        ("bob-token", false),
+        ("plain-token", false),
+    ] {
+        let c = s
+            .client()
+            .with("authorization", &format!("Bearer {token}"))
+            .initialize(json!({}))
+            .await;
+        let list = c.rpc(id, "tools/list", json!({})).await;
+        let names: Vec<&str> = list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.contains(&"write_file"), owner, "{token}: {names:?}");
+        let file = format!("{token}.txt");
+        let mut reply = c
+            .post(&call(
+                id + 1,
+                "write_file",
+                json!({"path": file, "content": "x"}),
+            ))
+            .await;
+        let r = reply.message().await;
+        assert_eq!(r["result"]["isError"], !owner, "{token}: {r}");
+        if !owner {
+            let text = r["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(text.starts_with("POLICY_DENIED:"), "{text}");
+        }
+        assert_eq!(s.ws.path().join(&file).exists(), owner, "{token}");
+        id += 2;
+    }
+}
