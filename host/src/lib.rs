@@ -40,6 +40,7 @@ mod hooks;
 mod host;
 mod output;
 mod patches;
+mod provider;
 mod record;
 mod registry;
 mod result;
@@ -59,6 +60,7 @@ pub use crate::embedded::EMBEDDED_TOOLS;
 pub use crate::explain::{Answer, Explanation};
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
 pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
+pub use crate::provider::{Provider, provider_tool};
 pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
 #[cfg(feature = "bench-internals")]

@@ -165,6 +165,11 @@ struct ListArgs {
     /// List the tools this principal sees (default: `local`, an owner).
     #[arg(long, value_name = "NAME", value_parser = parse_principal)]
     principal: Option<String>,
+    /// Print the tools as declarations for this model provider, their
+    /// schemas normalized to what it accepts: openai, anthropic or gemini
+    /// (JSON; implies --json).
+    #[arg(long, value_name = "PROVIDER")]
+    schema_for: Option<toolhost::Provider>,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -609,6 +614,14 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
     b.policy(load_policy(a.policy.as_deref())?);
     let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
     let tools = host.tools_for(None, a.principal.as_deref(), None);
+    if let Some(provider) = a.schema_for {
+        let all: Vec<_> = tools
+            .iter()
+            .map(|t| toolhost::provider_tool(provider, &t.descriptor))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.json {
         let all: Vec<_> = tools
             .iter()

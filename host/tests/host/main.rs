@@ -18,4 +18,5 @@ mod governance;
 mod mcp_http;
 mod mcp_protocol;
 mod mcp_python;
+mod provider_schemas;
 mod toolchains;
