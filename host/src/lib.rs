@@ -31,6 +31,7 @@
 //! ```
 
 mod approval;
+mod approval_queue;
 mod bindings;
 mod cache;
 mod crashpoint;
@@ -52,6 +53,10 @@ mod tool;
 pub use crate::approval::{
     ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover,
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
+};
+pub use crate::approval_queue::{
+    ApprovalDecision, DecideError, GRACE as APPROVAL_GRACE, QueueApprover, approvals_dir,
+    decide_approval, pending_approvals, recover_pending_approvals,
 };
 pub use crate::cache::{CacheStats, default_cache_dir};
 #[doc(hidden)]

@@ -42,6 +42,45 @@ enum Command {
     Conformance(ConformanceArgs),
     /// Explain, layer by layer, what a call would meet; runs nothing.
     Explain(ExplainArgs),
+    /// List and decide the approvals a `--approver queue` host waits for.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+}
+
+#[derive(Subcommand)]
+enum ApprovalsCommand {
+    /// The requests waiting for a decision, oldest first.
+    List {
+        #[command(flatten)]
+        state: StateArgs,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decide one request: allow (this call only), reject or cancel.
+    Decide {
+        /// The approval id (from `approvals list`).
+        id: String,
+        /// allow, reject or cancel.
+        #[arg(value_parser = parse_outcome)]
+        decision: toolhost::ApprovalOutcome,
+        /// Who decides (recorded with the decision).
+        #[arg(long, value_name = "NAME", default_value = "operator")]
+        by: String,
+        #[command(flatten)]
+        state: StateArgs,
+    },
+}
+
+/// `allow`, `reject` or `cancel` (or the outcome names themselves).
+fn parse_outcome(s: &str) -> Result<toolhost::ApprovalOutcome, String> {
+    use toolhost::ApprovalOutcome as O;
+    match s {
+        "allow" | "allowed-once" => Ok(O::AllowedOnce),
+        "reject" | "rejected" => Ok(O::Rejected),
+        "cancel" | "cancelled" => Ok(O::Cancelled),
+        _ => Err(format!("{s:?}: expected allow, reject or cancel")),
+    }
 }
 
 #[derive(Args, Clone)]
@@ -334,6 +373,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Serve(a) => serve(a).await.map_err(UsageError),
         Command::Conformance(a) => conformance(a).await.map_err(UsageError),
         Command::Explain(a) => explain(a).await.map_err(UsageError),
+        Command::Approvals(a) => approvals(a).map_err(UsageError),
     }
 }
 
@@ -415,10 +455,7 @@ async fn build_host_with(
         }
     }
     b.policy(load_policy(h.policy.as_deref())?);
-    let approver =
-        toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout))
-            .map_err(|e| anyhow!(e))?;
-    b.approver(approver);
+    b.approver(approver_of(h)?);
     b.limits(Limits {
         deadline: Duration::from_millis(h.timeout_ms),
         fuel: h.fuel,
@@ -450,6 +487,35 @@ fn load_policy(path: Option<&Path>) -> Result<toolhost::policy::Policy> {
     toolhost::policy::Policy::from_toml(&src, &p.display().to_string()).map_err(|e| anyhow!("{e}"))
 }
 
+/// `--approver`: the kinds of `approver_from_spec`, and `queue` (requests
+/// wait in the state directory for `toolhost approvals decide`).
+fn approver_of(h: &HostArgs) -> Result<Box<dyn toolhost::Approver>> {
+    let timeout = Duration::from_secs(h.approval_timeout);
+    if h.approver == "queue" {
+        let state = state_dir_of(&h.state)?;
+        return Ok(Box::new(toolhost::QueueApprover::new(&state, timeout)));
+    }
+    toolhost::approver_from_spec(&h.approver, timeout).map_err(|e| anyhow!("{e}; or queue"))
+}
+
+/// Requests a process that died left pending are decided `unavailable`;
+/// called only once this process holds the state directory's log.
+fn recover_approvals(h: &HostArgs) {
+    let Ok(state) = state_dir_of(&h.state) else {
+        return;
+    };
+    match toolhost::recover_pending_approvals(&state) {
+        Ok(ids) if !ids.is_empty() => {
+            tracing::warn!(
+                ?ids,
+                "approvals left pending by a stopped process are now unavailable"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot recover pending approvals: {e}"),
+    }
+}
+
 fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read tools directory {}", dir.display()))?
@@ -463,6 +529,7 @@ fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
 async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
     let component = a.tool.as_deref().filter(|t| is_component_path(t));
     let host = build_host(&a.host, component).await.map_err(UsageError)?;
+    recover_approvals(&a.host);
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -756,8 +823,7 @@ fn read_stdin(path: &Path) -> Result<Vec<u8>> {
 /// `--tools-only`, and reloaded when it changes.
 async fn serve(a: ServeArgs) -> Result<ExitCode> {
     let timeout = Duration::from_secs(a.host.approval_timeout);
-    let fallback =
-        toolhost::approver_from_spec(&a.host.approver, timeout).map_err(|e| anyhow!(e))?;
+    let fallback = approver_of(&a.host)?;
     let options = toolhost::mcp::ServeOptions {
         scope: a.host.scope.clone(),
         mode: a.host.mode,
@@ -789,12 +855,20 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
     };
     let embedded = !a.tools_only;
     let host_args = std::sync::Arc::new(a.host);
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let factory: toolhost::mcp::HostFactory = std::sync::Arc::new(move |parts| {
         let h = host_args.clone();
+        let first = first.clone();
         Box::pin(async move {
-            build_host_with(&h, None, embedded, |b| parts.apply(b))
+            let host = build_host_with(&h, None, embedded, |b| parts.apply(b))
                 .await
-                .map_err(|e| format!("{e:#}"))
+                .map_err(|e| format!("{e:#}"))?;
+            // Once, after the first build took the log: later builds are
+            // reloads, whose own requests may be pending.
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                recover_approvals(&h);
+            }
+            Ok(host)
         })
     });
     match http {
@@ -892,6 +966,48 @@ async fn explain(a: ExplainArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
+    match a {
+        ApprovalsCommand::List { state, json } => {
+            let dir = state_dir_of(&state)?;
+            let pending = toolhost::pending_approvals(&dir).map_err(|e| anyhow!("{e}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&pending)?);
+            } else if pending.is_empty() {
+                println!("no approvals pending");
+            } else {
+                for r in pending {
+                    println!(
+                        "{}  {} {} (mode {}): {}",
+                        r.approval_id, r.tool, r.args, r.mode, r.reason
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ApprovalsCommand::Decide {
+            id,
+            decision,
+            by,
+            state,
+        } => {
+            toolhost::policy::check_principal_name(&by).map_err(|e| anyhow!("--by: {e}"))?;
+            let dir = state_dir_of(&state)?;
+            match toolhost::decide_approval(&dir, &id, decision, &by) {
+                Ok(()) => {
+                    println!("{id}: {}", decision.as_str());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e @ toolhost::DecideError::Io { .. }) => Err(anyhow!("{e}")),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+    }
 }
 
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {

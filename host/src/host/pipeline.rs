@@ -359,6 +359,16 @@ impl Host {
                 format!("the approval request could not be recorded: {e}"),
             ));
         }
+        // An approver that tells another party (who may look the request up
+        // in the log) gets it only once `approval/asked` is durable.
+        let durable = std::panic::catch_unwind(AssertUnwindSafe(|| approver.durable_request()))
+            .unwrap_or(true);
+        if durable && let Err(e) = self.recorder.log().flush() {
+            return Err((
+                ErrorCode::ApprovalUnavailable,
+                format!("the approval request could not be made durable: {e}"),
+            ));
+        }
         // A panic is `unavailable`, whether `decide` panics before returning
         // its future or while it runs; cancelling the call cancels the wait.
         let panicked = || {

@@ -284,6 +284,10 @@ impl Approver for SharedApprover {
         self.0.name()
     }
 
+    fn durable_request(&self) -> bool {
+        self.0.durable_request()
+    }
+
     fn decide<'a>(
         &'a self,
         request: &'a ApprovalRequest,
