@@ -305,6 +305,7 @@ impl Approver for QueueApprover {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests: a failure is a panic")]
 mod tests {
     use super::*;
 
