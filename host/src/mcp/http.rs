@@ -876,7 +876,17 @@ mod tests {
         assert!(t.admits("alpha-1") && t.admits("beta/2="));
         assert!(!t.admits("alpha") && !t.admits("") && !t.admits("# tokens"));
         assert!(Tokens::parse("# only a comment\n").is_err());
-        assert!(Tokens::parse("has space\n").is_err());
+        // A second word names the token's principal; more is an error.
+        let named = Tokens::parse("tok-a alice\ntok-b\n").ok();
+        let Some(named) = named else {
+            panic!("named tokens did not parse");
+        };
+        assert_eq!(named.principal_of("tok-a"), Some("alice"));
+        assert_eq!(named.principal_of("tok-b"), Some("anonymous"));
+        assert_eq!(named.principal_of("alice"), None);
+        assert!(Tokens::parse("has two spaces\n").is_err());
+        assert!(Tokens::parse("tok bad!name\n").is_err());
+        assert!(Tokens::parse("b@d alice\n").is_err());
         let a = admission(&[], &[], Some("s3cret\n"));
         assert_eq!(a.token_refused(&HeaderMap::new()), Some(false));
         assert_eq!(
