@@ -124,7 +124,7 @@ impl Host {
         let tool = self.registry.resolve(scope, &request.tool)?;
         let mut args: Value = serde_json::from_str(&request.args).ok()?;
         let mut patches = Vec::new();
-        if let Ok(Some(p)) = self.policy.patch(&tool.descriptor.name, &args) {
+        if let Ok(Some(p)) = crate::patches::apply(&self.policy, &self.args_hooks, tool, &args) {
             args = p.args;
             patches = p.applied.iter().map(ToString::to_string).collect();
         }

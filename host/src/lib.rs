@@ -63,7 +63,7 @@ pub use crate::cache::{CacheStats, default_cache_dir};
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
 pub use crate::explain::{Answer, Explanation};
-pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
+pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHook};
 pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
 pub use crate::provider::{Provider, provider_tool};
 pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};

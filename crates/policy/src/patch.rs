@@ -47,7 +47,7 @@ pub(crate) struct Patch {
 pub struct AppliedPatch {
     /// The patch, e.g. `patches[0] (line 12)`.
     pub patch: String,
-    /// The JSON pointer it rewrote.
+    /// The JSON pointer it rewrote (empty: the whole arguments).
     pub pointer: String,
     /// The value before (`None`: the field was absent).
     pub before: Option<Value>,
@@ -57,13 +57,14 @@ pub struct AppliedPatch {
 
 impl fmt::Display for AppliedPatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.pointer.is_empty() {
+            "the arguments"
+        } else {
+            &self.pointer
+        };
         match &self.before {
-            Some(b) => write!(
-                f,
-                "{} set {} from {b} to {}",
-                self.patch, self.pointer, self.after
-            ),
-            None => write!(f, "{} set {} to {}", self.patch, self.pointer, self.after),
+            Some(b) => write!(f, "{} set {what} from {b} to {}", self.patch, self.after),
+            None => write!(f, "{} set {what} to {}", self.patch, self.after),
         }
     }
 }

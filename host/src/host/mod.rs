@@ -161,6 +161,7 @@ pub struct Host {
     pub(crate) guards: Guards,
     pub(crate) approver: Box<dyn Approver>,
     pub(crate) post_hooks: Vec<Box<dyn PostExecuteHook>>,
+    pub(crate) args_hooks: Vec<Box<dyn crate::hooks::ArgsHook>>,
     pub(crate) observers: Vec<Box<dyn Observer>>,
     pub(crate) recorder: Recorder,
     pub(crate) workspace: PathBuf,

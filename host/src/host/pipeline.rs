@@ -229,10 +229,11 @@ impl Host {
 
         // 2b. the policy's argument patches, then validation again: a patch
         // that breaks the schema refuses before anyone is asked.
-        let (original_args, patches) = match crate::patches::apply(&self.policy, tool, &args)? {
-            None => (None, Vec::new()),
-            Some(p) => (Some(std::mem::replace(&mut args, p.args)), p.applied),
-        };
+        let (original_args, patches) =
+            match crate::patches::apply(&self.policy, &self.args_hooks, tool, &args)? {
+                None => (None, Vec::new()),
+                Some(p) => (Some(std::mem::replace(&mut args, p.args)), p.applied),
+            };
 
         let facts = CallFacts {
             tool: &tool.descriptor.name,

@@ -537,10 +537,93 @@ async fn a_patch_that_breaks_the_schema_refuses_before_approval() {
     assert_refused(&host, &r, ErrorCode::InvalidArgs);
     let msg = &r.error.as_ref().unwrap().message;
     assert!(
-        msg.contains("the policy's patches (patches[0] (line 9))") && msg.contains("/path"),
+        msg.contains("the patches (patches[0] (line 9))") && msg.contains("/path"),
         "{msg}"
     );
     assert_eq!(approver.count(), 0, "nobody is asked about a broken call");
     assert_no_approval_events(&host, &r);
     assert!(!ws.path().join("out.txt").exists(), "the body ran");
+}
+
+/// A library argument hook: rewrites `path` under `hooked/`, blocks
+/// `content` "stop", breaks the schema on "break", panics on "panic".
+struct PathHook;
+
+impl toolhost::ArgsHook for PathHook {
+    fn name(&self) -> &str {
+        "path-hook"
+    }
+    fn before_call(
+        &self,
+        tool: &toolhost::Descriptor,
+        args: &serde_json::Value,
+    ) -> toolhost::ArgsAction {
+        if tool.name != "write_file" {
+            return toolhost::ArgsAction::Keep;
+        }
+        match args["content"].as_str() {
+            Some("stop") => toolhost::ArgsAction::Block("no stopping".into()),
+            Some("break") => toolhost::ArgsAction::Replace(json!({"path": 1, "content": "x"})),
+            Some("panic") => panic!("hook bug"),
+            _ => {
+                let mut a = args.clone();
+                a["path"] = json!(format!("hooked/{}", args["path"].as_str().unwrap_or("")));
+                toolhost::ArgsAction::Replace(a)
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn argument_hooks_rewrite_after_the_policy_patches_or_block_before_approval() {
+    let ws = workspace();
+    std::fs::create_dir_all(ws.path().join("hooked/scratch")).unwrap();
+    let approver = Recording::default();
+    let mut b = builder(ws.path());
+    b.policy(policy(PATCHES))
+        .approver(Box::new(approver.clone()))
+        .args_hook(Box::new(PathHook));
+    let host = b.build().await.unwrap();
+    let r = host.call(write("/tmp/n.txt", "hi")).await;
+    assert!(r.is_ok(), "{:?}", r.error);
+    // The policy's patch first, then the hook.
+    assert!(ws.path().join("hooked/scratch/n.txt").exists());
+    let intent = intent_event(&host, &r);
+    assert_eq!(intent["original_args"]["path"], "/tmp/n.txt");
+    assert_eq!(intent["patches"][1]["patch"], "hook path-hook");
+    assert_eq!(intent["args"]["path"], "hooked/scratch/n.txt");
+    assert_eq!(
+        approver.0.lock().unwrap()[0].args["path"],
+        "hooked/scratch/n.txt"
+    );
+
+    for (content, code, needle) in [
+        (
+            "stop",
+            ErrorCode::PolicyDenied,
+            "blocked by argument hook path-hook: no stopping",
+        ),
+        (
+            "break",
+            ErrorCode::InvalidArgs,
+            "the patches (hook path-hook)",
+        ),
+        (
+            "panic",
+            ErrorCode::PolicyDenied,
+            "path-hook: the hook panicked",
+        ),
+    ] {
+        let r = host.call(write("x.txt", content)).await;
+        assert_refused(&host, &r, code);
+        let msg = &r.error.as_ref().unwrap().message;
+        assert!(msg.contains(needle), "{content}: {msg}");
+        assert_no_approval_events(&host, &r);
+    }
+    assert_eq!(
+        approver.0.lock().unwrap().len(),
+        1,
+        "refused calls are never asked"
+    );
+    assert!(!ws.path().join("hooked/x.txt").exists(), "the body ran");
 }
