@@ -954,7 +954,8 @@ async fn explain(a: ExplainArgs) -> Result<ExitCode> {
     }
     match &e.guard {
         Some(g) => println!("  {:<28} {g}", "guards"),
-        None => println!("  {:<28} pass", "guards"),
+        None if !e.layers.is_empty() => println!("  {:<28} pass", "guards"),
+        None => {}
     }
     match &e.answer {
         toolhost::Answer::Allow => println!("answer: allow (nobody is asked)"),
