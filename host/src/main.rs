@@ -845,6 +845,9 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
             http.allowed_origins = a.allowed_origin.clone();
             http.allowed_hosts = a.allowed_host.clone();
             http.shutdown_grace = Duration::from_secs(a.shutdown_grace);
+            if a.host.approver == "queue" {
+                http.approvals = Some(state_dir_of(&a.host.state)?);
+            }
             if let Some(file) = &a.tokens {
                 http.tokens = Some(toolhost::mcp::Tokens::from_file(file).map_err(|e| anyhow!(e))?);
             }

@@ -82,6 +82,9 @@ pub struct HttpOptions {
     pub tokens: Option<Tokens>,
     /// How long a stopping server waits for calls in flight.
     pub shutdown_grace: Duration,
+    /// The state directory of a `--approver queue` server: its pending
+    /// approvals are served to owners at `/approvals`.
+    pub approvals: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -93,6 +96,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("allowed_origins", &self.allowed_origins)
             .field("tokens", &self.tokens.as_ref().map(|t| t.entries.len()))
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("approvals", &self.approvals)
             .finish()
     }
 }
@@ -107,6 +111,7 @@ impl HttpOptions {
             allowed_origins: Vec::new(),
             tokens: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            approvals: None,
         }
     }
 
@@ -536,11 +541,19 @@ struct Front {
     sessions: Arc<LocalSessionManager>,
     stopping: Arc<AtomicBool>,
     answering: Arc<Answering>,
+    /// The approval endpoints: the state directory, and the server whose
+    /// policy says who is an owner.
+    operator: Option<(std::path::PathBuf, Server)>,
 }
 
 impl Front {
     async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
-        if request.uri().path() != MCP_PATH {
+        let operator = request
+            .uri()
+            .path()
+            .strip_prefix(super::operator::APPROVALS_PATH)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+        if request.uri().path() != MCP_PATH && !(operator && self.operator.is_some()) {
             return plain(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n");
         }
         let headers = request.headers();
@@ -578,6 +591,16 @@ impl Front {
                     .insert(header::RETRY_AFTER, http::HeaderValue::from_static("5"));
                 return r;
             }
+        }
+        if operator && let Some((state, server)) = &self.operator {
+            let host = server.host();
+            return super::operator::handle(
+                state,
+                |p| host.policy().is_owner(p),
+                caller.as_ref(),
+                request,
+            )
+            .await;
         }
         // The session's handler reads who is calling from here (rmcp
         // passes the request's parts on to it).
@@ -674,6 +697,7 @@ pub async fn serve_http_until(
         sessions,
         stopping: stopping.clone(),
         answering: answering.clone(),
+        operator: http.approvals.clone().map(|dir| (dir, server.clone())),
     });
 
     let reloader = options.watch.clone().map(|dir| {

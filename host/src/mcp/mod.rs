@@ -31,6 +31,7 @@
 mod approval;
 mod framing;
 mod http;
+mod operator;
 mod progress;
 mod protocol;
 mod reload;
@@ -40,6 +41,7 @@ pub use http::{
     DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
     MCP_PATH, Tokens, serve_http, serve_http_until,
 };
+pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::to_mcp_result;
 
