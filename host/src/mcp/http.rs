@@ -2,7 +2,8 @@
 //! `/mcp`, served by rmcp's [`StreamableHttpService`] behind a front door
 //! that refuses, before anything is dispatched:
 //!
-//! 1. a path other than `/mcp` (404);
+//! 1. a path other than `/mcp` (404), or `/approvals` on a server with a
+//!    queue of approvals (`operator.rs`, served after the checks below);
 //! 2. a `Host` that is not the bound address or a loopback name with the
 //!    bound port, or an `--allowed-host` (403: DNS rebinding);
 //! 3. an `Origin`, when present, that is not `http(s)://localhost`,

@@ -13,6 +13,7 @@
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
+//! | `operator` | `/approvals` on the HTTP server: an owner lists and decides queued approvals |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
