@@ -14,7 +14,7 @@ use std::time::Duration;
 use toolhost_core::SandboxMode;
 
 /// What an approver is asked.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// Pairs `approval/asked` with `approval/decided`.
     pub approval_id: String,
@@ -72,6 +72,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Approver: Send + Sync {
     /// A short name for logs (`none`, `tty`, `command:...`).
     fn name(&self) -> String;
+    /// True when the request reaches another party that may look for it in
+    /// the session log: the pipeline then makes `approval/asked` durable
+    /// before [`Approver::decide`] is called. Default: false.
+    fn durable_request(&self) -> bool {
+        false
+    }
     /// Decides one request. `detail` of the returned pair explains failures.
     fn decide<'a>(
         &'a self,

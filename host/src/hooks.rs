@@ -1,5 +1,7 @@
-//! Library extension points after the body: post-execute hooks (inspect,
-//! replace `content` or `canonical`, or block) and observers (read-only).
+//! Library extension points: argument hooks before policy (rewrite or
+//! block a call's arguments), and after the body post-execute hooks
+//! (inspect, replace `content` or `canonical`, or block) and observers
+//! (read-only).
 
 use crate::result::CallResult;
 use crate::tool::{ContentItem, Descriptor};
@@ -26,6 +28,30 @@ pub trait PostExecuteHook: Send + Sync {
     fn name(&self) -> &str;
     /// Decides about one result.
     fn inspect(&self, tool: &Descriptor, result: &CallResult) -> PostAction;
+}
+
+/// What an argument hook decides about a call's arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArgsAction {
+    /// Leave them as they are.
+    Keep,
+    /// Use these instead. They are validated against the input schema again
+    /// (a schema break refuses with `INVALID_ARGS` before anyone is asked),
+    /// and recorded in the intent next to the originals.
+    Replace(serde_json::Value),
+    /// Refuse the call (`POLICY_DENIED`) with this reason.
+    Block(String),
+}
+
+/// Rewrites or blocks a call's arguments after they validated and after
+/// the policy's `[[patches]]`, before policy, guards and approval see them
+/// (each hook sees the previous one's result). A hook that panics blocks
+/// the call (fail closed).
+pub trait ArgsHook: Send + Sync {
+    /// A short name for logs, intents and block messages.
+    fn name(&self) -> &str;
+    /// Decides about one call's (validated, patched) arguments.
+    fn before_call(&self, tool: &Descriptor, args: &serde_json::Value) -> ArgsAction;
 }
 
 /// Sees every final result, read-only. An observer that fails or panics

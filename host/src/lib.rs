@@ -31,14 +31,18 @@
 //! ```
 
 mod approval;
+mod approval_queue;
 mod bindings;
 mod cache;
 mod crashpoint;
 mod egress;
 mod embedded;
+mod explain;
 mod hooks;
 mod host;
 mod output;
+mod patches;
+mod provider;
 mod record;
 mod registry;
 mod result;
@@ -51,13 +55,19 @@ pub use crate::approval::{
     ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover,
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
+pub use crate::approval_queue::{
+    ApprovalDecision, DecideError, GRACE as APPROVAL_GRACE, QueueApprover, approvals_dir,
+    decide_approval, pending_approvals, recover_pending_approvals,
+};
 pub use crate::cache::{CacheStats, default_cache_dir};
 pub use crate::egress::{NetworkGrant, SharedResolver};
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
-pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
+pub use crate::explain::{Answer, Explanation};
+pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHook};
 pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
+pub use crate::provider::{Provider, provider_tool};
 pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
 #[cfg(feature = "bench-internals")]

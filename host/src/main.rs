@@ -40,6 +40,47 @@ enum Command {
     Serve(ServeArgs),
     /// Check a tool component against the contract.
     Conformance(ConformanceArgs),
+    /// Explain, layer by layer, what a call would meet; runs nothing.
+    Explain(ExplainArgs),
+    /// List and decide the approvals a `--approver queue` host waits for.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+}
+
+#[derive(Subcommand)]
+enum ApprovalsCommand {
+    /// The requests waiting for a decision, oldest first.
+    List {
+        #[command(flatten)]
+        state: StateArgs,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decide one request: allow (this call only), reject or cancel.
+    Decide {
+        /// The approval id (from `approvals list`).
+        id: String,
+        /// allow, reject or cancel.
+        #[arg(value_parser = parse_outcome)]
+        decision: toolhost::ApprovalOutcome,
+        /// Who decides (recorded with the decision).
+        #[arg(long, value_name = "NAME", default_value = "operator")]
+        by: String,
+        #[command(flatten)]
+        state: StateArgs,
+    },
+}
+
+/// `allow`, `reject` or `cancel` (or the outcome names themselves).
+fn parse_outcome(s: &str) -> Result<toolhost::ApprovalOutcome, String> {
+    use toolhost::ApprovalOutcome as O;
+    match s {
+        "allow" | "allowed-once" => Ok(O::AllowedOnce),
+        "reject" | "rejected" => Ok(O::Rejected),
+        "cancel" | "cancelled" => Ok(O::Cancelled),
+        _ => Err(format!("{s:?}: expected allow, reject or cancel")),
+    }
 }
 
 #[derive(Args, Clone)]
@@ -86,6 +127,10 @@ struct HostArgs {
     /// Scope (agent) the call comes from.
     #[arg(long, value_name = "NAME")]
     scope: Option<String>,
+    /// Who asks, as the policy's principals and layers see it (default:
+    /// `local`, an owner; `serve --http` without tokens: `anonymous`).
+    #[arg(long, value_name = "NAME", value_parser = parse_principal)]
+    principal: Option<String>,
     /// Compile cache directory (default: $TOOLHOST_CACHE_DIR or ~/.cache/toolhost).
     #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
@@ -124,9 +169,46 @@ struct RunArgs {
 }
 
 #[derive(Args)]
+struct ExplainArgs {
+    /// A tool name (embedded or in --tools).
+    tool: String,
+    /// The arguments, as a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    args: String,
+    /// Explain the call as an escalation to this mode.
+    #[arg(long, value_name = "MODE", requires = "justification")]
+    escalate: Option<SandboxMode>,
+    /// Why the escalation is needed.
+    #[arg(long, value_name = "TEXT")]
+    justification: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+/// A principal name, as `--principal` takes it.
+fn parse_principal(s: &str) -> Result<String, String> {
+    toolhost::policy::check_principal_name(s)?;
+    Ok(s.to_string())
+}
+
+#[derive(Args)]
 struct ListArgs {
     /// Component files or directories of them (default: the embedded tools).
     paths: Vec<PathBuf>,
+    /// Policy file: list only what --principal may see.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// List the tools this principal sees (default: `local`, an owner).
+    #[arg(long, value_name = "NAME", value_parser = parse_principal)]
+    principal: Option<String>,
+    /// Print the tools as declarations for this model provider, their
+    /// schemas normalized to what it accepts: openai, anthropic or gemini
+    /// (JSON; implies --json).
+    #[arg(long, value_name = "PROVIDER")]
+    schema_for: Option<toolhost::Provider>,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -303,6 +385,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Recover(a) => recover(a).map_err(UsageError),
         Command::Serve(a) => serve(a).await.map_err(UsageError),
         Command::Conformance(a) => conformance(a).await.map_err(UsageError),
+        Command::Explain(a) => explain(a).await.map_err(UsageError),
+        Command::Approvals(a) => approvals(a).map_err(UsageError),
     }
 }
 
@@ -383,18 +467,8 @@ async fn build_host_with(
             }
         }
     }
-    let mut policy = toolhost::policy::Policy::default();
-    if let Some(p) = &h.policy {
-        let src = std::fs::read_to_string(p)
-            .with_context(|| format!("cannot read policy {}", p.display()))?;
-        policy = toolhost::policy::Policy::from_toml(&src, &p.display().to_string())
-            .map_err(|e| anyhow!("{e}"))?;
-    }
-    b.policy(policy);
-    let approver =
-        toolhost::approver_from_spec(&h.approver, Duration::from_secs(h.approval_timeout))
-            .map_err(|e| anyhow!(e))?;
-    b.approver(approver);
+    b.policy(load_policy(h.policy.as_deref())?);
+    b.approver(approver_of(h)?);
     b.limits(Limits {
         deadline: Duration::from_millis(h.timeout_ms),
         fuel: h.fuel,
@@ -416,6 +490,45 @@ async fn build_host_with(
     b.build().await.map_err(|e| anyhow!("{e}"))
 }
 
+/// The policy file, or the built-in default without one.
+fn load_policy(path: Option<&Path>) -> Result<toolhost::policy::Policy> {
+    let Some(p) = path else {
+        return Ok(toolhost::policy::Policy::default());
+    };
+    let src = std::fs::read_to_string(p)
+        .with_context(|| format!("cannot read policy {}", p.display()))?;
+    toolhost::policy::Policy::from_toml(&src, &p.display().to_string()).map_err(|e| anyhow!("{e}"))
+}
+
+/// `--approver`: the kinds of `approver_from_spec`, and `queue` (requests
+/// wait in the state directory for `toolhost approvals decide`).
+fn approver_of(h: &HostArgs) -> Result<Box<dyn toolhost::Approver>> {
+    let timeout = Duration::from_secs(h.approval_timeout);
+    if h.approver == "queue" {
+        let state = state_dir_of(&h.state)?;
+        return Ok(Box::new(toolhost::QueueApprover::new(&state, timeout)));
+    }
+    toolhost::approver_from_spec(&h.approver, timeout).map_err(|e| anyhow!("{e}; or queue"))
+}
+
+/// Requests a process that died left pending are decided `unavailable`;
+/// called only once this process holds the state directory's log.
+fn recover_approvals(h: &HostArgs) {
+    let Ok(state) = state_dir_of(&h.state) else {
+        return;
+    };
+    match toolhost::recover_pending_approvals(&state) {
+        Ok(ids) if !ids.is_empty() => {
+            tracing::warn!(
+                ?ids,
+                "approvals left pending by a stopped process are now unavailable"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot recover pending approvals: {e}"),
+    }
+}
+
 fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read tools directory {}", dir.display()))?
@@ -429,6 +542,7 @@ fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
 async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
     let component = a.tool.as_deref().filter(|t| is_component_path(t));
     let host = build_host(&a.host, component).await.map_err(UsageError)?;
+    recover_approvals(&a.host);
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -463,6 +577,7 @@ async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
         args: a.args.clone(),
         scope: a.host.scope.clone(),
         mode: a.host.mode,
+        principal: a.host.principal.clone(),
         interrupt: Some(interrupt),
         ..CallRequest::default()
     };
@@ -516,6 +631,7 @@ async fn run_batch(
             },
             scope: a.host.scope.clone(),
             mode: a.host.mode,
+            principal: a.host.principal.clone(),
             interrupt: Some(interrupt.clone()),
             ..CallRequest::default()
         })
@@ -575,8 +691,17 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
         }
     }
     b.workspace(std::env::temp_dir());
+    b.policy(load_policy(a.policy.as_deref())?);
     let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
-    let tools = host.tools(None);
+    let tools = host.tools_for(None, a.principal.as_deref(), None);
+    if let Some(provider) = a.schema_for {
+        let all: Vec<_> = tools
+            .iter()
+            .map(|t| toolhost::provider_tool(provider, &t.descriptor))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.json {
         let all: Vec<_> = tools
             .iter()
@@ -718,8 +843,7 @@ fn read_stdin(path: &Path) -> Result<Vec<u8>> {
 /// `--tools-only`, and reloaded when it changes.
 async fn serve(a: ServeArgs) -> Result<ExitCode> {
     let timeout = Duration::from_secs(a.host.approval_timeout);
-    let fallback =
-        toolhost::approver_from_spec(&a.host.approver, timeout).map_err(|e| anyhow!(e))?;
+    let fallback = approver_of(&a.host)?;
     let options = toolhost::mcp::ServeOptions {
         scope: a.host.scope.clone(),
         mode: a.host.mode,
@@ -727,6 +851,11 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         poll_interval: Duration::from_millis(a.poll_ms.max(20)),
         fallback_approver: std::sync::Arc::from(fallback),
         approval_timeout: timeout,
+        // Over HTTP a caller is nobody in particular unless a token names it.
+        principal: a.host.principal.clone().or_else(|| {
+            a.http
+                .map(|_| toolhost::policy::ANONYMOUS_PRINCIPAL.to_string())
+        }),
     };
     let http = match a.http {
         None => None,
@@ -736,6 +865,9 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
             http.allowed_origins = a.allowed_origin.clone();
             http.allowed_hosts = a.allowed_host.clone();
             http.shutdown_grace = Duration::from_secs(a.shutdown_grace);
+            if a.host.approver == "queue" {
+                http.approvals = Some(state_dir_of(&a.host.state)?);
+            }
             if let Some(file) = &a.tokens {
                 http.tokens = Some(toolhost::mcp::Tokens::from_file(file).map_err(|e| anyhow!(e))?);
             }
@@ -746,12 +878,20 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
     };
     let embedded = !a.tools_only;
     let host_args = std::sync::Arc::new(a.host);
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let factory: toolhost::mcp::HostFactory = std::sync::Arc::new(move |parts| {
         let h = host_args.clone();
+        let first = first.clone();
         Box::pin(async move {
-            build_host_with(&h, None, embedded, |b| parts.apply(b))
+            let host = build_host_with(&h, None, embedded, |b| parts.apply(b))
                 .await
-                .map_err(|e| format!("{e:#}"))
+                .map_err(|e| format!("{e:#}"))?;
+            // Once, after the first build took the log: later builds are
+            // reloads, whose own requests may be pending.
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                recover_approvals(&h);
+            }
+            Ok(host)
         })
     });
     match http {
@@ -780,6 +920,118 @@ fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     resolved
         .parse()
         .map_err(|_| format!("{s:?} is not IP:PORT (for example 127.0.0.1:8080 or [::1]:0)"))
+}
+
+/// `toolhost explain`: the call's way through the pipeline up to the
+/// approver, without running it. Uses an in-memory log, so it works beside
+/// a server that holds the state directory.
+async fn explain(a: ExplainArgs) -> Result<ExitCode> {
+    let log = toolhost::log::SessionLog::in_memory().map_err(|e| anyhow!("{e}"))?;
+    let host = build_host_with(&a.host, None, true, |b| {
+        b.session_log(std::sync::Arc::new(log));
+    })
+    .await?;
+    let mut request = CallRequest {
+        tool: a.tool.clone(),
+        args: a.args.clone(),
+        scope: a.host.scope.clone(),
+        mode: a.host.mode,
+        principal: a.host.principal.clone(),
+        ..CallRequest::default()
+    };
+    if let Some(mode) = a.escalate {
+        request = request.escalate(mode, a.justification.clone().unwrap_or_default());
+    }
+    let e = host.explain(&request);
+    if a.json {
+        println!("{}", serde_json::to_string(&e)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} as {} (scope {}, mode {})",
+        e.tool,
+        e.principal,
+        e.scope.as_deref().unwrap_or("global"),
+        e.mode
+    );
+    for p in &e.patches {
+        println!("  patch     {p}");
+    }
+    for l in &e.layers {
+        let get = |k: &str| l.get(k).and_then(|v| v.as_str()).unwrap_or("");
+        let seen = match l.get("hidden_by").and_then(|v| v.as_str()) {
+            None => "visible".to_string(),
+            Some(rule) => format!("HIDDEN by {rule}"),
+        };
+        let decision = match get("decision") {
+            "" => "no opinion".to_string(),
+            d => format!("{d} ({})", get("rule")),
+        };
+        println!("  {:<28} {seen}; {decision}", get("layer"));
+        if let Some(reason) = l.get("reason").and_then(|v| v.as_str()) {
+            println!("  {:<28}   reason: {reason}", "");
+        }
+        if let Some(g) = l.get("guard").filter(|g| !g.is_null()) {
+            println!("  {:<28}   guard denies: {g}", "");
+        }
+    }
+    match &e.guard {
+        Some(g) => println!("  {:<28} {g}", "guards"),
+        None if !e.layers.is_empty() => println!("  {:<28} pass", "guards"),
+        None => {}
+    }
+    match &e.answer {
+        toolhost::Answer::Allow => println!("answer: allow (nobody is asked)"),
+        toolhost::Answer::Ask { reason, approver } => {
+            println!("answer: ask approver {approver}: {reason}")
+        }
+        toolhost::Answer::Refused { code, message } => {
+            println!("answer: refused {code}: {message}")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
+    match a {
+        ApprovalsCommand::List { state, json } => {
+            let dir = state_dir_of(&state)?;
+            let pending = toolhost::pending_approvals(&dir).map_err(|e| anyhow!("{e}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&pending)?);
+            } else if pending.is_empty() {
+                println!("no approvals pending");
+            } else {
+                for r in pending {
+                    println!(
+                        "{}  {} {} (mode {}): {}",
+                        r.approval_id, r.tool, r.args, r.mode, r.reason
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ApprovalsCommand::Decide {
+            id,
+            decision,
+            by,
+            state,
+        } => {
+            toolhost::policy::check_principal_name(&by).map_err(|e| anyhow!("--by: {e}"))?;
+            let dir = state_dir_of(&state)?;
+            match toolhost::decide_approval(&dir, &id, decision, &by) {
+                Ok(()) => {
+                    println!("{id}: {}", decision.as_str());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e @ toolhost::DecideError::Io { .. }) => Err(anyhow!("{e}")),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+    }
 }
 
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {

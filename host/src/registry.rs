@@ -225,6 +225,27 @@ impl Registry {
         scope.is_none_or(|s| self.scopes.contains_key(s))
     }
 
+    /// `scope` and its parents, outermost first (empty for the global
+    /// scope): the agent layers of a policy apply along this chain.
+    pub fn scope_chain(&self, scope: Option<&str>) -> Vec<String> {
+        let mut chain = Vec::new();
+        let mut next = scope.map(str::to_string);
+        while let Some(s) = next {
+            // Parents are declared before children, so this ends; the
+            // length check guards against a cycle all the same.
+            if chain.contains(&s) || chain.len() > self.scopes.len() {
+                break;
+            }
+            next = self
+                .scopes
+                .get(&s)
+                .and_then(|(spec, _)| spec.parent.clone());
+            chain.push(s);
+        }
+        chain.reverse();
+        chain
+    }
+
     /// The one visibility resolver: the tool `name` as seen from `scope`.
     pub fn resolve(&self, scope: Option<&str>, name: &str) -> Option<&RegisteredTool> {
         self.resolve_in(scope, name)

@@ -35,6 +35,11 @@ pub(crate) struct RawPolicy {
     /// `[[credentials]]`: as `[network]`.
     #[serde(rename = "credentials")]
     pub(crate) _credentials: Option<toml::Value>,
+    pub(crate) principals: Option<Spanned<RawPrincipals>>,
+    #[serde(default)]
+    pub(crate) layers: Vec<Spanned<RawLayer>>,
+    #[serde(default)]
+    pub(crate) patches: Vec<Spanned<RawPatch>>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +98,62 @@ pub(crate) struct RawExample {
     pub(crate) args: toml::Table,
     pub(crate) side_effect: Option<Spanned<String>>,
     pub(crate) mode: Option<Spanned<String>>,
+}
+
+/// `[principals]`: who is an owner, which tools only owners get, groups.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrincipals {
+    #[serde(default)]
+    pub(crate) owners: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) owner_only: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) groups: std::collections::BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
+}
+
+/// One `[[layers]]` entry: a narrowing layer for a principal, group, agent
+/// (scope), sandbox mode or subagent.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLayer {
+    pub(crate) kind: Spanned<String>,
+    pub(crate) name: Option<Spanned<String>>,
+    pub(crate) allow: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub(crate) deny: Vec<Spanned<String>>,
+    pub(crate) default: Option<Spanned<String>>,
+    pub(crate) approval: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) rules: Vec<Spanned<RawRule>>,
+    #[serde(default)]
+    pub(crate) guards: Vec<Spanned<RawGuard>>,
+}
+
+/// One `[[patches]]` entry: a controlled rewrite of one argument.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPatch {
+    pub(crate) tool: Spanned<String>,
+    pub(crate) pointer: Spanned<String>,
+    pub(crate) set: Option<Spanned<toml::Value>>,
+    pub(crate) force: Option<Spanned<toml::Value>>,
+    pub(crate) clamp: Option<Spanned<RawClamp>>,
+    pub(crate) rewrite_prefix: Option<Spanned<RawRewrite>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawClamp {
+    pub(crate) min: Option<Spanned<toml::Value>>,
+    pub(crate) max: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRewrite {
+    pub(crate) from: Spanned<String>,
+    pub(crate) to: Spanned<String>,
 }
 
 /// Converts TOML to JSON; datetimes become their TOML text.

@@ -15,6 +15,12 @@
 //! * [`Guard`]s can only deny: [`GuardVerdict`] has no allow variant, so no
 //!   rule, preset, default or approval can re-allow what a guard refuses.
 //!
+//! Policy also comes in layers that only narrow (profile, global, group,
+//! principal, agent, mode, subagent): [`Policy::trace`] runs a call through
+//! every layer that applies to its [`Subject`] and says which layer and rule
+//! decided; [`Policy::hidden`] says which tools a subject sees; and
+//! [`Policy::patch`] applies the file's argument patches.
+//!
 //! See [`Policy`] for the file format and [`Preset`] for the presets.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -24,12 +30,15 @@ mod error;
 mod facts;
 mod file;
 mod guard;
+mod layer;
 mod load;
 mod matcher;
+mod patch;
 mod policy;
 mod policy_guard;
 mod post_execute;
 mod preset;
+mod principal;
 mod rule;
 mod side_effect;
 
@@ -37,10 +46,13 @@ pub use decision::{ApprovalSetting, Decision, DecisionKind, Evaluation};
 pub use error::{PolicyError, UnknownName};
 pub use facts::CallFacts;
 pub use guard::{Guard, GuardDenial, GuardVerdict, Guards};
+pub use layer::{Blame, LayerKind, LayerStep, Trace};
+pub use patch::{AppliedPatch, PatchError, Patched};
 pub use policy::Policy;
 pub use policy_guard::PolicyGuard;
 pub use post_execute::{PostExecuteRules, PostVerdict, REDACTED};
 pub use preset::Preset;
+pub use principal::{ANONYMOUS_PRINCIPAL, LOCAL_PRINCIPAL, Subject, check_principal_name};
 pub use rule::{Rule, RuleOrigin, RuleRef};
 pub use side_effect::SideEffect;
 pub use toolhost_core::SandboxMode;

@@ -55,14 +55,14 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
     let mut rule_examples = Vec::new();
     for (index, raw_rule) in raw.rules.iter().enumerate() {
         let line = line_col(src, raw_rule.span().start).0;
-        let rule = compile_rule(raw_rule, index, line)?;
+        let rule = compile_rule(raw_rule, "", index, line)?;
         rule_examples.push((rules.len(), index, raw_rule));
         rules.push(rule);
     }
 
     let mut guards = Vec::new();
     for (index, raw_guard) in raw.guards.iter().enumerate() {
-        guards.push(compile_guard(raw_guard, index)?);
+        guards.push(compile_guard(raw_guard, "", index)?);
     }
 
     let post_execute = match &raw.post_execute {
@@ -73,21 +73,17 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
     // Examples run against the compiled matchers, so they test exactly what
     // will be enforced.
     for (at, index, raw_rule) in rule_examples {
-        check_rule_examples(&rules[at], index, raw_rule.get_ref(), mode)?;
+        check_rule_examples(&rules[at], "", index, raw_rule.get_ref(), mode)?;
     }
     for (guard, raw_guard) in guards.iter().zip(&raw.guards) {
         check_guard_examples(guard, raw_guard.get_ref(), mode)?;
     }
 
-    Ok(Policy::from_parts(
-        preset,
-        default,
-        approval,
-        mode,
-        rules,
-        guards,
-        post_execute,
-    ))
+    let stack = crate::layer::compile(&raw, src, mode)?;
+    Ok(
+        Policy::from_parts(preset, default, approval, mode, rules, guards, post_execute)
+            .with_stack(stack),
+    )
 }
 
 /// Reads `version` first: a file for a newer format is reported as such
@@ -122,7 +118,7 @@ fn toml_error(e: toml::de::Error) -> LoadError {
 }
 
 /// Parses a name such as a decision or a mode, located at its value.
-fn name<T>(s: &Spanned<String>, key: &str) -> Result<T>
+pub(crate) fn name<T>(s: &Spanned<String>, key: &str) -> Result<T>
 where
     T: FromStr,
     T::Err: std::fmt::Display,
@@ -132,12 +128,19 @@ where
         .map_err(|e: T::Err| LoadError::new(s.span(), format!("{key}: {e}")))
 }
 
-fn at<T>(span: Range<usize>, r: std::result::Result<T, String>, key: &str) -> Result<T> {
+pub(crate) fn at<T>(span: Range<usize>, r: std::result::Result<T, String>, key: &str) -> Result<T> {
     r.map_err(|m| LoadError::new(span, format!("{key}: {m}")))
 }
 
-fn compile_rule(raw: &Spanned<RawRule>, index: usize, line: usize) -> Result<Rule> {
-    let key = format!("rules[{index}]");
+/// Compiles one rule; `prefix` names its section in messages (`""` for the
+/// top level, `"layers[2]."` inside a layer).
+pub(crate) fn compile_rule(
+    raw: &Spanned<RawRule>,
+    prefix: &str,
+    index: usize,
+    line: usize,
+) -> Result<Rule> {
+    let key = format!("{prefix}rules[{index}]");
     let r = raw.get_ref();
     let tool = at(
         r.tool.span(),
@@ -219,8 +222,13 @@ fn compile_arg_matcher(raw: &Spanned<RawArgMatcher>, key: &str) -> Result<ArgMat
     }
 }
 
-fn compile_guard(raw: &Spanned<RawGuard>, index: usize) -> Result<PolicyGuard> {
-    let key = format!("guards[{index}]");
+/// Compiles one guard; `prefix` as for [`compile_rule`].
+pub(crate) fn compile_guard(
+    raw: &Spanned<RawGuard>,
+    prefix: &str,
+    index: usize,
+) -> Result<PolicyGuard> {
+    let key = format!("{prefix}guards[{index}]");
     let g = raw.get_ref();
     let name = match &g.name {
         Some(n) if n.get_ref().trim().is_empty() => {
@@ -404,21 +412,27 @@ impl Example {
     }
 }
 
-fn check_rule_examples(rule: &Rule, index: usize, raw: &RawRule, mode: SandboxMode) -> Result<()> {
+pub(crate) fn check_rule_examples(
+    rule: &Rule,
+    prefix: &str,
+    index: usize,
+    raw: &RawRule,
+    mode: SandboxMode,
+) -> Result<()> {
     let cases = [
         (&raw.must_match, "must_match", true),
         (&raw.must_not_match, "must_not_match", false),
     ];
     for (list, list_name, want) in cases {
         for (i, ex) in list.iter().enumerate() {
-            let key = format!("rules[{index}].{list_name}[{i}]");
+            let key = format!("{prefix}rules[{index}].{list_name}[{i}]");
             let example = Example::new(ex.get_ref(), mode, &key)?;
             if rule.matches(&example.facts()) != want {
                 let verb = if want { "does not match" } else { "matches" };
                 return Err(LoadError::new(
                     ex.span(),
                     format!(
-                        "rules[{index}] (tool {:?}): example {list_name}[{i}] {} {verb} the rule",
+                        "{prefix}rules[{index}] (tool {:?}): example {list_name}[{i}] {} {verb} the rule",
                         rule.tool_pattern(),
                         example.describe()
                     ),
@@ -429,7 +443,11 @@ fn check_rule_examples(rule: &Rule, index: usize, raw: &RawRule, mode: SandboxMo
     Ok(())
 }
 
-fn check_guard_examples(guard: &PolicyGuard, raw: &RawGuard, mode: SandboxMode) -> Result<()> {
+pub(crate) fn check_guard_examples(
+    guard: &PolicyGuard,
+    raw: &RawGuard,
+    mode: SandboxMode,
+) -> Result<()> {
     let cases = [
         (&raw.must_deny, "must_deny", true),
         (&raw.must_allow, "must_allow", false),

@@ -69,6 +69,28 @@ use toolhost_egress::NetworkPolicy;
 /// header = "Authorization"
 /// value_env = "EXAMPLE_TOKEN"  # or value_file = "/run/secrets/token"
 /// prefix = "Bearer "
+/// [principals]
+/// owners = ["alice"]           # owners besides "local" (the CLI operator, a library caller)
+/// owner_only = ["write_*"]     # tool patterns hidden from and refused for non-owners
+/// [principals.groups]
+/// crew = ["bob", "carol"]
+///
+/// [[layers]]                   # narrows, never widens (see `Policy::trace`)
+/// kind = "principal"           # group | principal | agent (a scope) | mode | subagent
+/// name = "bob"                 # the principal, group, scope or mode; optional for subagent
+/// allow = ["read_file", "grep"]   # optional: only these stay visible
+/// deny = ["grep"]              # hidden and refused
+/// default = "ask"              # optional: this layer's decision when none of its rules match
+/// approval = "never"           # optional
+/// [[layers.rules]]             # as [[rules]]; [[layers.guards]] as [[guards]]
+/// tool = "read_file"
+/// decision = "allow"
+///
+/// [[patches]]                  # rewrites arguments before policy, guards and approval
+/// tool = "grep"
+/// pointer = "/max_results"
+/// clamp = { min = 1, max = 50 }   # or: set = V (when absent), force = V,
+///                                 # rewrite_prefix = { from = "/tmp/", to = "scratch/" }
 /// ```
 ///
 /// `[network]` and `[[credentials]]` are read by
@@ -91,6 +113,8 @@ pub struct Policy {
     guards: Vec<PolicyGuard>,
     post_execute: PostExecuteRules,
     network: NetworkPolicy,
+    /// Principals, narrowing layers and argument patches (see `layer.rs`).
+    pub(crate) stack: crate::layer::Stack,
 }
 
 impl Default for Policy {
@@ -112,6 +136,7 @@ impl Default for Policy {
             guards: Vec::new(),
             post_execute: PostExecuteRules::default(),
             network: NetworkPolicy::default(),
+            stack: crate::layer::Stack::default(),
         }
     }
 }
@@ -160,7 +185,13 @@ impl Policy {
             guards,
             post_execute,
             network: NetworkPolicy::default(),
+            stack: crate::layer::Stack::default(),
         }
+    }
+
+    pub(crate) fn with_stack(mut self, stack: crate::layer::Stack) -> Self {
+        self.stack = stack;
+        self
     }
 
     /// Decides one call. Pure: the result depends only on `self` and `facts`.

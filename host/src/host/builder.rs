@@ -40,6 +40,7 @@ pub struct HostBuilder {
     guards: Vec<Box<dyn Guard>>,
     approver: Box<dyn Approver>,
     post_hooks: Vec<Box<dyn PostExecuteHook>>,
+    args_hooks: Vec<Box<dyn crate::hooks::ArgsHook>>,
     observers: Vec<Box<dyn Observer>>,
     log: Option<Arc<SessionLog>>,
     state_dir: Option<PathBuf>,
@@ -70,6 +71,7 @@ impl HostBuilder {
             guards: Vec::new(),
             approver: Box::new(NoApprover),
             post_hooks: Vec::new(),
+            args_hooks: Vec::new(),
             observers: Vec::new(),
             log: None,
             state_dir: None,
@@ -144,6 +146,12 @@ impl HostBuilder {
     /// Adds a post-execute hook (after the policy file's rules).
     pub fn post_execute(&mut self, hook: Box<dyn PostExecuteHook>) -> &mut Self {
         self.post_hooks.push(hook);
+        self
+    }
+
+    /// Adds an argument hook (after the policy's `[[patches]]`).
+    pub fn args_hook(&mut self, hook: Box<dyn crate::hooks::ArgsHook>) -> &mut Self {
+        self.args_hooks.push(hook);
         self
     }
 
@@ -312,6 +320,7 @@ impl HostBuilder {
             guards,
             approver: std::mem::replace(&mut self.approver, Box::new(NoApprover)),
             post_hooks: std::mem::take(&mut self.post_hooks),
+            args_hooks: std::mem::take(&mut self.args_hooks),
             observers: std::mem::take(&mut self.observers),
             recorder: Recorder::new(log),
             workspace,

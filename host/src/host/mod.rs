@@ -62,6 +62,9 @@ pub struct CallRequest {
     /// Who decides this call's approval, instead of the host's approver:
     /// a server with several clients asks the client that made the call.
     pub approver: Option<Arc<dyn Approver>>,
+    /// Who asked: a principal name (see [`policy::Subject`](toolhost_policy::Subject)).
+    /// `None` is [`LOCAL_PRINCIPAL`](toolhost_policy::LOCAL_PRINCIPAL), an owner.
+    pub principal: Option<String>,
 }
 
 impl std::fmt::Debug for CallRequest {
@@ -72,6 +75,7 @@ impl std::fmt::Debug for CallRequest {
             .field("scope", &self.scope)
             .field("mode", &self.mode)
             .field("escalation", &self.escalation)
+            .field("principal", &self.principal)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +99,12 @@ impl CallRequest {
     /// Sets the scope.
     pub fn scope(mut self, scope: impl Into<String>) -> Self {
         self.scope = Some(scope.into());
+        self
+    }
+
+    /// Sets who asked (a principal name).
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
         self
     }
 
@@ -155,6 +165,7 @@ pub struct Host {
     pub(crate) guards: Guards,
     pub(crate) approver: Box<dyn Approver>,
     pub(crate) post_hooks: Vec<Box<dyn PostExecuteHook>>,
+    pub(crate) args_hooks: Vec<Box<dyn crate::hooks::ArgsHook>>,
     pub(crate) observers: Vec<Box<dyn Observer>>,
     pub(crate) recorder: Recorder,
     pub(crate) workspace: PathBuf,
@@ -185,6 +196,33 @@ impl Host {
     /// The tools visible from `scope`.
     pub fn tools(&self, scope: Option<&str>) -> Vec<&RegisteredTool> {
         self.registry.visible(scope)
+    }
+
+    /// The tools `principal` sees from `scope` when calls run in `mode`
+    /// (`None`: the policy's default mode): the scope's tools minus those a
+    /// policy layer hides (owner-only tools for a non-owner, say). `None`
+    /// as principal is the local one. Listing over MCP uses this.
+    pub fn tools_for(
+        &self,
+        scope: Option<&str>,
+        principal: Option<&str>,
+        mode: Option<SandboxMode>,
+    ) -> Vec<&RegisteredTool> {
+        let scopes = self.registry.scope_chain(scope);
+        let subject = toolhost_policy::Subject {
+            principal: principal.unwrap_or(toolhost_policy::LOCAL_PRINCIPAL),
+            scopes: &scopes,
+        };
+        let mode = mode.unwrap_or_else(|| self.policy.default_mode());
+        self.registry
+            .visible(scope)
+            .into_iter()
+            .filter(|t| {
+                self.policy
+                    .hidden(&t.descriptor.name, &subject, mode)
+                    .is_none()
+            })
+            .collect()
     }
 
     /// The runtime.

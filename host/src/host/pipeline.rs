@@ -24,7 +24,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
 use toolhost_log::EventKind;
-use toolhost_policy::{ApprovalSetting, CallFacts, Decision, PostVerdict};
+use toolhost_policy::{
+    AppliedPatch, ApprovalSetting, CallFacts, Decision, LOCAL_PRINCIPAL, Policy, PostVerdict,
+    Subject,
+};
 
 /// The most bytes of arguments a call may carry.
 pub const MAX_ARGS_BYTES: usize = 1 << 20;
@@ -35,6 +38,10 @@ pub(crate) struct Admitted<'h> {
     pub tool: &'h RegisteredTool,
     pub args: serde_json::Value,
     pub args_text: String,
+    /// The arguments as the caller sent them, when a policy patch changed them.
+    pub original_args: Option<serde_json::Value>,
+    /// The patches that changed them.
+    pub patches: Vec<AppliedPatch>,
     pub mode: SandboxMode,
     pub interrupt: Interrupt,
     pub progress: Option<crate::state::ProgressSink>,
@@ -43,6 +50,43 @@ pub(crate) struct Admitted<'h> {
 }
 
 type Refusal = (ErrorCode, String);
+
+/// What [`Host::assess`] found: a call that passed phases 1-4 and the
+/// sandbox check, and what approval it still needs.
+pub(crate) struct Assessed<'h> {
+    pub tool: &'h RegisteredTool,
+    /// The arguments, patched.
+    pub args: serde_json::Value,
+    pub original_args: Option<serde_json::Value>,
+    pub patches: Vec<AppliedPatch>,
+    pub mode: SandboxMode,
+    /// What a human must be asked; `None` when nobody needs to be.
+    pub approval_reason: Option<String>,
+    /// The layer whose `approval = "never"` forbids asking, if any.
+    pub approval: Option<String>,
+    /// The network `ask` grants this call would be approved for (see
+    /// [`Host::assess`]); empty when none apply.
+    pub ask_network: Vec<String>,
+}
+
+/// Refuses a tool a policy layer hides from `subject` in `mode`.
+fn hidden_refusal(
+    policy: &Policy,
+    tool: &str,
+    subject: &Subject<'_>,
+    mode: SandboxMode,
+) -> Result<(), Refusal> {
+    match policy.hidden(tool, subject, mode) {
+        None => Ok(()),
+        Some(blame) => Err((
+            ErrorCode::PolicyDenied,
+            format!(
+                "tool {tool:?} is not available to principal {:?} [{blame}]",
+                subject.principal
+            ),
+        )),
+    }
+}
 
 impl Host {
     /// Runs one call through the whole pipeline and returns its result.
@@ -93,18 +137,81 @@ impl Host {
         self.recorder.call(
             &call_id,
             json!({ "tool": req.tool, "args": cut(&req.args, 4096), "scope": req.scope,
-                    "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})) }),
+                    "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})),
+                    "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL) }),
         );
 
-        // 1. lookup, through the one visibility resolver.
+        // 1-4: lookup, validation, patches, policy, guards (pure).
+        let a = self.assess(&req)?;
+
+        // 5. approval: for `ask`, and for every escalation.
+        // Nobody is asked about a call that is already cancelled.
+        let interrupt = req.interrupt.unwrap_or_default();
+        if interrupt.is_cancelled() {
+            return Err((
+                ErrorCode::Cancelled,
+                "the call was cancelled before it was dispatched".into(),
+            ));
+        }
+        if let Some(reason) = a.approval_reason {
+            let request = ApprovalRequest {
+                approval_id: format!("{call_id}-approval"),
+                call_id: call_id.clone(),
+                tool: a.tool.descriptor.name.clone(),
+                args: a.args.clone(),
+                reason,
+                mode: a.mode,
+                justification: req.escalation.as_ref().map(|e| e.justification.clone()),
+                network: a.ask_network.clone(),
+            };
+            let approver = req.approver.as_deref().unwrap_or(&*self.approver);
+            self.approve(approver, request, &interrupt, &a.approval)
+                .await?;
+        }
+        if interrupt.is_cancelled() {
+            return Err((
+                ErrorCode::Cancelled,
+                "the call was cancelled before it was dispatched".into(),
+            ));
+        }
+        Ok(Admitted {
+            call_id,
+            tool: a.tool,
+            args_text: a.args.to_string(),
+            args: a.args,
+            original_args: a.original_args,
+            patches: a.patches,
+            mode: a.mode,
+            interrupt,
+            progress: req.progress,
+            // Reaching this point with `ask` grants named means the
+            // approval above returned `allowed-once`.
+            network: NetworkGrant::new(self.egress.clone(), !a.ask_network.is_empty()),
+        })
+    }
+
+    /// Phases 1-4 and the sandbox check, without side effects: what
+    /// [`Host::admit`] decides before anyone is asked, and what
+    /// `Host::explain` reports. Records nothing.
+    pub(crate) fn assess<'h>(&'h self, req: &CallRequest) -> Result<Assessed<'h>, Refusal> {
+        let principal = req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
+        let scopes = self.registry.scope_chain(req.scope.as_deref());
+        let subject = Subject {
+            principal,
+            scopes: &scopes,
+        };
+
+        // 1. lookup, through the one visibility resolver, then the policy
+        // layers' visibility (owner-only tools, allow and deny lists).
         let tool = self.lookup(req.scope.as_deref(), &req.tool)?;
+        let base_mode = req.mode.unwrap_or_else(|| self.policy.default_mode());
+        hidden_refusal(&self.policy, &tool.descriptor.name, &subject, base_mode)?;
 
         // 2. parse and validate the arguments.
-        let args = parse_args(tool, &req.args)?;
+        let mut args = parse_args(tool, &req.args)?;
 
         // The call's mode: the request's, else the policy's default; an
         // escalation must be strictly wider and justified.
-        let base_mode = req.mode.unwrap_or_else(|| self.policy.default_mode());
         let mode = match &req.escalation {
             None => base_mode,
             Some(e) => {
@@ -126,6 +233,17 @@ impl Host {
                 e.mode
             }
         };
+        if mode != base_mode {
+            hidden_refusal(&self.policy, &tool.descriptor.name, &subject, mode)?;
+        }
+
+        // 2b. the policy's argument patches, then validation again: a patch
+        // that breaks the schema refuses before anyone is asked.
+        let (original_args, patches) =
+            match crate::patches::apply(&self.policy, &self.args_hooks, tool, &args)? {
+                None => (None, Vec::new()),
+                Some(p) => (Some(std::mem::replace(&mut args, p.args)), p.applied),
+            };
 
         let facts = CallFacts {
             tool: &tool.descriptor.name,
@@ -134,11 +252,16 @@ impl Host {
             mode,
         };
 
-        // 3. pre-execute policy.
-        let decision = self.policy.evaluate(&facts).decision;
-        let ask_reason = match decision {
-            Decision::Deny { reason } => return Err((ErrorCode::PolicyDenied, reason)),
-            Decision::Ask { reason } => Some(reason),
+        // 3. pre-execute policy, every layer that applies; strictest wins.
+        let trace = self.policy.trace(&facts, &subject);
+        let ask_reason = match &trace.decision {
+            Decision::Deny { reason } => {
+                return Err((
+                    ErrorCode::PolicyDenied,
+                    format!("{reason} [{}]", trace.decided_by),
+                ));
+            }
+            Decision::Ask { reason } => Some(reason.clone()),
             Decision::Allow => None,
         };
 
@@ -147,6 +270,12 @@ impl Host {
             return Err((
                 ErrorCode::GuardDenied,
                 format!("{} (guard {})", denial.reason, denial.guard),
+            ));
+        }
+        if let Some((blame, denial)) = &trace.guard {
+            return Err((
+                ErrorCode::GuardDenied,
+                format!("{} (guard {}) [{blame}]", denial.reason, denial.guard),
             ));
         }
 
@@ -171,15 +300,15 @@ impl Host {
         let ask_network: Vec<String> = match &self.egress {
             Some(egress)
                 if tool.descriptor.side_effect == SideEffect::External
-                    && self.policy.approval() != ApprovalSetting::Never =>
+                    && trace.approval != ApprovalSetting::Never =>
             {
                 egress.policy.ask().iter().map(|g| g.canonical()).collect()
             }
             _ => Vec::new(),
         };
 
-        // 5. approval: for `ask`, for every escalation, and for network
-        // `ask` grants.
+        // What a human would be asked, if anything: for `ask`, for every
+        // escalation, and for network `ask` grants.
         let reason = match (&ask_reason, &req.escalation) {
             (Some(r), Some(e)) => Some(format!(
                 "{r}; escalation to {}: {}",
@@ -203,45 +332,20 @@ impl Host {
                 ask_network.join(", ")
             )),
         };
-        // Nobody is asked about a call that is already cancelled.
-        let interrupt = req.interrupt.unwrap_or_default();
-        if interrupt.is_cancelled() {
-            return Err((
-                ErrorCode::Cancelled,
-                "the call was cancelled before it was dispatched".into(),
-            ));
-        }
-        if let Some(reason) = reason {
-            let request = ApprovalRequest {
-                approval_id: format!("{call_id}-approval"),
-                call_id: call_id.clone(),
-                tool: tool.descriptor.name.clone(),
-                args: args.clone(),
-                reason,
-                mode,
-                justification: req.escalation.as_ref().map(|e| e.justification.clone()),
-                network: ask_network.clone(),
-            };
-            let approver = req.approver.as_deref().unwrap_or(&*self.approver);
-            self.approve(approver, request, &interrupt).await?;
-        }
-        if interrupt.is_cancelled() {
-            return Err((
-                ErrorCode::Cancelled,
-                "the call was cancelled before it was dispatched".into(),
-            ));
-        }
-        Ok(Admitted {
-            call_id,
+        let approval_reason = reason.map(|r| crate::patches::tell_approver(r, &patches));
+        let approval = match &trace.approval_by {
+            Some(layer) if trace.approval == ApprovalSetting::Never => Some(layer.clone()),
+            _ => None,
+        };
+        Ok(Assessed {
             tool,
-            args_text: args.to_string(),
             args,
+            original_args,
+            patches,
             mode,
-            interrupt,
-            progress: req.progress,
-            // Reaching this point with `ask` grants named means the
-            // approval above returned `allowed-once`.
-            network: NetworkGrant::new(self.egress.clone(), !ask_network.is_empty()),
+            approval_reason,
+            approval,
+            ask_network,
         })
     }
 
@@ -270,12 +374,13 @@ impl Host {
         approver: &dyn Approver,
         request: ApprovalRequest,
         interrupt: &Interrupt,
+        never_by: &Option<String>,
     ) -> Result<(), Refusal> {
-        if self.policy.approval() == ApprovalSetting::Never {
+        if let Some(layer) = never_by {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!(
-                    "approval needed ({}) but the policy never asks (approval = \"never\")",
+                    "approval needed ({}) but the policy never asks (approval = \"never\") [layer {layer}]",
                     request.reason
                 ),
             ));
@@ -293,6 +398,16 @@ impl Host {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval request could not be recorded: {e}"),
+            ));
+        }
+        // An approver that tells another party (who may look the request up
+        // in the log) gets it only once `approval/asked` is durable.
+        let durable = std::panic::catch_unwind(AssertUnwindSafe(|| approver.durable_request()))
+            .unwrap_or(true);
+        if durable && let Err(e) = self.recorder.log().flush() {
+            return Err((
+                ErrorCode::ApprovalUnavailable,
+                format!("the approval request could not be made durable: {e}"),
             ));
         }
         // A panic is `unavailable`, whether `decide` panics before returning
@@ -569,6 +684,10 @@ fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
     {
         // What the call may reach (grants, never credentials).
         o.insert("network".into(), json!(reachable));
+    }
+    if let (Some(original), Some(o)) = (&a.original_args, intent.as_object_mut()) {
+        o.insert("original_args".into(), original.clone());
+        o.insert("patches".into(), crate::patches::applied_json(&a.patches));
     }
     intent
 }

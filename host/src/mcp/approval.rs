@@ -74,6 +74,10 @@ impl Approver for McpApprover {
         }
     }
 
+    fn durable_request(&self) -> bool {
+        self.client().is_none() && self.fallback.durable_request()
+    }
+
     fn decide<'a>(
         &'a self,
         request: &'a ApprovalRequest,

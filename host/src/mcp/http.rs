@@ -2,7 +2,8 @@
 //! `/mcp`, served by rmcp's [`StreamableHttpService`] behind a front door
 //! that refuses, before anything is dispatched:
 //!
-//! 1. a path other than `/mcp` (404);
+//! 1. a path other than `/mcp` (404), or `/approvals` on a server with a
+//!    queue of approvals (`operator.rs`, served after the checks below);
 //! 2. a `Host` that is not the bound address or a loopback name with the
 //!    bound port, or an `--allowed-host` (403: DNS rebinding);
 //! 3. an `Origin`, when present, that is not `http(s)://localhost`,
@@ -82,6 +83,9 @@ pub struct HttpOptions {
     pub tokens: Option<Tokens>,
     /// How long a stopping server waits for calls in flight.
     pub shutdown_grace: Duration,
+    /// The state directory of a `--approver queue` server: its pending
+    /// approvals are served to owners at `/approvals`.
+    pub approvals: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -91,8 +95,9 @@ impl std::fmt::Debug for HttpOptions {
             .field("allow_remote", &self.allow_remote)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allowed_origins", &self.allowed_origins)
-            .field("tokens", &self.tokens.as_ref().map(|t| t.digests.len()))
+            .field("tokens", &self.tokens.as_ref().map(|t| t.entries.len()))
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("approvals", &self.approvals)
             .finish()
     }
 }
@@ -107,6 +112,7 @@ impl HttpOptions {
             allowed_origins: Vec::new(),
             tokens: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            approvals: None,
         }
     }
 
@@ -137,16 +143,21 @@ impl HttpOptions {
 }
 
 /// Bearer tokens, kept as SHA-256 digests and compared in constant time
-/// (digests: a wrong guess learns nothing from the length either).
+/// (digests: a wrong guess learns nothing from the length either), each
+/// with the principal it maps to.
 #[derive(Clone)]
 pub struct Tokens {
-    digests: Vec<[u8; 32]>,
+    entries: Vec<([u8; 32], String)>,
 }
 
 impl Tokens {
-    /// Reads one token per line; blank lines and lines starting with `#`
-    /// are skipped. A file without tokens, or a token with characters a
-    /// bearer token cannot have, is an error.
+    /// Reads one token per line, optionally followed by the principal it
+    /// maps to (`TOKEN alice`; without one, [`ANONYMOUS_PRINCIPAL`]); blank
+    /// lines and lines starting with `#` are skipped. A file without
+    /// tokens, a token with characters a bearer token cannot have, or a
+    /// principal name that is not one, is an error.
+    ///
+    /// [`ANONYMOUS_PRINCIPAL`]: toolhost_policy::ANONYMOUS_PRINCIPAL
     pub fn from_file(path: &Path) -> Result<Tokens, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the tokens file {}: {e}", path.display()))?;
@@ -155,36 +166,71 @@ impl Tokens {
 
     /// Parses the text of a tokens file (see [`Tokens::from_file`]).
     pub fn parse(text: &str) -> Result<Tokens, String> {
-        let mut digests = Vec::new();
+        let mut entries = Vec::new();
         for (n, line) in text.lines().enumerate() {
-            let token = line.trim();
-            if token.is_empty() || token.starts_with('#') {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            let mut words = line.split_whitespace();
+            let token = words.next().unwrap_or_default();
             if !token.bytes().all(is_token_byte) {
                 return Err(format!(
                     "line {}: a bearer token has only letters, digits and -._~+/=",
                     n + 1
                 ));
             }
-            digests.push(Sha256::digest(token.as_bytes()).into());
+            let principal = match (words.next(), words.next()) {
+                (None, _) => toolhost_policy::ANONYMOUS_PRINCIPAL.to_string(),
+                (Some(p), None) => {
+                    toolhost_policy::check_principal_name(p)
+                        .map_err(|e| format!("line {}: {e}", n + 1))?;
+                    p.to_string()
+                }
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "line {}: expected TOKEN or TOKEN PRINCIPAL, found more words",
+                        n + 1
+                    ));
+                }
+            };
+            entries.push((Sha256::digest(token.as_bytes()).into(), principal));
         }
-        if digests.is_empty() {
+        if entries.is_empty() {
             return Err("no tokens (one token per line; # starts a comment)".into());
         }
-        Ok(Tokens { digests })
+        Ok(Tokens { entries })
     }
 
     /// Whether `token` is one of the tokens; looks at every one of them.
+    #[cfg(test)]
     fn admits(&self, token: &str) -> bool {
+        self.principal_of(token).is_some()
+    }
+
+    /// The principal `token` maps to, if it is one of the tokens. Looks at
+    /// every token and selects without branching on the comparisons.
+    fn principal_of(&self, token: &str) -> Option<&str> {
+        use subtle::ConditionallySelectable;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = subtle::Choice::from(0);
-        for d in &self.digests {
-            found |= d.ct_eq(&digest);
+        let mut index = 0u64;
+        for (i, (d, _)) in self.entries.iter().enumerate() {
+            let hit = d.ct_eq(&digest);
+            index = u64::conditional_select(&index, &(i as u64), hit);
+            found |= hit;
         }
-        found.into()
+        let found: bool = found.into();
+        found
+            .then(|| self.entries.get(index as usize).map(|(_, p)| p.as_str()))
+            .flatten()
     }
 }
+
+/// The principal of an admitted HTTP request (the one its bearer token maps
+/// to), passed to the session's handler in the request's extensions.
+#[derive(Debug, Clone)]
+pub(super) struct Caller(pub(super) String);
 
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b)
@@ -333,8 +379,18 @@ impl Admission {
 
     /// The token check: `None` when admitted, else whether a token was
     /// offered at all.
+    #[cfg(test)]
     fn token_refused(&self, headers: &HeaderMap) -> Option<bool> {
-        let tokens = self.tokens.as_ref()?;
+        self.caller(headers).err()
+    }
+
+    /// The token check: `Ok(None)` when no token is asked, `Ok(Some(p))`
+    /// when admitted as principal `p`, else `Err(offered)`: whether a token
+    /// was offered at all.
+    fn caller(&self, headers: &HeaderMap) -> Result<Option<Caller>, bool> {
+        let Some(tokens) = self.tokens.as_ref() else {
+            return Ok(None);
+        };
         let offered = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -345,9 +401,11 @@ impl Admission {
                     .then(|| token.trim().to_string())
             });
         match offered {
-            Some(t) if tokens.admits(&t) => None,
-            Some(_) => Some(true),
-            None => Some(false),
+            Some(t) => match tokens.principal_of(&t) {
+                Some(p) => Ok(Some(Caller(p.to_string()))),
+                None => Err(true),
+            },
+            None => Err(false),
         }
     }
 
@@ -484,11 +542,19 @@ struct Front {
     sessions: Arc<LocalSessionManager>,
     stopping: Arc<AtomicBool>,
     answering: Arc<Answering>,
+    /// The approval endpoints: the state directory, and the server whose
+    /// policy says who is an owner.
+    operator: Option<(std::path::PathBuf, Server)>,
 }
 
 impl Front {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        if request.uri().path() != MCP_PATH {
+    async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
+        let operator = request
+            .uri()
+            .path()
+            .strip_prefix(super::operator::APPROVALS_PATH)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+        if request.uri().path() != MCP_PATH && !(operator && self.operator.is_some()) {
             return plain(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n");
         }
         let headers = request.headers();
@@ -500,10 +566,13 @@ impl Front {
             tracing::warn!(origin = ?headers.get(header::ORIGIN), "refused a request: Origin not allowed");
             return plain(StatusCode::FORBIDDEN, "Forbidden: Origin not allowed\n");
         }
-        if let Some(offered) = self.admission.token_refused(headers) {
-            tracing::warn!(offered, "refused a request without a valid bearer token");
-            return unauthorized(offered);
-        }
+        let caller = match self.admission.caller(headers) {
+            Ok(caller) => caller,
+            Err(offered) => {
+                tracing::warn!(offered, "refused a request without a valid bearer token");
+                return unauthorized(offered);
+            }
+        };
         let new_session = request.method() == http::Method::POST
             && !headers.contains_key(rmcp::transport::common::http_header::HEADER_SESSION_ID);
         if new_session {
@@ -523,6 +592,21 @@ impl Front {
                     .insert(header::RETRY_AFTER, http::HeaderValue::from_static("5"));
                 return r;
             }
+        }
+        if operator && let Some((state, server)) = &self.operator {
+            let host = server.host();
+            return super::operator::handle(
+                state,
+                |p| host.policy().is_owner(p),
+                caller.as_ref(),
+                request,
+            )
+            .await;
+        }
+        // The session's handler reads who is calling from here (rmcp
+        // passes the request's parts on to it).
+        if let Some(caller) = caller {
+            request.extensions_mut().insert(caller);
         }
         if request.method() != http::Method::POST {
             return self.mcp.handle(request).await;
@@ -590,6 +674,7 @@ pub async fn serve_http_until(
         Arc::default(),
         options.scope.clone(),
         options.mode,
+        options.principal.clone(),
         approvals,
     );
 
@@ -613,6 +698,7 @@ pub async fn serve_http_until(
         sessions,
         stopping: stopping.clone(),
         answering: answering.clone(),
+        operator: http.approvals.clone().map(|dir| (dir, server.clone())),
     });
 
     let reloader = options.watch.clone().map(|dir| {
@@ -815,7 +901,17 @@ mod tests {
         assert!(t.admits("alpha-1") && t.admits("beta/2="));
         assert!(!t.admits("alpha") && !t.admits("") && !t.admits("# tokens"));
         assert!(Tokens::parse("# only a comment\n").is_err());
-        assert!(Tokens::parse("has space\n").is_err());
+        // A second word names the token's principal; more is an error.
+        let named = Tokens::parse("tok-a alice\ntok-b\n").ok();
+        let Some(named) = named else {
+            panic!("named tokens did not parse");
+        };
+        assert_eq!(named.principal_of("tok-a"), Some("alice"));
+        assert_eq!(named.principal_of("tok-b"), Some("anonymous"));
+        assert_eq!(named.principal_of("alice"), None);
+        assert!(Tokens::parse("has two spaces\n").is_err());
+        assert!(Tokens::parse("tok bad!name\n").is_err());
+        assert!(Tokens::parse("b@d alice\n").is_err());
         let a = admission(&[], &[], Some("s3cret\n"));
         assert_eq!(a.token_refused(&HeaderMap::new()), Some(false));
         assert_eq!(

@@ -13,6 +13,7 @@
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
+//! | `operator` | `/approvals` on the HTTP server: an owner lists and decides queued approvals |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
@@ -31,6 +32,7 @@
 mod approval;
 mod framing;
 mod http;
+mod operator;
 mod progress;
 mod protocol;
 mod reload;
@@ -40,6 +42,7 @@ pub use http::{
     DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
     MCP_PATH, Tokens, serve_http, serve_http_until,
 };
+pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::to_mcp_result;
 
@@ -136,6 +139,10 @@ pub struct ServeOptions {
     pub fallback_approver: Arc<dyn Approver>,
     /// How long to wait for the client's answer to an elicitation.
     pub approval_timeout: Duration,
+    /// Who calls, as the policy sees it, when the transport names nobody:
+    /// over stdio, the client's profile (`None`: the local principal, an
+    /// owner); over HTTP with tokens, each token's principal overrides it.
+    pub principal: Option<String>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -147,6 +154,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("poll_interval", &self.poll_interval)
             .field("fallback_approver", &self.fallback_approver.name())
             .field("approval_timeout", &self.approval_timeout)
+            .field("principal", &self.principal)
             .finish()
     }
 }
@@ -197,6 +205,7 @@ where
         peer.clone(),
         options.scope.clone(),
         options.mode,
+        options.principal.clone(),
         approvals,
     );
 
@@ -276,6 +285,10 @@ struct SharedApprover(Arc<dyn Approver>);
 impl Approver for SharedApprover {
     fn name(&self) -> String {
         self.0.name()
+    }
+
+    fn durable_request(&self) -> bool {
+        self.0.durable_request()
     }
 
     fn decide<'a>(

@@ -20,6 +20,7 @@
 //! that follow calls are coalesced (one queued at most).
 
 use super::approval::McpApprover;
+use super::http::Caller;
 use super::progress::ProgressForwarder;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
@@ -59,6 +60,9 @@ pub(super) struct Server {
     pub(super) peer: PeerSlot,
     pub(super) scope: Option<String>,
     mode: Option<SandboxMode>,
+    /// Who calls when the transport names nobody (stdio: the server's
+    /// `--principal`; HTTP without tokens); `None` is the local principal.
+    principal: Option<String>,
     approvals: Approvals,
     /// The clients of every session that initialized and is still open
     /// (told about reloads); pruned when a session initializes.
@@ -80,6 +84,7 @@ impl Server {
         peer: PeerSlot,
         scope: Option<String>,
         mode: Option<SandboxMode>,
+        principal: Option<String>,
         approvals: Approvals,
     ) -> Server {
         Server {
@@ -87,6 +92,7 @@ impl Server {
             peer,
             scope,
             mode,
+            principal,
             approvals,
             peers: Arc::default(),
             stopping: Arc::default(),
@@ -136,6 +142,17 @@ impl Server {
         };
         peers.retain(|p| !p.is_transport_closed());
         peers.push(peer);
+    }
+
+    /// Who makes a request: the principal its bearer token maps to (HTTP
+    /// with tokens), else the server's.
+    fn principal_of(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .map(|c| c.0.clone())
+            .or_else(|| self.principal.clone())
     }
 
     /// Calls in flight now.
@@ -301,11 +318,14 @@ impl ServerHandler for Server {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let host = self.host();
+        let principal = self.principal_of(&context);
+        // What this principal may see: owner-only tools are not listed
+        // for anyone else (and refused if called all the same).
         let tools = host
-            .tools(self.scope.as_deref())
+            .tools_for(self.scope.as_deref(), principal.as_deref(), self.mode)
             .into_iter()
             .map(mcp_tool)
             .collect();
@@ -357,6 +377,7 @@ impl ServerHandler for Server {
                 args,
                 scope: self.scope.clone(),
                 mode: self.mode,
+                principal: self.principal_of(&context),
                 interrupt: Some(interrupt),
                 progress,
                 // The client of this request's session is asked, never

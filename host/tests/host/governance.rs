@@ -7,7 +7,9 @@
 //! Each test that refuses a call which would write a file proves that the body
 //! did not run by checking the host file system.
 
+mod approvals;
 mod common;
+mod layers;
 
 use common::*;
 use serde_json::json;

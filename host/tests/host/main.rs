@@ -19,4 +19,5 @@ mod mcp_http;
 mod mcp_protocol;
 mod mcp_python;
 mod network;
+mod provider_schemas;
 mod toolchains;

@@ -589,3 +589,179 @@ async fn http_shutdown_waits_for_the_call_in_flight() {
     );
     assert_eq!(s.exit_code(), Some(0));
 }
+
+/// Each bearer token maps to a principal: the owner's token sees and calls
+/// an owner-only tool, another token neither sees nor calls it, and a token
+/// without a name is `anonymous` (not an owner).
+#[tokio::test]
+async fn http_tokens_map_to_principals_for_owner_only_tools() {
+    let dir = crate::support::tempdir();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice-token alice\nbob-token bob\nplain-token\n").unwrap();
+    let policy = dir.path().join("owners.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[principals]\nowners = [\"alice\"]\nowner_only = [\"write_file\"]\n",
+    )
+    .unwrap();
+    let s = Server::start(&[
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    let mut id = 10;
+    for (token, owner) in [
+        ("alice-token", true),
+        ("bob-token", false),
+        ("plain-token", false),
+    ] {
+        let c = s
+            .client()
+            .with("authorization", &format!("Bearer {token}"))
+            .initialize(json!({}))
+            .await;
+        let list = c.rpc(id, "tools/list", json!({})).await;
+        let names: Vec<&str> = list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.contains(&"write_file"), owner, "{token}: {names:?}");
+        let file = format!("{token}.txt");
+        let mut reply = c
+            .post(&call(
+                id + 1,
+                "write_file",
+                json!({"path": file, "content": "x"}),
+            ))
+            .await;
+        let r = reply.message().await;
+        assert_eq!(r["result"]["isError"], !owner, "{token}: {r}");
+        if !owner {
+            let text = r["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(text.starts_with("POLICY_DENIED:"), "{text}");
+        }
+        assert_eq!(s.ws.path().join(&file).exists(), owner, "{token}");
+        id += 2;
+    }
+}
+
+/// `GET /approvals` or `POST /approvals/ID` with `token`: status and JSON.
+async fn operator(
+    s: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Value,
+) -> (StatusCode, Value) {
+    let client = s.client();
+    let mut sender = client.connect().await;
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", s.host())
+        .header("content-type", "application/json");
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    let request = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+    let response = tokio::time::timeout(WAIT, sender.send_request(request))
+        .await
+        .expect("no response in time")
+        .unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// An operator decides a call's approval over HTTP (`--approver queue`):
+/// only with a token of an owner, exactly once.
+#[tokio::test]
+async fn http_operator_decides_a_queued_approval() {
+    let dir = crate::support::tempdir();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice-token alice\nbob-token bob\n").unwrap();
+    let policy = dir.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        format!("{ASK_WRITES}[principals]\nowners = [\"alice\"]\n"),
+    )
+    .unwrap();
+    let s = Server::start(&[
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--approver",
+        "queue",
+    ]);
+    let c = s
+        .client()
+        .with("authorization", "Bearer bob-token")
+        .initialize(json!({}))
+        .await;
+    let waiting = tokio::spawn(async move {
+        let mut reply = c
+            .post(&call(
+                1,
+                "write_file",
+                json!({"path": "out.txt", "content": "x"}),
+            ))
+            .await;
+        reply.message().await
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let id = loop {
+        let (status, pending) =
+            operator(&s, "GET", "/approvals", Some("alice-token"), json!(null)).await;
+        assert_eq!(status, StatusCode::OK, "{pending}");
+        if let Some(r) = pending.as_array().and_then(|a| a.first()) {
+            assert_eq!(r["tool"], "write_file");
+            break r["approval_id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing became pending"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let path = format!("/approvals/{id}");
+    let allow = json!({"decision": "allow"});
+    // bob made the call and is no owner: he cannot approve it; nor can
+    // someone without a token.
+    let (status, _) = operator(&s, "POST", &path, Some("bob-token"), allow.clone()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = operator(&s, "POST", &path, None, allow.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = operator(&s, "POST", &path, Some("alice-token"), allow.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = operator(
+        &s,
+        "POST",
+        &path,
+        Some("alice-token"),
+        json!({"decision": "reject"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["decision"]["outcome"], "allowed-once");
+    assert_eq!(body["decision"]["by"], "alice");
+
+    let r = waiting.await.unwrap();
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert!(s.ws.path().join("out.txt").exists());
+    let (status, _) = operator(
+        &s,
+        "POST",
+        "/approvals/call-nope-approval",
+        Some("alice-token"),
+        allow,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -293,3 +293,44 @@ fn calls_in_flight_are_bounded() {
     let asked = s.drain_until(|v| v["method"] == "elicitation/create" || v["id"] == 5000);
     assert_eq!(asked["method"], "elicitation/create", "{asked}");
 }
+
+/// The stdio server's `--principal` is the client's profile: a non-owner
+/// neither sees nor can call an owner-only tool; the local default can.
+#[test]
+fn stdio_principal_profile_hides_and_refuses_owner_only_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("owners.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[principals]\nowner_only = [\"write_file\"]\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let listed = |s: &mut Server| -> Vec<String> {
+        s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        let r = s.response(&json!(2));
+        r["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let write = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}});
+
+    let mut bob = Server::start_with(&["--policy", policy, "--principal", "bob"], json!({}));
+    assert!(!listed(&mut bob).contains(&"write_file".to_string()));
+    bob.send(&write);
+    let r = bob.response(&json!(3));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("POLICY_DENIED:"), "{text}");
+    assert!(!bob._dirs.0.path().join("out.txt").exists(), "the body ran");
+
+    let mut local = Server::start_with(&["--policy", policy], json!({}));
+    assert!(listed(&mut local).contains(&"write_file".to_string()));
+    local.send(&write);
+    let r = local.response(&json!(3));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+}

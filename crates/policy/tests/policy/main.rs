@@ -6,8 +6,10 @@
 mod evaluate;
 mod examples;
 mod guards;
+mod layers;
 mod load_errors;
 mod network;
+mod patches;
 mod post_execute;
 mod presets;
 

@@ -1,0 +1,381 @@
+//! Two-phase approvals decided from elsewhere: [`QueueApprover`] registers
+//! each request in the state directory and waits; another process lists
+//! and decides them ([`pending_approvals`], [`decide_approval`];
+//! `toolhost approvals list|decide`).
+//!
+//! Order: the pipeline writes `approval/asked` to the session log durably
+//! ([`Approver::durable_request`]) before the approver publishes the request
+//! file, so nobody can be told about a request the log does not hold.
+//!
+//! Exactly one decision per request, whoever races: a decision is published
+//! by hard-linking a complete file to `<id>.decision.json`, which fails if
+//! one exists. The waiting side publishes `unavailable` (by `timeout`) the
+//! same way when its wait ends, so a `decide` racing the timeout either wins
+//! (and the call uses it) or is told the request was already decided. A
+//! decided request stays answerable (a second `decide` learns the first
+//! decision) for [`GRACE`], then its files are removed.
+//!
+//! A request whose process died while it was pending is decided
+//! `unavailable` (by `recovered`) by the next process that opens the state
+//! directory ([`recover_pending_approvals`]); its call never ran (no intent
+//! was written before the approval).
+
+use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// How long a decided request stays answerable.
+pub const GRACE: Duration = Duration::from_secs(600);
+
+/// How often a waiting approver looks for a decision.
+const POLL: Duration = Duration::from_millis(25);
+
+/// A recorded decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    /// The outcome.
+    pub outcome: ApprovalOutcome,
+    /// Who decided: an operator's name, `timeout` or `recovered`.
+    pub by: String,
+}
+
+/// Why [`decide_approval`] did not record a decision.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecideError {
+    /// No request with this id (never made, or past its grace window).
+    #[error("no approval request {0:?} is pending")]
+    Unknown(String),
+    /// The request already has a decision (another decide, or its wait ended).
+    #[error("approval {id:?} was already decided: {} (by {})", .decision.outcome.as_str(), .decision.by)]
+    AlreadyDecided {
+        /// The request.
+        id: String,
+        /// The decision that stands.
+        decision: ApprovalDecision,
+    },
+    /// The state directory could not be read or written.
+    #[error("approvals in {dir}: {detail}")]
+    Io {
+        /// The approvals directory.
+        dir: String,
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// Waits for decisions made by another process through the state directory.
+#[derive(Debug, Clone)]
+pub struct QueueApprover {
+    dir: PathBuf,
+    timeout: Duration,
+}
+
+impl QueueApprover {
+    /// Requests go to `state_dir/approvals`; each waits at most `timeout`.
+    pub fn new(state_dir: &Path, timeout: Duration) -> QueueApprover {
+        QueueApprover {
+            dir: approvals_dir(state_dir),
+            timeout,
+        }
+    }
+}
+
+/// Where the requests of a state directory live.
+pub fn approvals_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("approvals")
+}
+
+fn request_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.request.json"))
+}
+
+fn decision_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.decision.json"))
+}
+
+fn io(dir: &Path, e: impl std::fmt::Display) -> DecideError {
+    DecideError::Io {
+        dir: dir.display().to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// A request id is a file name part: letters, digits, `-` and `_` only.
+fn check_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Writes `bytes` to a fresh temporary file in `dir`.
+fn temp_file(dir: &Path, bytes: &[u8]) -> Result<PathBuf, DecideError> {
+    use std::io::Write;
+    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| io(dir, e))?;
+    file.write_all(bytes).map_err(|e| io(dir, e))?;
+    file.as_file().sync_all().map_err(|e| io(dir, e))?;
+    let (_, path) = file.keep().map_err(|e| io(dir, e))?;
+    Ok(path)
+}
+
+fn read_decision(dir: &Path, id: &str) -> Option<ApprovalDecision> {
+    let text = std::fs::read(decision_path(dir, id)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Publishes `decision` for `id` unless one exists; the one that stands.
+fn publish(dir: &Path, id: &str, decision: &ApprovalDecision) -> Result<bool, DecideError> {
+    let bytes = serde_json::to_vec(decision).map_err(|e| io(dir, e))?;
+    let temp = temp_file(dir, &bytes)?;
+    let linked = std::fs::hard_link(&temp, decision_path(dir, id));
+    let _ = std::fs::remove_file(&temp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(io(dir, e)),
+    }
+}
+
+/// Decides request `id` as `by`. Exactly one decision per request stands:
+/// a second one, or one after the wait ended, is [`DecideError::AlreadyDecided`].
+pub fn decide_approval(
+    state_dir: &Path,
+    id: &str,
+    outcome: ApprovalOutcome,
+    by: &str,
+) -> Result<(), DecideError> {
+    let dir = approvals_dir(state_dir);
+    if !check_id(id) || !request_path(&dir, id).is_file() {
+        return Err(DecideError::Unknown(id.to_string()));
+    }
+    let decision = ApprovalDecision {
+        outcome,
+        by: by.to_string(),
+    };
+    if publish(&dir, id, &decision)? {
+        return Ok(());
+    }
+    match read_decision(&dir, id) {
+        Some(decision) => Err(DecideError::AlreadyDecided {
+            id: id.to_string(),
+            decision,
+        }),
+        None => Err(io(&dir, "a decision file exists but cannot be read")),
+    }
+}
+
+/// The requests still waiting for a decision, oldest first.
+pub fn pending_approvals(state_dir: &Path) -> Result<Vec<ApprovalRequest>, DecideError> {
+    let dir = approvals_dir(state_dir);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(&dir, e)),
+    };
+    let mut pending = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_suffix(".request.json") else {
+            continue;
+        };
+        if decision_path(&dir, id).exists() {
+            continue;
+        }
+        let modified = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        if let Ok(text) = std::fs::read(entry.path())
+            && let Ok(request) = serde_json::from_slice::<ApprovalRequest>(&text)
+        {
+            pending.push((modified, request));
+        }
+    }
+    pending.sort_by_key(|(m, r)| (*m, r.approval_id.clone()));
+    Ok(pending.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Decides every pending request `unavailable` (by `recovered`): for a
+/// process that has just taken the state directory, whose predecessor died
+/// while it waited. Returns the ids. Also removes requests decided longer
+/// than [`GRACE`] ago.
+pub fn recover_pending_approvals(state_dir: &Path) -> Result<Vec<String>, DecideError> {
+    let dir = approvals_dir(state_dir);
+    let mut recovered = Vec::new();
+    for request in pending_approvals(state_dir)? {
+        let decision = ApprovalDecision {
+            outcome: ApprovalOutcome::Unavailable,
+            by: "recovered".into(),
+        };
+        if publish(&dir, &request.approval_id, &decision)? {
+            recovered.push(request.approval_id);
+        }
+    }
+    sweep(&dir);
+    Ok(recovered)
+}
+
+/// Removes the files of requests decided more than [`GRACE`] ago.
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_suffix(".decision.json") else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > GRACE);
+        if old {
+            let _ = std::fs::remove_file(request_path(dir, id));
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+impl QueueApprover {
+    async fn wait(&self, request: &ApprovalRequest) -> Result<ApprovalDecision, DecideError> {
+        let dir = &self.dir;
+        let id = &request.approval_id;
+        if !check_id(id) {
+            return Err(io(dir, format!("approval id {id:?} is not a file name")));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        sweep(dir);
+        // Registered: a complete request file appears at once, or not at all.
+        let bytes = serde_json::to_vec(request).map_err(|e| io(dir, e))?;
+        let temp = temp_file(dir, &bytes)?;
+        std::fs::rename(&temp, request_path(dir, id)).map_err(|e| io(dir, e))?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            if let Some(d) = read_decision(dir, id) {
+                return Ok(d);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        // The wait is over: timeout, unless a decision got in first.
+        let timeout = ApprovalDecision {
+            outcome: ApprovalOutcome::Unavailable,
+            by: "timeout".into(),
+        };
+        if publish(dir, id, &timeout)? {
+            return Ok(timeout);
+        }
+        read_decision(dir, id).ok_or_else(|| io(dir, "a decision file exists but cannot be read"))
+    }
+}
+
+impl Approver for QueueApprover {
+    fn name(&self) -> String {
+        "queue".into()
+    }
+
+    fn durable_request(&self) -> bool {
+        true
+    }
+
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        Box::pin(async move {
+            match self.wait(request).await {
+                Ok(d) if d.by == "timeout" => (
+                    d.outcome,
+                    Some(format!(
+                        "nobody decided within {:?} (toolhost approvals decide)",
+                        self.timeout
+                    )),
+                ),
+                Ok(d) => (d.outcome, Some(format!("decided by {}", d.by))),
+                Err(e) => (ApprovalOutcome::Unavailable, Some(e.to_string())),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests: a failure is a panic")]
+mod tests {
+    use super::*;
+
+    fn request(id: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            approval_id: id.into(),
+            call_id: "call-1".into(),
+            tool: "write_file".into(),
+            args: serde_json::json!({}),
+            reason: "r".into(),
+            mode: toolhost_core::SandboxMode::WorkspaceWrite,
+            justification: None,
+        }
+    }
+
+    /// A decide racing the end of the wait: exactly one decision stands,
+    /// and both sides agree on it.
+    #[test]
+    fn a_decide_racing_the_timeout_has_one_winner() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = approvals_dir(state.path());
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut decider_won = 0;
+        for i in 0..200 {
+            let id = format!("r{i}");
+            std::fs::write(
+                request_path(&dir, &id),
+                serde_json::to_vec(&request(&id)).unwrap(),
+            )
+            .unwrap();
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+            let (b, s, id2) = (barrier.clone(), state.path().to_path_buf(), id.clone());
+            let decider = std::thread::spawn(move || {
+                b.wait();
+                decide_approval(&s, &id2, ApprovalOutcome::AllowedOnce, "op")
+            });
+            barrier.wait();
+            let timeout = ApprovalDecision {
+                outcome: ApprovalOutcome::Unavailable,
+                by: "timeout".into(),
+            };
+            let waiter_won = publish(&dir, &id, &timeout).unwrap();
+            let decided = decider.join().unwrap();
+            let stands = read_decision(&dir, &id).unwrap();
+            match decided {
+                Ok(()) => {
+                    assert!(!waiter_won);
+                    assert_eq!(stands.outcome, ApprovalOutcome::AllowedOnce);
+                    decider_won += 1;
+                }
+                Err(DecideError::AlreadyDecided { decision, .. }) => {
+                    assert!(waiter_won);
+                    assert_eq!(decision, timeout);
+                    assert_eq!(stands, timeout);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        // Both outcomes are possible; neither side may ever see two.
+        assert!(decider_won <= 200);
+    }
+
+    #[test]
+    fn ids_that_are_not_file_names_are_unknown() {
+        let state = tempfile::tempdir().unwrap();
+        for id in ["", "../x", "a/b", "a.b"] {
+            assert_eq!(
+                decide_approval(state.path(), id, ApprovalOutcome::AllowedOnce, "op"),
+                Err(DecideError::Unknown(id.to_string()))
+            );
+        }
+    }
+}
