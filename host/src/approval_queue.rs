@@ -318,6 +318,7 @@ mod tests {
             reason: "r".into(),
             mode: toolhost_core::SandboxMode::WorkspaceWrite,
             justification: None,
+            network: Vec::new(),
         }
     }
 
