@@ -28,6 +28,7 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     pub(crate) guards: Vec<Spanned<RawGuard>>,
     pub(crate) post_execute: Option<Spanned<RawPostExecute>>,
+    pub(crate) rate_limits: Option<Spanned<crate::rate_limit::RawRateLimits>>,
 }
 
 #[derive(Deserialize)]

@@ -79,6 +79,13 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
         check_guard_examples(guard, raw_guard.get_ref(), mode)?;
     }
 
+    let rate_limits = raw
+        .rate_limits
+        .as_ref()
+        .map(crate::rate_limit::compile)
+        .transpose()?
+        .unwrap_or_default();
+
     Ok(Policy::from_parts(
         preset,
         default,
@@ -87,7 +94,8 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
         rules,
         guards,
         post_execute,
-    ))
+    )
+    .with_rate_limits(rate_limits))
 }
 
 /// Reads `version` first: a file for a newer format is reported as such

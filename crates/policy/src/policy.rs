@@ -10,6 +10,7 @@ use crate::facts::CallFacts;
 use crate::policy_guard::PolicyGuard;
 use crate::post_execute::PostExecuteRules;
 use crate::preset::Preset;
+use crate::rate_limit::RateLimits;
 use crate::rule::{Rule, RuleRef};
 use toolhost_core::SandboxMode;
 
@@ -54,6 +55,13 @@ use toolhost_core::SandboxMode;
 /// redact = ["sk-[A-Za-z0-9]{20,}"]      # matches in content become "[REDACTED]"
 /// max_content_chars = 20000
 /// block_matching = "BEGIN PRIVATE KEY"  # blocks when content or canonical matches
+///
+/// [rate_limits]                # see `RateLimits`; refusals are RATE_LIMITED
+/// per_client = { calls = 120, per_seconds = 60, burst = 20 }
+/// [[rate_limits.tools]]
+/// tool = "write_file"
+/// calls = 10
+/// per_seconds = 60
 /// ```
 ///
 /// Unknown keys, unknown names, empty tool patterns, invalid globs or
@@ -71,6 +79,7 @@ pub struct Policy {
     rules: Vec<Rule>,
     guards: Vec<PolicyGuard>,
     post_execute: PostExecuteRules,
+    rate_limits: RateLimits,
 }
 
 impl Default for Policy {
@@ -90,6 +99,7 @@ impl Default for Policy {
             rules: Vec::new(),
             guards: Vec::new(),
             post_execute: PostExecuteRules::default(),
+            rate_limits: RateLimits::default(),
         }
     }
 }
@@ -118,7 +128,15 @@ impl Policy {
             rules,
             guards,
             post_execute,
+            rate_limits: RateLimits::default(),
         }
+    }
+
+    /// Sets the `[rate_limits]` (kept apart from [`Policy::from_parts`] so
+    /// the section stays in its own module).
+    pub(crate) fn with_rate_limits(mut self, rate_limits: RateLimits) -> Self {
+        self.rate_limits = rate_limits;
+        self
     }
 
     /// Decides one call. Pure: the result depends only on `self` and `facts`.
@@ -190,6 +208,11 @@ impl Policy {
     /// [`Guards::from_policy`](crate::Guards::from_policy).
     pub fn guards(&self) -> &[PolicyGuard] {
         &self.guards
+    }
+
+    /// The file's `[rate_limits]` (empty when the section is absent).
+    pub fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
     }
 
     /// The file's `[post_execute]` rules (empty when the section is absent).

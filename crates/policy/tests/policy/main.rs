@@ -9,6 +9,7 @@ mod guards;
 mod load_errors;
 mod post_execute;
 mod presets;
+mod rate_limits;
 
 use serde_json::Value;
 use toolhost_policy::{CallFacts, Policy, PolicyError, SandboxMode, SideEffect};
