@@ -55,7 +55,9 @@ pub use crate::cache::{CacheStats, default_cache_dir};
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
-pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
+pub use crate::host::{
+    CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,
+};
 pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};
 #[cfg(feature = "bench-internals")]

@@ -42,7 +42,9 @@ pub use policy::Policy;
 pub use policy_guard::PolicyGuard;
 pub use post_execute::{PostExecuteRules, PostVerdict, REDACTED};
 pub use preset::Preset;
-pub use rate_limit::{DEFAULT_MAX_CLIENTS, Limit, MAX_MAX_CLIENTS, RateLimits, TokenBucket, ToolLimit};
+pub use rate_limit::{
+    DEFAULT_MAX_CLIENTS, Limit, MAX_MAX_CLIENTS, RateLimits, TokenBucket, ToolLimit,
+};
 pub use rule::{Rule, RuleOrigin, RuleRef};
 pub use side_effect::SideEffect;
 pub use toolhost_core::SandboxMode;

@@ -86,16 +86,10 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
         .transpose()?
         .unwrap_or_default();
 
-    Ok(Policy::from_parts(
-        preset,
-        default,
-        approval,
-        mode,
-        rules,
-        guards,
-        post_execute,
+    Ok(
+        Policy::from_parts(preset, default, approval, mode, rules, guards, post_execute)
+            .with_rate_limits(rate_limits),
     )
-    .with_rate_limits(rate_limits))
 }
 
 /// Reads `version` first: a file for a newer format is reported as such

@@ -4,6 +4,7 @@
 //! workspace happen here; nothing is half-applied.
 
 use super::gate::Gate;
+use super::rate::RateLimiter;
 use super::{Host, HostError};
 use crate::approval::{Approver, NoApprover};
 use crate::hooks::{Observer, PostExecuteHook};
@@ -47,6 +48,7 @@ pub struct HostBuilder {
     runtime: Option<Arc<Runtime>>,
     runtime_options: RuntimeOptions,
     gate: Option<Arc<Gate>>,
+    rate: Option<Arc<RateLimiter>>,
     /// Set by the first successful or failed `build`: the configuration
     /// has been moved out, and a second build would silently lose it.
     built: bool,
@@ -76,6 +78,7 @@ impl HostBuilder {
             runtime: None,
             runtime_options: RuntimeOptions::default(),
             gate: None,
+            rate: None,
             built: false,
         }
     }
@@ -195,6 +198,7 @@ impl HostBuilder {
         self.runtime = Some(previous.runtime.clone());
         self.log = Some(previous.recorder.log().clone());
         self.gate = Some(previous.gate.clone());
+        self.rate = Some(previous.rate.clone());
         self
     }
 
@@ -284,7 +288,12 @@ impl HostBuilder {
         for g in std::mem::take(&mut self.guards) {
             guards.push(g);
         }
+        let rate = match self.rate.take() {
+            Some(previous) => RateLimiter::successor(&previous, self.policy.rate_limits().clone()),
+            None => RateLimiter::new(self.policy.rate_limits().clone()),
+        };
         Ok(Host {
+            rate,
             runtime,
             registry,
             policy: std::mem::take(&mut self.policy),

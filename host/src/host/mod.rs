@@ -9,15 +9,18 @@
 //!   and `call_batch`;
 //! - `batch.rs`: the calls of one step: admitted in order, one group
 //!   commit, bodies in runs, results committed in call order;
-//! - `gate.rs`: exclusivity across every caller of the host.
+//! - `gate.rs`: exclusivity across every caller of the host;
+//! - `rate.rs`: the policy's `[rate_limits]`, per client, before validation.
 
 mod batch;
 mod builder;
 mod gate;
 mod pipeline;
+mod rate;
 
 pub use builder::HostBuilder;
 pub use pipeline::MAX_ARGS_BYTES;
+pub use rate::LIBRARY_CLIENT;
 
 use crate::approval::Approver;
 use crate::hooks::{Observer, PostExecuteHook};
@@ -62,6 +65,9 @@ pub struct CallRequest {
     /// Who decides this call's approval, instead of the host's approver:
     /// a server with several clients asks the client that made the call.
     pub approver: Option<Arc<dyn Approver>>,
+    /// Who is calling, for the policy's `[rate_limits]`: the MCP server
+    /// names each session; `None` is [`LIBRARY_CLIENT`].
+    pub client: Option<String>,
 }
 
 impl std::fmt::Debug for CallRequest {
@@ -72,6 +78,7 @@ impl std::fmt::Debug for CallRequest {
             .field("scope", &self.scope)
             .field("mode", &self.mode)
             .field("escalation", &self.escalation)
+            .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +111,12 @@ impl CallRequest {
             mode,
             justification: justification.into(),
         });
+        self
+    }
+
+    /// Names the caller (for the policy's `[rate_limits]`).
+    pub fn client(mut self, client: impl Into<String>) -> Self {
+        self.client = Some(client.into());
         self
     }
 
@@ -158,6 +171,7 @@ pub struct Host {
     pub(crate) session: String,
     pub(crate) next_call: AtomicU64,
     pub(crate) gate: Arc<gate::Gate>,
+    pub(crate) rate: Arc<rate::RateLimiter>,
 }
 
 impl std::fmt::Debug for Host {

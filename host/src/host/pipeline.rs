@@ -2,6 +2,7 @@
 //! either hands the call to the next phase or ends it with a stable code.
 //!
 //! Invariants this module keeps:
+//! - rate limits come right after lookup, before validation;
 //! - validation comes before policy, guards before approval, approval before
 //!   the checkpoint, the checkpoint before the body;
 //! - every path except `allowed-once` after `ask` refuses;
@@ -95,6 +96,14 @@ impl Host {
 
         // 1. lookup, through the one visibility resolver.
         let tool = self.lookup(req.scope.as_deref(), &req.tool)?;
+
+        // 1b. rate limits, before validation costs anything: a client over
+        // its limit gets RATE_LIMITED and the call goes no further.
+        self.rate.admit(
+            req.client.as_deref(),
+            &tool.descriptor.name,
+            std::time::Instant::now(),
+        )?;
 
         // 2. parse and validate the arguments.
         let args = parse_args(tool, &req.args)?;

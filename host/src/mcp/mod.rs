@@ -41,7 +41,7 @@ pub use http::{
     MCP_PATH, Tokens, serve_http, serve_http_until,
 };
 pub use progress::PROGRESS_INTERVAL;
-pub use protocol::to_mcp_result;
+pub use protocol::{STDIO_CLIENT, to_mcp_result};
 
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};

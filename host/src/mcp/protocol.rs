@@ -36,11 +36,15 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
+
+/// The client name of the stdio session, for the policy's `[rate_limits]`
+/// (an HTTP session is `mcp-http-N`, numbered from 1 in the server's life).
+pub const STDIO_CLIENT: &str = "mcp-stdio";
 
 /// How a call's approval is asked: the client of the call's session if it
 /// elicits, else `fallback`, waiting at most `timeout` for the client.
@@ -69,6 +73,10 @@ pub(super) struct Server {
     calls: Arc<Semaphore>,
     /// A session-log flush is queued and has not started yet.
     flush_queued: Arc<AtomicBool>,
+    /// This session's client name for the policy's `[rate_limits]`.
+    client: Arc<str>,
+    /// Sessions made so far by [`Server::session`] (names them).
+    sessions_made: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -92,14 +100,18 @@ impl Server {
             stopping: Arc::default(),
             calls: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
             flush_queued: Arc::default(),
+            client: Arc::from(STDIO_CLIENT),
+            sessions_made: Arc::default(),
         }
     }
 
     /// The handler of a new session on the same host: everything shared
     /// but the peer, which that session's `initialize` fills in.
     pub(super) fn session(&self) -> Server {
+        let n = self.sessions_made.fetch_add(1, Ordering::Relaxed) + 1;
         Server {
             peer: Arc::new(OnceLock::new()),
+            client: Arc::from(format!("mcp-http-{n}")),
             ..self.clone()
         }
     }
@@ -366,6 +378,7 @@ impl ServerHandler for Server {
                     self.approvals.fallback.clone(),
                     self.approvals.timeout,
                 ))),
+                client: Some(self.client.to_string()),
                 ..CallRequest::default()
             })
             .await;

@@ -589,3 +589,45 @@ async fn http_shutdown_waits_for_the_call_in_flight() {
     );
     assert_eq!(s.exit_code(), Some(0));
 }
+
+#[tokio::test]
+async fn http_rate_limits_each_session_apart() {
+    let policy_dir = crate::support::tempdir();
+    let policy = policy_dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[rate_limits]\nper_client = { calls = 2, per_seconds = 3600 }\n",
+    )
+    .unwrap();
+    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    std::fs::write(s.ws.path().join("a.txt"), "a\n").unwrap();
+    let first = s.client().initialize(json!({})).await;
+    let second = s.client().initialize(json!({})).await;
+    let read = json!({"name": "read_file", "arguments": {"path": "a.txt"}});
+    for id in 1..=2 {
+        let r = first.rpc(id, "tools/call", read.clone()).await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    let over = first.rpc(3, "tools/call", read.clone()).await;
+    assert_eq!(over["result"]["isError"], true, "{over}");
+    assert_eq!(
+        over["result"]["_meta"]["toolhost"]["code"], "RATE_LIMITED",
+        "{over}"
+    );
+    assert!(
+        over["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("RATE_LIMITED: ")),
+        "{over}"
+    );
+    // The other session is its own client.
+    let other = second.rpc(1, "tools/call", read).await;
+    assert_eq!(other["result"]["isError"], false, "{other}");
+    // Logged like any refusal.
+    let refused = s
+        .events()
+        .iter()
+        .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
+        .count();
+    assert_eq!(refused, 1);
+}
