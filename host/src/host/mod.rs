@@ -213,4 +213,14 @@ impl Host {
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
+
+    /// Whether any network grant could apply to a call of `tool`: what MCP's
+    /// `openWorldHint` reports, and what makes a tool no longer read-only
+    /// whatever its sandbox mode. This host grants no network to any call
+    /// (DESIGN.md §2b: network is an explicit grant, and none exists here),
+    /// so the answer is `false` for every tool; a policy with network grants
+    /// answers from them.
+    pub fn may_reach_network(&self, _tool: &str) -> bool {
+        false
+    }
 }

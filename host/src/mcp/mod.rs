@@ -12,6 +12,7 @@
 //! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
+//! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
@@ -28,6 +29,7 @@
 //! progress is one slot per call, framing answers wait for stdout, calls in
 //! flight are capped, and log flushes after calls are coalesced.
 
+mod annotations;
 mod approval;
 mod framing;
 mod http;

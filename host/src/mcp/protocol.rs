@@ -19,6 +19,7 @@
 //! sessions of an HTTP server share the count), and the session-log flushes
 //! that follow calls are coalesced (one queued at most).
 
+use super::annotations::Enforced;
 use super::approval::McpApprover;
 use super::progress::ProgressForwarder;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
@@ -31,7 +32,7 @@ use rmcp::Peer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ServerCapabilities, Tool, ToolAnnotations,
+    ServerCapabilities, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -40,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
-use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
+use toolhost_core::{ErrorCode, SandboxMode};
 
 /// The client name of the stdio session, for the policy's `[rate_limits]`
 /// (an HTTP session is `mcp-http-N`, numbered from 1 in the server's life).
@@ -221,7 +222,10 @@ fn too_many_calls(tool: &str) -> CallResult {
 /// The MCP view of a tool. Its schemas are the client view
 /// ([`Descriptor::for_clients`](crate::tool::Descriptor::for_clients)): only
 /// JSON Schema 2020-12 formats.
-fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
+///
+/// Its annotations say what the host enforces for its calls
+/// ([`Enforced`]), not what the author declared.
+fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
     let d = &t.descriptor.for_clients();
     let input = match &d.input_schema {
         Value::Object(o) => o.clone(),
@@ -239,15 +243,7 @@ fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
     {
         tool = tool.with_raw_output_schema(Arc::new(o.clone()));
     }
-    let mut annotations = ToolAnnotations::default();
-    annotations.read_only_hint = Some(matches!(d.side_effect, SideEffect::None | SideEffect::Read));
-    annotations.destructive_hint = Some(matches!(
-        d.side_effect,
-        SideEffect::Write | SideEffect::External
-    ));
-    annotations.idempotent_hint = Some(d.idempotent);
-    annotations.open_world_hint = Some(d.side_effect == SideEffect::External);
-    tool.with_annotations(annotations)
+    tool.with_annotations(enforced.annotations())
 }
 
 /// The MCP view of a result: `structuredContent` is the canonical value (ok
@@ -319,7 +315,7 @@ impl ServerHandler for Server {
         let tools = host
             .tools(self.scope.as_deref())
             .into_iter()
-            .map(mcp_tool)
+            .map(|t| mcp_tool(t, Enforced::of(&host, &t.descriptor, self.mode)))
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }

@@ -631,3 +631,40 @@ async fn http_rate_limits_each_session_apart() {
         .count();
     assert_eq!(refused, 1);
 }
+
+/// `tools/list`'s hints of `name`: [readOnly, destructive, idempotent, openWorld].
+async fn hints_of(c: &Client, name: &str) -> [Value; 4] {
+    let list = c.rpc(1, "tools/list", json!({})).await;
+    let tool = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} not listed: {list}"));
+    let a = &tool["annotations"];
+    [
+        a["readOnlyHint"].clone(),
+        a["destructiveHint"].clone(),
+        a["idempotentHint"].clone(),
+        a["openWorldHint"].clone(),
+    ]
+}
+
+#[tokio::test]
+async fn http_annotations_say_what_the_host_enforces() {
+    // Calls that may write the workspace: even a tool whose author says it
+    // only reads could write, so it is neither read-only nor harmless.
+    let s = Server::start(&["--mode", "workspace-write"]);
+    let c = s.client().initialize(json!({})).await;
+    let writable = [json!(false), json!(true), json!(false), json!(false)];
+    assert_eq!(hints_of(&c, "read_file").await, writable);
+    assert_eq!(hints_of(&c, "write_file").await, writable);
+    // Calls that run read-only change nothing, whatever the tool declares:
+    // write_file's calls are refused before they run.
+    let s = Server::start(&["--mode", "read-only"]);
+    let c = s.client().initialize(json!({})).await;
+    let read_only = [json!(true), json!(false), json!(true), json!(false)];
+    assert_eq!(hints_of(&c, "read_file").await, read_only);
+    assert_eq!(hints_of(&c, "write_file").await, read_only);
+}
