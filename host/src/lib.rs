@@ -54,6 +54,8 @@ pub use crate::cache::{CacheStats, default_cache_dir};
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
+#[doc(hidden)]
+pub use crate::embedded::MCP_FIXTURES_PATH;
 pub use crate::hooks::{Observer, PostAction, PostExecuteHook};
 pub use crate::host::{
     CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,

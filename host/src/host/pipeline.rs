@@ -434,16 +434,17 @@ impl Host {
         if rules.is_empty() {
             return Ok(());
         }
+        // The text rules see the blocks that carry text (text blocks and
+        // embedded text resources); images, audio, links and binary
+        // resources pass through them unchanged.
         let mut texts: Vec<String> = result
             .content
-            .iter()
-            .map(|c| c.as_text().to_string())
+            .iter_mut()
+            .filter_map(|c| c.text_mut().map(|t| t.clone()))
             .collect();
         match rules.apply(&mut texts, &result.canonical) {
             PostVerdict::Blocked { reason } => return Err(format!("blocked by policy: {reason}")),
-            PostVerdict::Changed => {
-                result.content = texts.into_iter().map(ContentItem::text).collect()
-            }
+            PostVerdict::Changed => write_back(&mut result.content, texts),
             PostVerdict::Keep => {}
         }
         Ok(())
@@ -478,6 +479,22 @@ impl Host {
             Receipt::default(),
         ))
     }
+}
+
+/// Puts the texts the policy's rules returned back into the blocks they
+/// came from; a text-bearing block the rules dropped (a cap) goes.
+fn write_back(content: &mut Vec<ContentItem>, texts: Vec<String>) {
+    let mut texts = texts.into_iter();
+    content.retain_mut(|c| match c.text_mut() {
+        None => true,
+        Some(t) => match texts.next() {
+            Some(new) => {
+                *t = new;
+                true
+            }
+            None => false,
+        },
+    });
 }
 
 /// Resolves once `interrupt` is cancelled.

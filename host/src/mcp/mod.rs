@@ -14,6 +14,7 @@
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
 //! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
+//! | `logging` | a tool's `host.log` records as `notifications/message`, at the level the session set |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
@@ -33,6 +34,7 @@ mod annotations;
 mod approval;
 mod framing;
 mod http;
+mod logging;
 mod progress;
 mod protocol;
 mod reload;

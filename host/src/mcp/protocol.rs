@@ -21,6 +21,7 @@
 
 use super::annotations::Enforced;
 use super::approval::McpApprover;
+use super::logging::{self, SessionLevel};
 use super::progress::ProgressForwarder;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
@@ -28,6 +29,7 @@ use crate::host::{CallRequest, Host};
 use crate::result::CallResult;
 use crate::runtime::Receipt;
 use crate::state::Interrupt;
+use crate::tool::ContentItem;
 use rmcp::Peer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -78,6 +80,8 @@ pub(super) struct Server {
     client: Arc<str>,
     /// Sessions made so far by [`Server::session`] (names them).
     sessions_made: Arc<AtomicU64>,
+    /// The log level this session's client set (`logging/setLevel`).
+    log_level: SessionLevel,
 }
 
 impl Server {
@@ -103,6 +107,7 @@ impl Server {
             flush_queued: Arc::default(),
             client: Arc::from(STDIO_CLIENT),
             sessions_made: Arc::default(),
+            log_level: SessionLevel::default(),
         }
     }
 
@@ -113,6 +118,7 @@ impl Server {
         Server {
             peer: Arc::new(OnceLock::new()),
             client: Arc::from(format!("mcp-http-{n}")),
+            log_level: SessionLevel::default(),
             ..self.clone()
         }
     }
@@ -246,17 +252,22 @@ fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
     tool.with_annotations(enforced.annotations())
 }
 
+/// The MCP view of a content block. [`ContentItem`] serialises in MCP's
+/// shapes (`text`, `image`, `audio`, `resource_link`, `resource`), so the
+/// block is its JSON; one rmcp cannot read (never expected) becomes its
+/// JSON as text rather than vanishing.
+fn mcp_content(c: &ContentItem) -> ContentBlock {
+    let json = serde_json::to_value(c).unwrap_or(Value::Null);
+    serde_json::from_value(json.clone()).unwrap_or_else(|_| ContentBlock::text(json.to_string()))
+}
+
 /// The MCP view of a result: `structuredContent` is the canonical value (ok
 /// results only, and only when it is an object, as MCP requires); `content`
 /// the model content; errors are `isError` with `CODE: message` text.
 pub fn to_mcp_result(r: &CallResult) -> CallToolResult {
     let mut out = match &r.error {
         None => {
-            let content = r
-                .content
-                .iter()
-                .map(|c| ContentBlock::text(c.as_text()))
-                .collect();
+            let content = r.content.iter().map(mcp_content).collect();
             let mut out = CallToolResult::success(content);
             if r.canonical.is_object() {
                 out.structured_content = Some(r.canonical.clone());
@@ -286,6 +297,7 @@ impl ServerHandler for Server {
     fn get_info(&self) -> InitializeResult {
         let mut caps = ServerCapabilities::default();
         caps.tools = Some(json_default_tools_capability());
+        caps.logging = Some(Default::default());
         InitializeResult::new(caps)
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -304,6 +316,19 @@ impl ServerHandler for Server {
         let _ = self.peer.set(context.peer.clone());
         self.add_peer(context.peer.clone());
         self.negotiate_initialize(&request)
+    }
+
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated upstream but still spoken by 2025-11-25 clients"
+    )]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     async fn list_tools(
@@ -379,6 +404,14 @@ impl ServerHandler for Server {
             })
             .await;
         watcher.abort();
+        // The tool's log records, before the response (never after it).
+        logging::forward(
+            &context.peer,
+            &self.log_level,
+            &result.tool,
+            &result.receipt.logs,
+        )
+        .await;
         if let Some(forwarder) = forwarder {
             // The last report goes out before the response, never after.
             forwarder.finish().await;

@@ -26,7 +26,8 @@ pub(crate) enum InterfaceSet {
     /// standard toolchain's output loads (DESIGN.md §2b); the per-call WASI
     /// context preopens per mode and refuses every socket address.
     WasiP2,
-    /// `toolhost:tool/host`: structured logs and progress reports.
+    /// `toolhost:tool/host` (structured logs and progress reports) and
+    /// `toolhost:tool/content` (content beyond text).
     ToolhostHost,
     /// `wasi_snapshot_preview1`, for core modules: wasmtime-wasi's
     /// implementation (on top of the same per-call WASI context as
