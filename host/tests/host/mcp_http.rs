@@ -668,3 +668,153 @@ async fn http_annotations_say_what_the_host_enforces() {
     assert_eq!(hints_of(&c, "read_file").await, read_only);
     assert_eq!(hints_of(&c, "write_file").await, read_only);
 }
+
+/// A server of the MCP conformance fixtures alone.
+fn fixtures_server() -> (Server, tempfile::TempDir) {
+    let tools = crate::support::tempdir();
+    std::fs::copy(
+        toolhost::MCP_FIXTURES_PATH,
+        tools.path().join("fixtures.wasm"),
+    )
+    .unwrap();
+    let s = Server::start(&["--tools", tools.path().to_str().unwrap(), "--tools-only"]);
+    (s, tools)
+}
+
+/// Calls `tool` and returns the notifications sent on the call's stream
+/// before its response, and the response.
+async fn call_collecting(c: &Client, id: u64, tool: &str) -> (Vec<Value>, Value) {
+    let mut reply = c.post(&call(id, tool, json!({}))).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let mut notes = Vec::new();
+    loop {
+        let m = reply.message().await;
+        if m["id"] == id {
+            return (notes, m);
+        }
+        notes.push(m);
+    }
+}
+
+#[tokio::test]
+async fn http_images_audio_and_resources_reach_the_client_as_mcp_content() {
+    use base64::Engine as _;
+    let (s, _tools) = fixtures_server();
+    let c = s.client().initialize(json!({})).await;
+    let image = c
+        .rpc(1, "tools/call", json!({"name": "test_image_content"}))
+        .await;
+    let block = &image["result"]["content"][0];
+    assert_eq!(block["type"], "image", "{image}");
+    assert_eq!(block["mimeType"], "image/png");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(block["data"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{png:?}");
+    let audio = c
+        .rpc(2, "tools/call", json!({"name": "test_audio_content"}))
+        .await;
+    assert_eq!(audio["result"]["content"][0]["type"], "audio", "{audio}");
+    assert_eq!(audio["result"]["content"][0]["mimeType"], "audio/wav");
+    // Blocks keep the order the tool gave them.
+    let mixed = c
+        .rpc(
+            3,
+            "tools/call",
+            json!({"name": "test_multiple_content_types"}),
+        )
+        .await;
+    let content = mixed["result"]["content"].as_array().unwrap();
+    let types: Vec<&str> = content.iter().filter_map(|b| b["type"].as_str()).collect();
+    assert_eq!(types, ["text", "image", "resource"], "{mixed}");
+    assert_eq!(
+        content[2]["resource"],
+        json!({"uri": "test://mixed-content-resource", "mimeType": "application/json",
+               "text": "{\"test\":\"data\",\"value\":123}"})
+    );
+}
+
+/// The session's standalone stream (`GET /mcp`), where the server sends
+/// what belongs to no request stream (log notifications, list changes).
+async fn standalone_stream(c: &Client) -> Reply {
+    let mut sender = c.connect().await;
+    let mut b = Request::builder()
+        .method("GET")
+        .uri("/mcp")
+        .header("host", &c.host)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(session) = &c.session {
+        b = b.header("mcp-session-id", session);
+    }
+    let response = tokio::time::timeout(
+        WAIT,
+        sender.send_request(b.body(Full::new(Bytes::new())).unwrap()),
+    )
+    .await
+    .expect("no response in time")
+    .unwrap();
+    let (parts, body) = response.into_parts();
+    assert_eq!(parts.status, StatusCode::OK);
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        buf: String::new(),
+    }
+}
+
+/// The `notifications/message` data on `stream` until the first
+/// notification whose data is `until` (included).
+async fn log_messages_until(stream: &mut Reply, until: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let m = stream.message().await;
+        if m["method"] != "notifications/message" {
+            continue;
+        }
+        let done = m["params"]["data"] == until;
+        seen.push(m);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test]
+async fn http_tool_logs_become_log_notifications_once_the_client_sets_a_level() {
+    let (s, _tools) = fixtures_server();
+    let c = s.client().initialize(json!({})).await;
+    let mut stream = standalone_stream(&c).await;
+    // No level set: the call's records are not sent.
+    let (_, done) = call_collecting(&c, 1, "test_tool_with_logging").await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    // At `error`, info records are not sent either.
+    let set = c
+        .rpc(2, "logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert!(set.get("error").is_none(), "{set}");
+    call_collecting(&c, 3, "test_tool_with_logging").await;
+    c.rpc(4, "logging/setLevel", json!({"level": "info"})).await;
+    // The first log notification of the session is the warning of this
+    // failing call: nothing before reached the client.
+    call_collecting(&c, 5, "test_error_handling").await;
+    let first = log_messages_until(&mut stream, "Failing on purpose").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0]["params"]["level"], "warning");
+    call_collecting(&c, 6, "test_tool_with_logging").await;
+    let logs = log_messages_until(&mut stream, "Tool execution completed").await;
+    let messages: Vec<&Value> = logs.iter().map(|n| &n["params"]["data"]).collect();
+    assert_eq!(
+        messages,
+        [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed"
+        ],
+        "{logs:?}"
+    );
+    assert!(logs.iter().all(
+        |n| n["params"]["level"] == "info" && n["params"]["logger"] == "test_tool_with_logging"
+    ));
+}

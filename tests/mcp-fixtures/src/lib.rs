@@ -169,12 +169,15 @@ fixture!(
 fixture!(
     ErrorHandling,
     "test_error_handling",
-    "Always fails with a tool error.",
+    "Always fails with a tool error (after a warning in the log).",
     |_o| Vec::new(),
-    Err(ToolError::new(
-        "intentional",
-        "This tool intentionally returns an error for testing"
-    ))
+    {
+        toolhost_guest::log::warn("Failing on purpose");
+        Err(ToolError::new(
+            "intentional",
+            "This tool intentionally returns an error for testing",
+        ))
+    }
 );
 
 toolhost_guest::export_tools!(
