@@ -1369,6 +1369,51 @@ async fn redaction_hides_from_the_model_only() {
     );
 }
 
+/// Puts a text block, an image and an embedded text resource in the
+/// content, each carrying the secret.
+struct MixedContentHook;
+
+impl toolhost::PostExecuteHook for MixedContentHook {
+    fn name(&self) -> &str {
+        "mixed"
+    }
+    fn inspect(&self, _: &toolhost::Descriptor, _: &toolhost::CallResult) -> toolhost::PostAction {
+        let content = serde_json::from_value(json!([
+            {"type": "text", "text": format!("key {SECRET}")},
+            {"type": "image", "data": "aW1n", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "test://r", "text": format!("also {SECRET}")}},
+        ]))
+        .unwrap();
+        toolhost::PostAction::ReplaceContent(content)
+    }
+}
+
+/// The policy's text rules reach every block that carries text (text and
+/// embedded text resources) and leave the others, in place and in order.
+#[tokio::test]
+async fn redaction_reaches_text_in_every_block_and_leaves_media_alone() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "plain\n").unwrap();
+    let mut b = builder(ws.path());
+    b.policy(policy(
+        "version = 1\n[post_execute]\nredact = [\"sk-[A-Za-z0-9]{20,}\"]\n",
+    ))
+    .post_execute(Box::new(MixedContentHook));
+    let host = b.build().await.unwrap();
+    let r = host
+        .call(CallRequest::new("read_file", json!({"path": "a.txt"})))
+        .await;
+    assert!(r.is_ok(), "{:?}", r.error);
+    assert_eq!(
+        serde_json::to_value(&r.content).unwrap(),
+        json!([
+            {"type": "text", "text": "key [REDACTED]"},
+            {"type": "image", "data": "aW1n", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "test://r", "text": "also [REDACTED]"}},
+        ])
+    );
+}
+
 #[tokio::test]
 async fn max_content_chars_cuts_content_not_canonical() {
     let ws = workspace();
