@@ -19,6 +19,7 @@ use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::RoleServer;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The level a session's client asked for; `None`: no log notifications.
 #[derive(Clone, Default)]
@@ -64,13 +65,32 @@ fn rank(level: LoggingLevel) -> u8 {
     }
 }
 
-/// Sends `logs` of a call of `tool` to `peer`, as `level` allows.
+/// The longest a call's response waits for its log notifications to be
+/// taken by the transport: a client that opened the stream they travel on
+/// and stopped reading it cannot hold the call (and its slot among the
+/// calls in flight) longer. What is not sent by then is dropped.
+pub(super) const LOG_FORWARD_LIMIT: Duration = Duration::from_secs(2);
+
+/// Sends `logs` of a call of `tool` to `peer`, as `level` allows, for at
+/// most [`LOG_FORWARD_LIMIT`].
 pub(super) async fn forward(
     peer: &Peer<RoleServer>,
     level: &SessionLevel,
     tool: &str,
     logs: &[LogRecord],
 ) {
+    if tokio::time::timeout(LOG_FORWARD_LIMIT, send(peer, level, tool, logs))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            tool,
+            "log notifications not taken in time; the rest are dropped"
+        );
+    }
+}
+
+async fn send(peer: &Peer<RoleServer>, level: &SessionLevel, tool: &str, logs: &[LogRecord]) {
     let Some(min) = level.get() else {
         return;
     };
