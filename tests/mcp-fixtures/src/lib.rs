@@ -180,7 +180,46 @@ fixture!(
     }
 );
 
+/// An address (its schema is `$defs/address`).
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "address")]
+pub struct Address {
+    /// The street.
+    pub street: Option<String>,
+    /// The city.
+    pub city: Option<String>,
+}
+
+/// Arguments using JSON Schema 2020-12 features: `$defs`, `$ref` and
+/// `additionalProperties: false`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaArgs {
+    /// A name.
+    pub name: Option<String>,
+    /// An address.
+    pub address: Option<Address>,
+}
+
+/// A tool whose input schema uses JSON Schema 2020-12 features.
+pub struct JsonSchema202012;
+
+impl Tool for JsonSchema202012 {
+    const NAME: &'static str = "json_schema_2020_12_tool";
+    const DESCRIPTION: &'static str = "Tool with JSON Schema 2020-12 features";
+    const CONCURRENCY_SAFE: bool = true;
+    const IDEMPOTENT: bool = true;
+    type Args = SchemaArgs;
+    type Output = Done;
+
+    fn run(args: SchemaArgs) -> Result<Done, ToolError> {
+        let city = args.address.and_then(|a| a.city).unwrap_or_default();
+        done(&format!("{} {city}", args.name.unwrap_or_default()))
+    }
+}
+
 toolhost_guest::export_tools!(
+    JsonSchema202012,
     SimpleText,
     ImageContent,
     AudioContent,
