@@ -32,8 +32,8 @@ use toml::Spanned;
 pub const DEFAULT_MAX_CLIENTS: usize = 1024;
 
 /// The largest `max_clients`: the table of clients is memory the callers
-/// make the host hold.
-pub const MAX_MAX_CLIENTS: usize = 1 << 20;
+/// make the host hold, and making room in a full table scans it.
+pub const MAX_MAX_CLIENTS: usize = 1 << 16;
 
 /// The longest interval a limit may name (a day).
 const MAX_PER_SECONDS: i64 = 86_400;
