@@ -818,3 +818,67 @@ async fn http_tool_logs_become_log_notifications_once_the_client_sets_a_level() 
         |n| n["params"]["level"] == "info" && n["params"]["logger"] == "test_tool_with_logging"
     ));
 }
+
+/// A 2026-07-28 request: no session, the lifecycle in `_meta`, the method in
+/// `Mcp-Method`; its answer.
+async fn rpc_2026(s: &Server, id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    });
+    let c = s
+        .client()
+        .with("mcp-protocol-version", "2026-07-28")
+        .with("mcp-method", method);
+    let c = match params["name"].as_str() {
+        Some(name) => c.with("mcp-name", name),
+        None => c,
+    };
+    c.rpc(id, method, params).await
+}
+
+/// What works today for a client of the 2026-07-28 revision over HTTP
+/// (rmcp's stateless lifecycle): `server/discover` and `tools/call` without
+/// `initialize`. Approvals through multi-round-trip requests are not built
+/// yet: an `ask` goes to `--approver` (here `none`: refused, never run).
+#[tokio::test]
+async fn http_2026_07_28_discover_and_call_without_initialize() {
+    let policy_dir = crate::support::tempdir();
+    let policy = policy_dir.path().join("policy.toml");
+    std::fs::write(&policy, ASK_WRITES).unwrap();
+    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    std::fs::write(s.ws.path().join("a.txt"), "hello 2026\n").unwrap();
+    let discover = rpc_2026(&s, 1, "server/discover", json!({})).await;
+    let versions = &discover["result"]["supportedVersions"];
+    assert!(
+        versions
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28")) && v.contains(&json!("2025-11-25"))),
+        "{discover}"
+    );
+    assert!(
+        discover["result"]["capabilities"]["tools"].is_object(),
+        "{discover}"
+    );
+    let read = rpc_2026(
+        &s,
+        2,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+    )
+    .await;
+    assert_eq!(read["result"]["isError"], false, "{read}");
+    let write = rpc_2026(
+        &s,
+        3,
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "b.txt", "content": "x"}}),
+    )
+    .await;
+    assert_eq!(
+        write["result"]["_meta"]["toolhost"]["code"], "APPROVAL_UNAVAILABLE",
+        "{write}"
+    );
+    assert!(!s.ws.path().join("b.txt").exists());
+}
