@@ -66,7 +66,8 @@ pub struct CallRequest {
     /// a server with several clients asks the client that made the call.
     pub approver: Option<Arc<dyn Approver>>,
     /// Who is calling, for the policy's `[rate_limits]`: the MCP server
-    /// names each session; `None` is [`LIBRARY_CLIENT`].
+    /// names what it can verify (the stdio session; over HTTP the bearer
+    /// token, else the remote address); `None` is [`LIBRARY_CLIENT`].
     pub client: Option<String>,
 }
 

@@ -3,9 +3,9 @@
 //! A refusal is `RATE_LIMITED`, recorded like any refusal.
 //!
 //! A client is who the caller says it is ([`CallRequest::client`]): the MCP
-//! server names each session (stdio: `mcp-stdio`; HTTP: one name per
-//! session), a library caller names its own callers or is
-//! [`LIBRARY_CLIENT`]. The table holds at most `max_clients` clients: when
+//! server names what it can verify (stdio: the session, `mcp-stdio`; HTTP:
+//! the bearer token, else the remote address), a library caller names its
+//! own callers or is [`LIBRARY_CLIENT`]. The table holds at most `max_clients` clients: when
 //! it is full, clients whose buckets are all full are forgotten first
 //! (that loses nothing), then the least recently seen one (whose next call
 //! then starts from a full bucket). Nothing a client sends makes the table

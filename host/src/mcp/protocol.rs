@@ -39,14 +39,16 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use toolhost_core::{ErrorCode, SandboxMode};
 
 /// The client name of the stdio session, for the policy's `[rate_limits]`
-/// (an HTTP session is `mcp-http-N`, numbered from 1 in the server's life).
+/// (over HTTP the client is what the front door verified: the bearer token,
+/// `mcp-http-token-<digest>`, with `--tokens`, else the remote address,
+/// `mcp-http-<ip>`).
 pub const STDIO_CLIENT: &str = "mcp-stdio";
 
 /// How a call's approval is asked: the client of the call's session if it
@@ -76,10 +78,9 @@ pub(super) struct Server {
     calls: Arc<Semaphore>,
     /// A session-log flush is queued and has not started yet.
     flush_queued: Arc<AtomicBool>,
-    /// This session's client name for the policy's `[rate_limits]`.
+    /// This session's client name for the policy's `[rate_limits]`, when
+    /// the request carries none from the HTTP front door.
     client: Arc<str>,
-    /// Sessions made so far by [`Server::session`] (names them).
-    sessions_made: Arc<AtomicU64>,
     /// The log level this session's client set (`logging/setLevel`).
     log_level: SessionLevel,
 }
@@ -106,7 +107,6 @@ impl Server {
             calls: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
             flush_queued: Arc::default(),
             client: Arc::from(STDIO_CLIENT),
-            sessions_made: Arc::default(),
             log_level: SessionLevel::default(),
         }
     }
@@ -114,10 +114,10 @@ impl Server {
     /// The handler of a new session on the same host: everything shared
     /// but the peer, which that session's `initialize` fills in.
     pub(super) fn session(&self) -> Server {
-        let n = self.sessions_made.fetch_add(1, Ordering::Relaxed) + 1;
         Server {
             peer: Arc::new(OnceLock::new()),
-            client: Arc::from(format!("mcp-http-{n}")),
+            // Replaced per request by what the front door verified.
+            client: Arc::from("mcp-http"),
             log_level: SessionLevel::default(),
             ..self.clone()
         }
@@ -250,6 +250,16 @@ fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
         tool = tool.with_raw_output_schema(Arc::new(o.clone()));
     }
     tool.with_annotations(enforced.annotations())
+}
+
+/// The rate-limit client of a request: over HTTP, what the front door
+/// verified (token or address); over stdio, the session.
+fn client_of(context: &RequestContext<RoleServer>, session: &str) -> String {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<super::http::HttpClient>())
+        .map_or_else(|| session.to_string(), |c| c.0.clone())
 }
 
 /// The MCP view of a content block. [`ContentItem`] serialises in MCP's
@@ -399,7 +409,7 @@ impl ServerHandler for Server {
                     self.approvals.fallback.clone(),
                     self.approvals.timeout,
                 ))),
-                client: Some(self.client.to_string()),
+                client: Some(client_of(&context, &self.client)),
                 ..CallRequest::default()
             })
             .await;

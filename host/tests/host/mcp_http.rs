@@ -590,46 +590,92 @@ async fn http_shutdown_waits_for_the_call_in_flight() {
     assert_eq!(s.exit_code(), Some(0));
 }
 
+/// The `code` of a `tools/call` answer.
+fn code_of(answer: &Value) -> Value {
+    answer["result"]["_meta"]["toolhost"]["code"].clone()
+}
+
+/// Over HTTP the rate-limit client is what the server can verify: the
+/// bearer token with `--tokens`, else the remote address. New sessions and
+/// session-less 2026-07-28 requests do not get new buckets.
 #[tokio::test]
-async fn http_rate_limits_each_session_apart() {
-    let policy_dir = crate::support::tempdir();
-    let policy = policy_dir.path().join("policy.toml");
+async fn http_rate_limits_follow_the_token_not_the_session() {
+    let dir = crate::support::tempdir();
+    let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
         "version = 1\n[rate_limits]\nper_client = { calls = 2, per_seconds = 3600 }\n",
     )
     .unwrap();
-    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alpha\nbravo\n").unwrap();
+    let s = Server::start(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--tokens",
+        tokens.to_str().unwrap(),
+    ]);
     std::fs::write(s.ws.path().join("a.txt"), "a\n").unwrap();
-    let first = s.client().initialize(json!({})).await;
-    let second = s.client().initialize(json!({})).await;
     let read = json!({"name": "read_file", "arguments": {"path": "a.txt"}});
+    let alpha = || s.client().with("authorization", "Bearer alpha");
+    let first = alpha().initialize(json!({})).await;
     for id in 1..=2 {
         let r = first.rpc(id, "tools/call", read.clone()).await;
         assert_eq!(r["result"]["isError"], false, "{r}");
     }
     let over = first.rpc(3, "tools/call", read.clone()).await;
-    assert_eq!(over["result"]["isError"], true, "{over}");
-    assert_eq!(
-        over["result"]["_meta"]["toolhost"]["code"], "RATE_LIMITED",
-        "{over}"
-    );
+    assert_eq!(code_of(&over), "RATE_LIMITED", "{over}");
     assert!(
         over["result"]["content"][0]["text"]
             .as_str()
             .is_some_and(|t| t.starts_with("RATE_LIMITED: ")),
         "{over}"
     );
-    // The other session is its own client.
-    let other = second.rpc(1, "tools/call", read).await;
-    assert_eq!(other["result"]["isError"], false, "{other}");
+    // A new session with the same token is the same client.
+    let again = alpha().initialize(json!({})).await;
+    let r = again.rpc(1, "tools/call", read.clone()).await;
+    assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
+    // So is a session-less 2026-07-28 request.
+    let mut stateless = read.clone();
+    stateless["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let r = alpha()
+        .with("mcp-protocol-version", "2026-07-28")
+        .with("mcp-method", "tools/call")
+        .with("mcp-name", "read_file")
+        .rpc(1, "tools/call", stateless)
+        .await;
+    assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
+    // Another token is another client.
+    let bravo = s
+        .client()
+        .with("authorization", "Bearer bravo")
+        .initialize(json!({}))
+        .await;
+    let r = bravo.rpc(1, "tools/call", read.clone()).await;
+    assert_eq!(r["result"]["isError"], false, "{r}");
     // Logged like any refusal.
     let refused = s
         .events()
         .iter()
         .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
         .count();
-    assert_eq!(refused, 1);
+    assert_eq!(refused, 3);
+
+    // Without tokens, sessions from one address share the client.
+    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    std::fs::write(s.ws.path().join("a.txt"), "a\n").unwrap();
+    for id in 1..=2 {
+        let c = s.client().initialize(json!({})).await;
+        let r = c.rpc(id, "tools/call", read.clone()).await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    let c = s.client().initialize(json!({})).await;
+    let r = c.rpc(3, "tools/call", read).await;
+    assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
 }
 
 /// `tools/list`'s hints of `name`: [readOnly, destructive, idempotent, openWorld].
