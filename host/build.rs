@@ -13,14 +13,24 @@ const TOOLS: &[&str] = &[
 ];
 /// Built with the tools but not embedded: the benchmarks load it by path.
 const BENCH_GUEST: &str = "toolhost-bench-guest";
+/// Built with the tools but not embedded: the tools the MCP conformance
+/// suite calls, loaded by path in tests.
+const MCP_FIXTURES: &str = "toolhost-mcp-fixtures";
 
 fn main() {
     let mut packages = TOOLS.to_vec();
     packages.push(BENCH_GUEST);
+    packages.push(MCP_FIXTURES);
     let built = toolhost_build_support::build(
         &packages,
         "wasm-tools",
-        &["tools", "guest-sdk", "wit", "benches/cpu-guest"],
+        &[
+            "tools",
+            "guest-sdk",
+            "wit",
+            "benches/cpu-guest",
+            "tests/mcp-fixtures",
+        ],
     );
     let mut src = String::from(
         "/// The example tools, embedded at build time: (name, component bytes).\npub static EMBEDDED_TOOLS: &[(&str, &[u8])] = &[\n",
@@ -38,6 +48,13 @@ fn main() {
         let _ = writeln!(
             src,
             "/// The benchmarks' CPU-bound guest (not embedded).\n#[doc(hidden)]\npub const BENCH_GUEST_PATH: &str = {:?};",
+            b.path.display().to_string()
+        );
+    }
+    if let Some(b) = built.iter().find(|b| b.name == "toolhost_mcp_fixtures") {
+        let _ = writeln!(
+            src,
+            "/// The MCP conformance fixtures (not embedded).\n#[doc(hidden)]\npub const MCP_FIXTURES_PATH: &str = {:?};",
             b.path.display().to_string()
         );
     }

@@ -72,11 +72,57 @@ pub use schemars::{self, JsonSchema};
 pub use serde::{self, Deserialize, Serialize, de::DeserializeOwned};
 pub use serde_json;
 
-/// One block of model-visible content.
+/// One block of content for the client. Text is what every host shows the
+/// model; images, audio and resources travel through the `content`
+/// interface of `toolhost:tool@0.1.1` (a host of 0.1.0 does not load a tool
+/// that returns them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
     /// Plain text.
     Text(String),
+    /// An image: its bytes and MIME type (`image/png`, ...).
+    Image {
+        /// The raw bytes.
+        data: Vec<u8>,
+        /// The MIME type.
+        mime_type: String,
+    },
+    /// Audio: its bytes and MIME type (`audio/wav`, ...).
+    Audio {
+        /// The raw bytes.
+        data: Vec<u8>,
+        /// The MIME type.
+        mime_type: String,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// The resource's URI.
+        uri: String,
+        /// A short name.
+        name: String,
+        /// What it is.
+        description: Option<String>,
+        /// Its MIME type.
+        mime_type: Option<String>,
+    },
+    /// A text resource, embedded.
+    ResourceText {
+        /// The resource's URI.
+        uri: String,
+        /// Its MIME type.
+        mime_type: Option<String>,
+        /// Its text.
+        text: String,
+    },
+    /// A binary resource, embedded.
+    ResourceBlob {
+        /// The resource's URI.
+        uri: String,
+        /// Its MIME type.
+        mime_type: Option<String>,
+        /// Its bytes.
+        data: Vec<u8>,
+    },
 }
 
 impl Content {
@@ -84,6 +130,83 @@ impl Content {
     pub fn text(text: impl Into<String>) -> Self {
         Content::Text(text.into())
     }
+
+    /// An image block.
+    pub fn image(data: impl Into<Vec<u8>>, mime_type: impl Into<String>) -> Self {
+        Content::Image {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// An audio block.
+    pub fn audio(data: impl Into<Vec<u8>>, mime_type: impl Into<String>) -> Self {
+        Content::Audio {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// The block for the `content` interface.
+    fn into_block(self) -> bindings::toolhost::tool::content::Block {
+        use bindings::toolhost::tool::content as c;
+        match self {
+            Content::Text(t) => c::Block::Text(t),
+            Content::Image { data, mime_type } => c::Block::Image(c::Media { data, mime_type }),
+            Content::Audio { data, mime_type } => c::Block::Audio(c::Media { data, mime_type }),
+            Content::ResourceLink {
+                uri,
+                name,
+                description,
+                mime_type,
+            } => c::Block::ResourceLink(c::ResourceLink {
+                uri,
+                name,
+                description,
+                mime_type,
+            }),
+            Content::ResourceText {
+                uri,
+                mime_type,
+                text,
+            } => c::Block::Embedded(c::EmbeddedResource {
+                uri,
+                mime_type,
+                contents: c::ResourceContents::Text(text),
+            }),
+            Content::ResourceBlob {
+                uri,
+                mime_type,
+                data,
+            } => c::Block::Embedded(c::EmbeddedResource {
+                uri,
+                mime_type,
+                contents: c::ResourceContents::Blob(data),
+            }),
+        }
+    }
+}
+
+/// Lowers `content` for the host: all text, as the returned list (what a
+/// host of 0.1.0 reads); otherwise every block attached in order through
+/// the `content` interface, and an empty list.
+fn lower_content(
+    content: Vec<Content>,
+) -> Result<Vec<bindings::toolhost::tool::types::ContentBlock>, ToolError> {
+    if content.iter().all(|c| matches!(c, Content::Text(_))) {
+        return Ok(content
+            .into_iter()
+            .filter_map(|c| match c {
+                Content::Text(t) => Some(bindings::toolhost::tool::types::ContentBlock::Text(t)),
+                _ => None,
+            })
+            .collect());
+    }
+    for block in content {
+        bindings::toolhost::tool::content::attach(&block.into_block())
+            .map_err(|e| ToolError::new("content", e))?;
+    }
+    Ok(Vec::new())
 }
 
 /// A failure that the tool reports to the model (not a crash).
@@ -209,12 +332,7 @@ pub fn invoke<T: Tool>(
             format!("output is not JSON: {e}"),
         ))
     })?;
-    let content = T::content(&output)
-        .into_iter()
-        .map(|c| match c {
-            Content::Text(t) => bindings::toolhost::tool::types::ContentBlock::Text(t),
-        })
-        .collect();
+    let content = lower_content(T::content(&output)).map_err(to_wit_error)?;
     let meta = T::meta(&output).map(|m| m.to_string());
     Ok(bindings::toolhost::tool::types::ToolOutput {
         canonical,

@@ -64,9 +64,13 @@ pub use crate::egress::{NetworkGrant, SharedResolver};
 #[doc(hidden)]
 pub use crate::embedded::BENCH_GUEST_PATH;
 pub use crate::embedded::EMBEDDED_TOOLS;
+#[doc(hidden)]
+pub use crate::embedded::MCP_FIXTURES_PATH;
 pub use crate::explain::{Answer, Explanation};
 pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHook};
-pub use crate::host::{CallRequest, Escalation, Host, HostBuilder, HostError, MAX_ARGS_BYTES};
+pub use crate::host::{
+    CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,
+};
 pub use crate::provider::{Provider, provider_tool};
 pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};
 pub use crate::result::{CallError, CallResult, Status};

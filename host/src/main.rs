@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use toolhost::{
-    CallRequest, CallResult, Host, HostBuilder, Interrupt, Limits, RuntimeOptions, SandboxMode,
+    CallRequest, CallResult, ContentItem, Host, HostBuilder, Interrupt, Limits, RuntimeOptions,
+    SandboxMode,
 };
 
 #[derive(Parser)]
@@ -662,7 +663,20 @@ fn print_result(result: &CallResult, json: bool) {
     match &result.error {
         None => {
             for c in &result.content {
-                let text = c.as_text();
+                let text = match c {
+                    ContentItem::Text { text } => text.clone(),
+                    // Media and resources are for clients (`--json`, MCP);
+                    // a terminal gets what they are.
+                    ContentItem::Image { mime_type, data }
+                    | ContentItem::Audio { mime_type, data } => {
+                        format!("[{mime_type}, {} bytes in base64; see --json]", data.len())
+                    }
+                    ContentItem::ResourceLink { uri, .. } => format!("[link: {uri}]"),
+                    ContentItem::Resource { resource } => match &resource.text {
+                        Some(t) => t.clone(),
+                        None => format!("[resource {}; see --json]", resource.uri),
+                    },
+                };
                 print!("{text}");
                 if !text.ends_with('\n') {
                     println!();

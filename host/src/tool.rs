@@ -119,15 +119,68 @@ fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
-/// One block of model-visible content (`{"type":"text","text":...}`).
+/// One block of model-visible content, serialised as MCP shapes it:
+/// `{"type":"text","text"}`, `{"type":"image","data","mimeType"}` (data in
+/// base64), `{"type":"audio",...}`, `{"type":"resource_link","uri","name",...}`
+/// and `{"type":"resource","resource":{"uri","mimeType","text"|"blob"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentItem {
     /// Plain text.
     Text {
         /// The text.
         text: String,
     },
+    /// An image.
+    Image {
+        /// The bytes, in base64.
+        data: String,
+        /// The MIME type.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// Audio.
+    Audio {
+        /// The bytes, in base64.
+        data: String,
+        /// The MIME type.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// A link to a resource.
+    ResourceLink {
+        /// The resource's URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// What it is.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        description: Option<String>,
+        /// Its MIME type.
+        #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none", default)]
+        mime_type: Option<String>,
+    },
+    /// A resource whose contents travel with the result.
+    Resource {
+        /// The resource.
+        resource: EmbeddedResource,
+    },
+}
+
+/// The contents of an embedded resource: `text`, or `blob` (base64).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbeddedResource {
+    /// The resource's URI.
+    pub uri: String,
+    /// Its MIME type.
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none", default)]
+    pub mime_type: Option<String>,
+    /// Its text, for a text resource.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub text: Option<String>,
+    /// Its bytes in base64, for a binary resource.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub blob: Option<String>,
 }
 
 impl ContentItem {
@@ -136,10 +189,60 @@ impl ContentItem {
         ContentItem::Text { text: text.into() }
     }
 
-    /// The block's text.
+    /// The block's text: a text block's, or an embedded text resource's;
+    /// empty for images, audio, links and binary resources.
     pub fn as_text(&self) -> &str {
         match self {
             ContentItem::Text { text } => text,
+            ContentItem::Resource {
+                resource:
+                    EmbeddedResource {
+                        text: Some(text), ..
+                    },
+            } => text,
+            _ => "",
+        }
+    }
+
+    /// The block's text for the policy's text rules (redaction, caps,
+    /// blocking), when it has some: text blocks and embedded text resources.
+    pub fn text_mut(&mut self) -> Option<&mut String> {
+        match self {
+            ContentItem::Text { text } => Some(text),
+            ContentItem::Resource {
+                resource:
+                    EmbeddedResource {
+                        text: Some(text), ..
+                    },
+            } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// How many bytes the block carries (for the output cap).
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            ContentItem::Text { text } => text.len(),
+            ContentItem::Image { data, mime_type } | ContentItem::Audio { data, mime_type } => {
+                data.len() + mime_type.len()
+            }
+            ContentItem::ResourceLink {
+                uri,
+                name,
+                description,
+                mime_type,
+            } => {
+                uri.len()
+                    + name.len()
+                    + description.as_ref().map_or(0, String::len)
+                    + mime_type.as_ref().map_or(0, String::len)
+            }
+            ContentItem::Resource { resource: r } => {
+                r.uri.len()
+                    + r.mime_type.as_ref().map_or(0, String::len)
+                    + r.text.as_ref().map_or(0, String::len)
+                    + r.blob.as_ref().map_or(0, String::len)
+            }
         }
     }
 }

@@ -200,6 +200,9 @@ error_codes! {
     /// The host stopped after the intent was durable and before the result was:
     /// the tool may or may not have run.
     ToolOutcomeUnknown => "TOOL_OUTCOME_UNKNOWN",
+    /// The client (or the client on this tool) made more calls than the
+    /// policy's `[rate_limits]` allow; refused before validation.
+    RateLimited => "RATE_LIMITED",
 }
 
 impl fmt::Display for ErrorCode {
@@ -238,6 +241,7 @@ mod tests {
             ErrorCode::ToolOutcomeUnknown.as_str(),
             "TOOL_OUTCOME_UNKNOWN"
         );
-        assert_eq!(ErrorCode::ALL.len(), 20);
+        assert_eq!(ErrorCode::ALL.len(), 21);
+        assert_eq!(ErrorCode::RateLimited.as_str(), "RATE_LIMITED");
     }
 }

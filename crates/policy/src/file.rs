@@ -40,6 +40,7 @@ pub(crate) struct RawPolicy {
     pub(crate) layers: Vec<Spanned<RawLayer>>,
     #[serde(default)]
     pub(crate) patches: Vec<Spanned<RawPatch>>,
+    pub(crate) rate_limits: Option<Spanned<crate::rate_limit::RawRateLimits>>,
 }
 
 #[derive(Deserialize)]

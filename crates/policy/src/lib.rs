@@ -39,6 +39,7 @@ mod policy_guard;
 mod post_execute;
 mod preset;
 mod principal;
+mod rate_limit;
 mod rule;
 mod side_effect;
 
@@ -53,6 +54,9 @@ pub use policy_guard::PolicyGuard;
 pub use post_execute::{PostExecuteRules, PostVerdict, REDACTED};
 pub use preset::Preset;
 pub use principal::{ANONYMOUS_PRINCIPAL, LOCAL_PRINCIPAL, Subject, check_principal_name};
+pub use rate_limit::{
+    DEFAULT_MAX_CLIENTS, Limit, MAX_MAX_CLIENTS, RateLimits, TokenBucket, ToolLimit,
+};
 pub use rule::{Rule, RuleOrigin, RuleRef};
 pub use side_effect::SideEffect;
 pub use toolhost_core::SandboxMode;

@@ -80,9 +80,17 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
     }
 
     let stack = crate::layer::compile(&raw, src, mode)?;
+    let rate_limits = raw
+        .rate_limits
+        .as_ref()
+        .map(crate::rate_limit::compile)
+        .transpose()?
+        .unwrap_or_default();
+
     Ok(
         Policy::from_parts(preset, default, approval, mode, rules, guards, post_execute)
-            .with_stack(stack),
+            .with_stack(stack)
+            .with_rate_limits(rate_limits),
     )
 }
 

@@ -10,6 +10,7 @@ use crate::facts::CallFacts;
 use crate::policy_guard::PolicyGuard;
 use crate::post_execute::PostExecuteRules;
 use crate::preset::Preset;
+use crate::rate_limit::RateLimits;
 use crate::rule::{Rule, RuleRef};
 use toolhost_core::SandboxMode;
 use toolhost_egress::NetworkPolicy;
@@ -91,6 +92,13 @@ use toolhost_egress::NetworkPolicy;
 /// pointer = "/max_results"
 /// clamp = { min = 1, max = 50 }   # or: set = V (when absent), force = V,
 ///                                 # rewrite_prefix = { from = "/tmp/", to = "scratch/" }
+///
+/// [rate_limits]                # see `RateLimits`; refusals are RATE_LIMITED
+/// per_client = { calls = 120, per_seconds = 60, burst = 20 }
+/// [[rate_limits.tools]]
+/// tool = "write_file"
+/// calls = 10
+/// per_seconds = 60
 /// ```
 ///
 /// `[network]` and `[[credentials]]` are read by
@@ -115,6 +123,7 @@ pub struct Policy {
     network: NetworkPolicy,
     /// Principals, narrowing layers and argument patches (see `layer.rs`).
     pub(crate) stack: crate::layer::Stack,
+    rate_limits: RateLimits,
 }
 
 impl Default for Policy {
@@ -137,6 +146,7 @@ impl Default for Policy {
             post_execute: PostExecuteRules::default(),
             network: NetworkPolicy::default(),
             stack: crate::layer::Stack::default(),
+            rate_limits: RateLimits::default(),
         }
     }
 }
@@ -186,11 +196,19 @@ impl Policy {
             post_execute,
             network: NetworkPolicy::default(),
             stack: crate::layer::Stack::default(),
+            rate_limits: RateLimits::default(),
         }
     }
 
     pub(crate) fn with_stack(mut self, stack: crate::layer::Stack) -> Self {
         self.stack = stack;
+        self
+    }
+
+    /// Sets the `[rate_limits]` (kept apart from [`Policy::from_parts`] so
+    /// the section stays in its own module).
+    pub(crate) fn with_rate_limits(mut self, rate_limits: RateLimits) -> Self {
+        self.rate_limits = rate_limits;
         self
     }
 
@@ -263,6 +281,11 @@ impl Policy {
     /// [`Guards::from_policy`](crate::Guards::from_policy).
     pub fn guards(&self) -> &[PolicyGuard] {
         &self.guards
+    }
+
+    /// The file's `[rate_limits]` (empty when the section is absent).
+    pub fn rate_limits(&self) -> &RateLimits {
+        &self.rate_limits
     }
 
     /// The file's `[post_execute]` rules (empty when the section is absent).

@@ -4,6 +4,7 @@
 //! workspace happen here; nothing is half-applied.
 
 use super::gate::Gate;
+use super::rate::RateLimiter;
 use super::{Host, HostError};
 use crate::approval::{Approver, NoApprover};
 use crate::egress::{Egress, SharedResolver};
@@ -50,6 +51,7 @@ pub struct HostBuilder {
     runtime_options: RuntimeOptions,
     gate: Option<Arc<Gate>>,
     resolver: Option<SharedResolver>,
+    rate: Option<Arc<RateLimiter>>,
     /// Set by the first successful or failed `build`: the configuration
     /// has been moved out, and a second build would silently lose it.
     built: bool,
@@ -81,6 +83,7 @@ impl HostBuilder {
             runtime_options: RuntimeOptions::default(),
             gate: None,
             resolver: None,
+            rate: None,
             built: false,
         }
     }
@@ -215,6 +218,7 @@ impl HostBuilder {
         self.runtime = Some(previous.runtime.clone());
         self.log = Some(previous.recorder.log().clone());
         self.gate = Some(previous.gate.clone());
+        self.rate = Some(previous.rate.clone());
         self
     }
 
@@ -313,7 +317,12 @@ impl HostBuilder {
         for g in std::mem::take(&mut self.guards) {
             guards.push(g);
         }
+        let rate = match self.rate.take() {
+            Some(previous) => RateLimiter::successor(&previous, self.policy.rate_limits().clone()),
+            None => RateLimiter::new(self.policy.rate_limits().clone()),
+        };
         Ok(Host {
+            rate,
             runtime,
             registry,
             policy: std::mem::take(&mut self.policy),

@@ -9,15 +9,18 @@
 //!   and `call_batch`;
 //! - `batch.rs`: the calls of one step: admitted in order, one group
 //!   commit, bodies in runs, results committed in call order;
-//! - `gate.rs`: exclusivity across every caller of the host.
+//! - `gate.rs`: exclusivity across every caller of the host;
+//! - `rate.rs`: the policy's `[rate_limits]`, per client, before validation.
 
 mod batch;
 mod builder;
 mod gate;
 mod pipeline;
+mod rate;
 
 pub use builder::HostBuilder;
 pub use pipeline::MAX_ARGS_BYTES;
+pub use rate::LIBRARY_CLIENT;
 
 use crate::approval::Approver;
 use crate::hooks::{Observer, PostExecuteHook};
@@ -65,6 +68,10 @@ pub struct CallRequest {
     /// Who asked: a principal name (see [`policy::Subject`](toolhost_policy::Subject)).
     /// `None` is [`LOCAL_PRINCIPAL`](toolhost_policy::LOCAL_PRINCIPAL), an owner.
     pub principal: Option<String>,
+    /// Who is calling, for the policy's `[rate_limits]`: the MCP server
+    /// names what it can verify (the stdio session; over HTTP the bearer
+    /// token, else the remote address); `None` is [`LIBRARY_CLIENT`].
+    pub client: Option<String>,
 }
 
 impl std::fmt::Debug for CallRequest {
@@ -76,6 +83,7 @@ impl std::fmt::Debug for CallRequest {
             .field("mode", &self.mode)
             .field("escalation", &self.escalation)
             .field("principal", &self.principal)
+            .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }
@@ -114,6 +122,12 @@ impl CallRequest {
             mode,
             justification: justification.into(),
         });
+        self
+    }
+
+    /// Names the caller (for the policy's `[rate_limits]`).
+    pub fn client(mut self, client: impl Into<String>) -> Self {
+        self.client = Some(client.into());
         self
     }
 
@@ -176,6 +190,7 @@ pub struct Host {
     /// The policy's network grants, loaded (credentials read, TLS roots);
     /// `None` when the policy grants no network.
     pub(crate) egress: Option<Arc<crate::egress::Egress>>,
+    pub(crate) rate: Arc<rate::RateLimiter>,
 }
 
 impl std::fmt::Debug for Host {
@@ -243,5 +258,15 @@ impl Host {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// Whether any network grant could apply to a call of `tool`: what MCP's
+    /// `openWorldHint` reports, and what makes a tool no longer read-only
+    /// whatever its sandbox mode. This host grants no network to any call
+    /// (DESIGN.md §2b: network is an explicit grant, and none exists here),
+    /// so the answer is `false` for every tool; a policy with network grants
+    /// answers from them.
+    pub fn may_reach_network(&self, _tool: &str) -> bool {
+        false
     }
 }

@@ -2,6 +2,7 @@
 //! either hands the call to the next phase or ends it with a stable code.
 //!
 //! Invariants this module keeps:
+//! - rate limits come right after lookup, before validation;
 //! - validation comes before policy, guards before approval, approval before
 //!   the checkpoint, the checkpoint before the body;
 //! - every path except `allowed-once` after `ask` refuses;
@@ -206,6 +207,14 @@ impl Host {
         let tool = self.lookup(req.scope.as_deref(), &req.tool)?;
         let base_mode = req.mode.unwrap_or_else(|| self.policy.default_mode());
         hidden_refusal(&self.policy, &tool.descriptor.name, &subject, base_mode)?;
+
+        // 1b. rate limits, before validation costs anything: a client over
+        // its limit gets RATE_LIMITED and the call goes no further.
+        self.rate.admit(
+            req.client.as_deref(),
+            &tool.descriptor.name,
+            std::time::Instant::now(),
+        )?;
 
         // 2. parse and validate the arguments.
         let mut args = parse_args(tool, &req.args)?;
@@ -577,16 +586,17 @@ impl Host {
         if rules.is_empty() {
             return Ok(());
         }
+        // The text rules see the blocks that carry text (text blocks and
+        // embedded text resources); images, audio, links and binary
+        // resources pass through them unchanged.
         let mut texts: Vec<String> = result
             .content
-            .iter()
-            .map(|c| c.as_text().to_string())
+            .iter_mut()
+            .filter_map(|c| c.text_mut().map(|t| t.clone()))
             .collect();
         match rules.apply(&mut texts, &result.canonical) {
             PostVerdict::Blocked { reason } => return Err(format!("blocked by policy: {reason}")),
-            PostVerdict::Changed => {
-                result.content = texts.into_iter().map(ContentItem::text).collect()
-            }
+            PostVerdict::Changed => write_back(&mut result.content, texts),
             PostVerdict::Keep => {}
         }
         Ok(())
@@ -627,6 +637,22 @@ impl Host {
             Receipt::default(),
         ))
     }
+}
+
+/// Puts the texts the policy's rules returned back into the blocks they
+/// came from; a text-bearing block the rules dropped (a cap) goes.
+fn write_back(content: &mut Vec<ContentItem>, texts: Vec<String>) {
+    let mut texts = texts.into_iter();
+    content.retain_mut(|c| match c.text_mut() {
+        None => true,
+        Some(t) => match texts.next() {
+            Some(new) => {
+                *t = new;
+                true
+            }
+            None => false,
+        },
+    });
 }
 
 /// Resolves once `interrupt` is cancelled.

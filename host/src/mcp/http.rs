@@ -232,6 +232,24 @@ impl Tokens {
 #[derive(Debug, Clone)]
 pub(super) struct Caller(pub(super) String);
 
+/// The bearer token a request offers, if any.
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_string())
+        })
+}
+
+/// The client of an HTTP request (see `Admission::client_of`), carried in
+/// the request's extensions to the protocol handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HttpClient(pub(super) String);
+
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b)
 }
@@ -391,15 +409,7 @@ impl Admission {
         let Some(tokens) = self.tokens.as_ref() else {
             return Ok(None);
         };
-        let offered = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.trim().split_once(' ')?;
-                scheme
-                    .eq_ignore_ascii_case("bearer")
-                    .then(|| token.trim().to_string())
-            });
+        let offered = bearer(headers);
         match offered {
             Some(t) => match tokens.principal_of(&t) {
                 Some(p) => Ok(Some(Caller(p.to_string()))),
@@ -407,6 +417,20 @@ impl Admission {
             },
             None => Err(false),
         }
+    }
+
+    /// The client of an admitted request, for the policy's `[rate_limits]`:
+    /// with `--tokens`, its token (a digest of it); otherwise the address it
+    /// connects from. Not the MCP session: a client can open sessions, or
+    /// send session-less 2026-07-28 requests, as often as it likes.
+    fn client_of(&self, headers: &HeaderMap, remote: SocketAddr) -> HttpClient {
+        if self.tokens.is_some()
+            && let Some(token) = bearer(headers)
+        {
+            let digest = Sha256::digest(token.as_bytes());
+            return HttpClient(format!("mcp-http-token-{}", hex::encode(&digest[..8])));
+        }
+        HttpClient(format!("mcp-http-{}", remote.ip()))
     }
 
     /// rmcp's own `Host` list (it checks again after the front door).
@@ -548,7 +572,7 @@ struct Front {
 }
 
 impl Front {
-    async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, mut request: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
         let operator = request
             .uri()
             .path()
@@ -573,6 +597,12 @@ impl Front {
                 return unauthorized(offered);
             }
         };
+        // Who is calling, as far as the server can tell, for the policy's
+        // `[rate_limits]`: the handler reads it from the request's parts
+        // (rmcp passes them on).
+        let client = self.admission.client_of(headers, remote);
+        request.extensions_mut().insert(client);
+        let headers = request.headers();
         let new_session = request.method() == http::Method::POST
             && !headers.contains_key(rmcp::transport::common::http_header::HEADER_SESSION_ID);
         if new_session {
@@ -743,8 +773,8 @@ pub async fn serve_http_until(
             () = &mut stop => break,
             a = listener.accept() => a,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, remote) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, say: back off instead of spinning.
                 tracing::warn!("cannot accept a connection: {e}");
@@ -755,7 +785,7 @@ pub async fn serve_http_until(
         let front = front.clone();
         let service = hyper::service::service_fn(move |request| {
             let front = front.clone();
-            async move { Ok::<_, Infallible>(front.handle(request).await) }
+            async move { Ok::<_, Infallible>(front.handle(request, remote).await) }
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())

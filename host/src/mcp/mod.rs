@@ -12,8 +12,10 @@
 //! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
+//! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `operator` | `/approvals` on the HTTP server: an owner lists and decides queued approvals |
+//! | `logging` | a tool's `host.log` records as `notifications/message`, at the level the session set |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
@@ -29,10 +31,12 @@
 //! progress is one slot per call, framing answers wait for stdout, calls in
 //! flight are capped, and log flushes after calls are coalesced.
 
+mod annotations;
 mod approval;
 mod framing;
 mod http;
 mod operator;
+mod logging;
 mod progress;
 mod protocol;
 mod reload;
@@ -44,7 +48,7 @@ pub use http::{
 };
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
-pub use protocol::to_mcp_result;
+pub use protocol::{STDIO_CLIENT, to_mcp_result};
 
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};

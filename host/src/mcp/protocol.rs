@@ -19,8 +19,10 @@
 //! sessions of an HTTP server share the count), and the session-log flushes
 //! that follow calls are coalesced (one queued at most).
 
+use super::annotations::Enforced;
 use super::approval::McpApprover;
 use super::http::Caller;
+use super::logging::{self, SessionLevel};
 use super::progress::ProgressForwarder;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
@@ -28,11 +30,12 @@ use crate::host::{CallRequest, Host};
 use crate::result::CallResult;
 use crate::runtime::Receipt;
 use crate::state::Interrupt;
+use crate::tool::ContentItem;
 use rmcp::Peer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ServerCapabilities, Tool, ToolAnnotations,
+    ServerCapabilities, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -41,7 +44,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
-use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
+use toolhost_core::{ErrorCode, SandboxMode};
+
+/// The client name of the stdio session, for the policy's `[rate_limits]`
+/// (over HTTP the client is what the front door verified: the bearer token,
+/// `mcp-http-token-<digest>`, with `--tokens`, else the remote address,
+/// `mcp-http-<ip>`).
+pub const STDIO_CLIENT: &str = "mcp-stdio";
 
 /// How a call's approval is asked: the client of the call's session if it
 /// elicits, else `fallback`, waiting at most `timeout` for the client.
@@ -73,6 +82,11 @@ pub(super) struct Server {
     calls: Arc<Semaphore>,
     /// A session-log flush is queued and has not started yet.
     flush_queued: Arc<AtomicBool>,
+    /// This session's client name for the policy's `[rate_limits]`, when
+    /// the request carries none from the HTTP front door.
+    client: Arc<str>,
+    /// The log level this session's client set (`logging/setLevel`).
+    log_level: SessionLevel,
 }
 
 impl Server {
@@ -98,6 +112,8 @@ impl Server {
             stopping: Arc::default(),
             calls: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT)),
             flush_queued: Arc::default(),
+            client: Arc::from(STDIO_CLIENT),
+            log_level: SessionLevel::default(),
         }
     }
 
@@ -106,6 +122,9 @@ impl Server {
     pub(super) fn session(&self) -> Server {
         Server {
             peer: Arc::new(OnceLock::new()),
+            // Replaced per request by what the front door verified.
+            client: Arc::from("mcp-http"),
+            log_level: SessionLevel::default(),
             ..self.clone()
         }
     }
@@ -226,7 +245,10 @@ fn too_many_calls(tool: &str) -> CallResult {
 /// The MCP view of a tool. Its schemas are the client view
 /// ([`Descriptor::for_clients`](crate::tool::Descriptor::for_clients)): only
 /// JSON Schema 2020-12 formats.
-fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
+///
+/// Its annotations say what the host enforces for its calls
+/// ([`Enforced`]), not what the author declared.
+fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
     let d = &t.descriptor.for_clients();
     let input = match &d.input_schema {
         Value::Object(o) => o.clone(),
@@ -244,15 +266,26 @@ fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
     {
         tool = tool.with_raw_output_schema(Arc::new(o.clone()));
     }
-    let mut annotations = ToolAnnotations::default();
-    annotations.read_only_hint = Some(matches!(d.side_effect, SideEffect::None | SideEffect::Read));
-    annotations.destructive_hint = Some(matches!(
-        d.side_effect,
-        SideEffect::Write | SideEffect::External
-    ));
-    annotations.idempotent_hint = Some(d.idempotent);
-    annotations.open_world_hint = Some(d.side_effect == SideEffect::External);
-    tool.with_annotations(annotations)
+    tool.with_annotations(enforced.annotations())
+}
+
+/// The rate-limit client of a request: over HTTP, what the front door
+/// verified (token or address); over stdio, the session.
+fn client_of(context: &RequestContext<RoleServer>, session: &str) -> String {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<super::http::HttpClient>())
+        .map_or_else(|| session.to_string(), |c| c.0.clone())
+}
+
+/// The MCP view of a content block. [`ContentItem`] serialises in MCP's
+/// shapes (`text`, `image`, `audio`, `resource_link`, `resource`), so the
+/// block is its JSON; one rmcp cannot read (never expected) becomes its
+/// JSON as text rather than vanishing.
+fn mcp_content(c: &ContentItem) -> ContentBlock {
+    let json = serde_json::to_value(c).unwrap_or(Value::Null);
+    serde_json::from_value(json.clone()).unwrap_or_else(|_| ContentBlock::text(json.to_string()))
 }
 
 /// The MCP view of a result: `structuredContent` is the canonical value (ok
@@ -261,11 +294,7 @@ fn mcp_tool(t: &crate::registry::RegisteredTool) -> Tool {
 pub fn to_mcp_result(r: &CallResult) -> CallToolResult {
     let mut out = match &r.error {
         None => {
-            let content = r
-                .content
-                .iter()
-                .map(|c| ContentBlock::text(c.as_text()))
-                .collect();
+            let content = r.content.iter().map(mcp_content).collect();
             let mut out = CallToolResult::success(content);
             if r.canonical.is_object() {
                 out.structured_content = Some(r.canonical.clone());
@@ -295,6 +324,7 @@ impl ServerHandler for Server {
     fn get_info(&self) -> InitializeResult {
         let mut caps = ServerCapabilities::default();
         caps.tools = Some(json_default_tools_capability());
+        caps.logging = Some(Default::default());
         InitializeResult::new(caps)
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -315,6 +345,19 @@ impl ServerHandler for Server {
         self.negotiate_initialize(&request)
     }
 
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated upstream but still spoken by 2025-11-25 clients"
+    )]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level.set(request.level);
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -327,7 +370,7 @@ impl ServerHandler for Server {
         let tools = host
             .tools_for(self.scope.as_deref(), principal.as_deref(), self.mode)
             .into_iter()
-            .map(mcp_tool)
+            .map(|t| mcp_tool(t, Enforced::of(&host, &t.descriptor, self.mode)))
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -387,10 +430,19 @@ impl ServerHandler for Server {
                     self.approvals.fallback.clone(),
                     self.approvals.timeout,
                 ))),
+                client: Some(client_of(&context, &self.client)),
                 ..CallRequest::default()
             })
             .await;
         watcher.abort();
+        // The tool's log records, before the response (never after it).
+        logging::forward(
+            &context.peer,
+            &self.log_level,
+            &result.tool,
+            &result.receipt.logs,
+        )
+        .await;
         if let Some(forwarder) = forwarder {
             // The last report goes out before the response, never after.
             forwarder.finish().await;

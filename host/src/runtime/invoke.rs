@@ -240,7 +240,7 @@ impl Invoker {
                 message: format!("{}: {}", e.code, e.message),
             },
             Ok(Ok(out)) => match run.check_output(&out) {
-                Ok(()) => lift_output(out),
+                Ok(()) => lift_output(out, run.take_attached()),
                 Err((code, message)) => BodyOutcome::Err { code, message },
             },
         };
@@ -287,9 +287,10 @@ async fn wait_cancelled(interrupt: &Interrupt) {
     }
 }
 
-/// A tool's result (already within the output cap) as the host's values;
+/// A tool's result (already within the output cap) as the host's values,
+/// the blocks it attached through `content.attach` after its text blocks;
 /// `OUTPUT_INVALID` when `canonical` or `meta` is not JSON.
-fn lift_output(out: ToolOutput) -> BodyOutcome {
+fn lift_output(out: ToolOutput, attached: Vec<ContentItem>) -> BodyOutcome {
     let canonical = match serde_json::from_str(&out.canonical) {
         Ok(v) => v,
         Err(e) => {
@@ -312,6 +313,7 @@ fn lift_output(out: ToolOutput) -> BodyOutcome {
         .content
         .into_iter()
         .map(|ContentBlock::Text(text)| ContentItem::text(text))
+        .chain(attached)
         .collect();
     BodyOutcome::Ok {
         canonical,

@@ -32,7 +32,8 @@ pub(crate) enum InterfaceSet {
     /// store's hooks (`runtime::net`); without a grant it fails inside the
     /// guest with `HTTP-request-denied`.
     WasiHttp,
-    /// `toolhost:tool/host`: structured logs and progress reports.
+    /// `toolhost:tool/host` (structured logs and progress reports) and
+    /// `toolhost:tool/content` (content beyond text).
     ToolhostHost,
     /// `wasi_snapshot_preview1`, for core modules: wasmtime-wasi's
     /// implementation (on top of the same per-call WASI context as

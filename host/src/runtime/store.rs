@@ -21,6 +21,7 @@ use crate::runtime::net::{CallNet, HttpHooks};
 use crate::runtime::wasi::build_wasi;
 use crate::sandbox::{CommandSpec, Limits, SandboxSpec};
 use crate::state::{Interrupt, LogRecord, ProgressSink};
+use crate::tool::ContentItem;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
@@ -332,6 +333,7 @@ impl<'a> StoreBuilder<'a> {
             limiter: Limiter::new(limits),
             host: HostCalls {
                 progress_sink: self.progress.clone(),
+                attach_budget: limits.max_output,
                 ..HostCalls::default()
             },
             stdout,
@@ -445,8 +447,8 @@ impl Run {
         )
     }
 
-    /// Fails `OUTPUT_TOO_LARGE` when a tool's result (canonical, content
-    /// and meta together) is above the call's output cap.
+    /// Fails `OUTPUT_TOO_LARGE` when a tool's result (canonical, content,
+    /// attached content and meta together) is above the call's output cap.
     pub(crate) fn check_output(&self, out: &ToolOutput) -> Result<(), (ErrorCode, String)> {
         let size = out.canonical.len()
             + out.meta.as_ref().map_or(0, |m| m.len())
@@ -454,7 +456,8 @@ impl Run {
                 .content
                 .iter()
                 .map(|ContentBlock::Text(t)| t.len())
-                .sum::<usize>();
+                .sum::<usize>()
+            + self.store.data().host.attached_bytes;
         if size > self.max_output {
             return Err((
                 ErrorCode::OutputTooLarge,
@@ -465,6 +468,11 @@ impl Run {
             ));
         }
         Ok(())
+    }
+
+    /// The content blocks the call attached through `content.attach`.
+    pub(crate) fn take_attached(&mut self) -> Vec<ContentItem> {
+        std::mem::take(&mut self.store.data_mut().host.attached)
     }
 
     /// What the store measured; `wall_us` is left to the caller.

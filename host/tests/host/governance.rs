@@ -1371,6 +1371,51 @@ async fn redaction_hides_from_the_model_only() {
     );
 }
 
+/// Puts a text block, an image and an embedded text resource in the
+/// content, each carrying the secret.
+struct MixedContentHook;
+
+impl toolhost::PostExecuteHook for MixedContentHook {
+    fn name(&self) -> &str {
+        "mixed"
+    }
+    fn inspect(&self, _: &toolhost::Descriptor, _: &toolhost::CallResult) -> toolhost::PostAction {
+        let content = serde_json::from_value(json!([
+            {"type": "text", "text": format!("key {SECRET}")},
+            {"type": "image", "data": "aW1n", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "test://r", "text": format!("also {SECRET}")}},
+        ]))
+        .unwrap();
+        toolhost::PostAction::ReplaceContent(content)
+    }
+}
+
+/// The policy's text rules reach every block that carries text (text and
+/// embedded text resources) and leave the others, in place and in order.
+#[tokio::test]
+async fn redaction_reaches_text_in_every_block_and_leaves_media_alone() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "plain\n").unwrap();
+    let mut b = builder(ws.path());
+    b.policy(policy(
+        "version = 1\n[post_execute]\nredact = [\"sk-[A-Za-z0-9]{20,}\"]\n",
+    ))
+    .post_execute(Box::new(MixedContentHook));
+    let host = b.build().await.unwrap();
+    let r = host
+        .call(CallRequest::new("read_file", json!({"path": "a.txt"})))
+        .await;
+    assert!(r.is_ok(), "{:?}", r.error);
+    assert_eq!(
+        serde_json::to_value(&r.content).unwrap(),
+        json!([
+            {"type": "text", "text": "key [REDACTED]"},
+            {"type": "image", "data": "aW1n", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "test://r", "text": "also [REDACTED]"}},
+        ])
+    );
+}
+
 #[tokio::test]
 async fn max_content_chars_cuts_content_not_canonical() {
     let ws = workspace();
@@ -1714,4 +1759,65 @@ async fn a_second_build_is_an_error_not_a_host_without_configuration() {
                 .collect::<Vec<_>>()
         ),
     }
+}
+
+// ───────────────────────────── rate limits ─────────────────────────────
+
+const RATE_LIMITED_WRITES: &str = r#"
+version = 1
+mode = "workspace-write"
+
+[rate_limits]
+per_client = { calls = 3, per_seconds = 3600 }
+
+[[rate_limits.tools]]
+tool = "write_file"
+calls = 1
+per_seconds = 3600
+"#;
+
+#[tokio::test]
+async fn a_client_over_its_limit_is_rate_limited_before_validation_and_logged() {
+    let ws = workspace();
+    let mut b = builder(ws.path());
+    b.policy(policy(RATE_LIMITED_WRITES));
+    let host = b.build().await.unwrap();
+    let first = host.call(write("a.txt", "1").client("alice")).await;
+    assert!(first.is_ok(), "{first:?}");
+    // The second write breaks the per-tool limit, even with arguments that
+    // would fail validation: the limit is checked before they are.
+    let mut second = write("b.txt", "2").client("alice");
+    second.args = r#"{"path": "b.txt", "content": "#.into();
+    let r = host.call(second).await;
+    assert_refused(&host, &r, ErrorCode::RateLimited);
+    let msg = &r.error.as_ref().unwrap().message;
+    assert!(
+        msg.contains("write_file") && msg.contains("retry in"),
+        "{msg}"
+    );
+    assert!(!ws.path().join("b.txt").exists(), "the body ran");
+    // Another client has its own buckets.
+    let bob = host.call(write("c.txt", "3").client("bob")).await;
+    assert!(bob.is_ok(), "{bob:?}");
+    // Alice's other tools count against her per-client limit of 3 calls;
+    // the refused call took no token from it.
+    let read = |p: &str| {
+        CallRequest::new("read_file", json!({ "path": p }))
+            .mode(SandboxMode::WorkspaceWrite)
+            .client("alice")
+    };
+    for _ in 0..2 {
+        let ok = host.call(read("a.txt")).await;
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+    let over = host.call(read("a.txt")).await;
+    assert_refused(&host, &over, ErrorCode::RateLimited);
+    // Calls without a client share one bucket, apart from named clients.
+    let anon = host
+        .call(
+            CallRequest::new("read_file", json!({ "path": "a.txt" }))
+                .mode(SandboxMode::WorkspaceWrite),
+        )
+        .await;
+    assert!(anon.is_ok(), "{anon:?}");
 }

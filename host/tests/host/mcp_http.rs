@@ -764,4 +764,341 @@ async fn http_operator_decides_a_queued_approval() {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+/// The `code` of a `tools/call` answer.
+fn code_of(answer: &Value) -> Value {
+    answer["result"]["_meta"]["toolhost"]["code"].clone()
+}
+
+/// Over HTTP the rate-limit client is what the server can verify: the
+/// bearer token with `--tokens`, else the remote address. New sessions and
+/// session-less 2026-07-28 requests do not get new buckets.
+#[tokio::test]
+async fn http_rate_limits_follow_the_token_not_the_session() {
+    let dir = crate::support::tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[rate_limits]\nper_client = { calls = 2, per_seconds = 3600 }\n",
+    )
+    .unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alpha\nbravo\n").unwrap();
+    let s = Server::start(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--tokens",
+        tokens.to_str().unwrap(),
+    ]);
+    std::fs::write(s.ws.path().join("a.txt"), "a\n").unwrap();
+    let read = json!({"name": "read_file", "arguments": {"path": "a.txt"}});
+    let alpha = || s.client().with("authorization", "Bearer alpha");
+    let first = alpha().initialize(json!({})).await;
+    for id in 1..=2 {
+        let r = first.rpc(id, "tools/call", read.clone()).await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    let over = first.rpc(3, "tools/call", read.clone()).await;
+    assert_eq!(code_of(&over), "RATE_LIMITED", "{over}");
+    assert!(
+        over["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("RATE_LIMITED: ")),
+        "{over}"
+    );
+    // A new session with the same token is the same client.
+    let again = alpha().initialize(json!({})).await;
+    let r = again.rpc(1, "tools/call", read.clone()).await;
+    assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
+    // So is a session-less 2026-07-28 request.
+    let mut stateless = read.clone();
+    stateless["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let r = alpha()
+        .with("mcp-protocol-version", "2026-07-28")
+        .with("mcp-method", "tools/call")
+        .with("mcp-name", "read_file")
+        .rpc(1, "tools/call", stateless)
+        .await;
+    assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
+    // Another token is another client.
+    let bravo = s
+        .client()
+        .with("authorization", "Bearer bravo")
+        .initialize(json!({}))
+        .await;
+    let r = bravo.rpc(1, "tools/call", read.clone()).await;
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    // Logged like any refusal.
+    let refused = s
+        .events()
+        .iter()
+        .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
+        .count();
+    assert_eq!(refused, 3);
+
+    // Without tokens, sessions from one address share the client.
+    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    std::fs::write(s.ws.path().join("a.txt"), "a\n").unwrap();
+    for id in 1..=2 {
+        let c = s.client().initialize(json!({})).await;
+        let r = c.rpc(id, "tools/call", read.clone()).await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    let c = s.client().initialize(json!({})).await;
+    let r = c.rpc(3, "tools/call", read).await;
+    assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
+}
+
+/// `tools/list`'s hints of `name`: [readOnly, destructive, idempotent, openWorld].
+async fn hints_of(c: &Client, name: &str) -> [Value; 4] {
+    let list = c.rpc(1, "tools/list", json!({})).await;
+    let tool = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} not listed: {list}"));
+    let a = &tool["annotations"];
+    [
+        a["readOnlyHint"].clone(),
+        a["destructiveHint"].clone(),
+        a["idempotentHint"].clone(),
+        a["openWorldHint"].clone(),
+    ]
+}
+
+#[tokio::test]
+async fn http_annotations_say_what_the_host_enforces() {
+    // Calls that may write the workspace: even a tool whose author says it
+    // only reads could write, so it is neither read-only nor harmless.
+    let s = Server::start(&["--mode", "workspace-write"]);
+    let c = s.client().initialize(json!({})).await;
+    let writable = [json!(false), json!(true), json!(false), json!(false)];
+    assert_eq!(hints_of(&c, "read_file").await, writable);
+    assert_eq!(hints_of(&c, "write_file").await, writable);
+    // Calls that run read-only change nothing, whatever the tool declares:
+    // write_file's calls are refused before they run.
+    let s = Server::start(&["--mode", "read-only"]);
+    let c = s.client().initialize(json!({})).await;
+    let read_only = [json!(true), json!(false), json!(true), json!(false)];
+    assert_eq!(hints_of(&c, "read_file").await, read_only);
+    assert_eq!(hints_of(&c, "write_file").await, read_only);
+}
+
+/// A server of the MCP conformance fixtures alone.
+fn fixtures_server() -> (Server, tempfile::TempDir) {
+    let tools = crate::support::tempdir();
+    std::fs::copy(
+        toolhost::MCP_FIXTURES_PATH,
+        tools.path().join("fixtures.wasm"),
+    )
+    .unwrap();
+    let s = Server::start(&["--tools", tools.path().to_str().unwrap(), "--tools-only"]);
+    (s, tools)
+}
+
+/// Calls `tool` and returns the notifications sent on the call's stream
+/// before its response, and the response.
+async fn call_collecting(c: &Client, id: u64, tool: &str) -> (Vec<Value>, Value) {
+    let mut reply = c.post(&call(id, tool, json!({}))).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let mut notes = Vec::new();
+    loop {
+        let m = reply.message().await;
+        if m["id"] == id {
+            return (notes, m);
+        }
+        notes.push(m);
+    }
+}
+
+#[tokio::test]
+async fn http_images_audio_and_resources_reach_the_client_as_mcp_content() {
+    use base64::Engine as _;
+    let (s, _tools) = fixtures_server();
+    let c = s.client().initialize(json!({})).await;
+    let image = c
+        .rpc(1, "tools/call", json!({"name": "test_image_content"}))
+        .await;
+    let block = &image["result"]["content"][0];
+    assert_eq!(block["type"], "image", "{image}");
+    assert_eq!(block["mimeType"], "image/png");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(block["data"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{png:?}");
+    let audio = c
+        .rpc(2, "tools/call", json!({"name": "test_audio_content"}))
+        .await;
+    assert_eq!(audio["result"]["content"][0]["type"], "audio", "{audio}");
+    assert_eq!(audio["result"]["content"][0]["mimeType"], "audio/wav");
+    // Blocks keep the order the tool gave them.
+    let mixed = c
+        .rpc(
+            3,
+            "tools/call",
+            json!({"name": "test_multiple_content_types"}),
+        )
+        .await;
+    let content = mixed["result"]["content"].as_array().unwrap();
+    let types: Vec<&str> = content.iter().filter_map(|b| b["type"].as_str()).collect();
+    assert_eq!(types, ["text", "image", "resource"], "{mixed}");
+    assert_eq!(
+        content[2]["resource"],
+        json!({"uri": "test://mixed-content-resource", "mimeType": "application/json",
+               "text": "{\"test\":\"data\",\"value\":123}"})
+    );
+}
+
+/// The session's standalone stream (`GET /mcp`), where the server sends
+/// what belongs to no request stream (log notifications, list changes).
+async fn standalone_stream(c: &Client) -> Reply {
+    let mut sender = c.connect().await;
+    let mut b = Request::builder()
+        .method("GET")
+        .uri("/mcp")
+        .header("host", &c.host)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(session) = &c.session {
+        b = b.header("mcp-session-id", session);
+    }
+    let response = tokio::time::timeout(
+        WAIT,
+        sender.send_request(b.body(Full::new(Bytes::new())).unwrap()),
+    )
+    .await
+    .expect("no response in time")
+    .unwrap();
+    let (parts, body) = response.into_parts();
+    assert_eq!(parts.status, StatusCode::OK);
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        buf: String::new(),
+    }
+}
+
+/// The `notifications/message` data on `stream` until the first
+/// notification whose data is `until` (included).
+async fn log_messages_until(stream: &mut Reply, until: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let m = stream.message().await;
+        if m["method"] != "notifications/message" {
+            continue;
+        }
+        let done = m["params"]["data"] == until;
+        seen.push(m);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[tokio::test]
+async fn http_tool_logs_become_log_notifications_once_the_client_sets_a_level() {
+    let (s, _tools) = fixtures_server();
+    let c = s.client().initialize(json!({})).await;
+    let mut stream = standalone_stream(&c).await;
+    // No level set: the call's records are not sent.
+    let (_, done) = call_collecting(&c, 1, "test_tool_with_logging").await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    // At `error`, info records are not sent either.
+    let set = c
+        .rpc(2, "logging/setLevel", json!({"level": "error"}))
+        .await;
+    assert!(set.get("error").is_none(), "{set}");
+    call_collecting(&c, 3, "test_tool_with_logging").await;
+    c.rpc(4, "logging/setLevel", json!({"level": "info"})).await;
+    // The first log notification of the session is the warning of this
+    // failing call: nothing before reached the client.
+    call_collecting(&c, 5, "test_error_handling").await;
+    let first = log_messages_until(&mut stream, "Failing on purpose").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0]["params"]["level"], "warning");
+    call_collecting(&c, 6, "test_tool_with_logging").await;
+    let logs = log_messages_until(&mut stream, "Tool execution completed").await;
+    let messages: Vec<&Value> = logs.iter().map(|n| &n["params"]["data"]).collect();
+    assert_eq!(
+        messages,
+        [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed"
+        ],
+        "{logs:?}"
+    );
+    assert!(logs.iter().all(
+        |n| n["params"]["level"] == "info" && n["params"]["logger"] == "test_tool_with_logging"
+    ));
+}
+
+/// A 2026-07-28 request: no session, the lifecycle in `_meta`, the method in
+/// `Mcp-Method`; its answer.
+async fn rpc_2026(s: &Server, id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    });
+    let c = s
+        .client()
+        .with("mcp-protocol-version", "2026-07-28")
+        .with("mcp-method", method);
+    let c = match params["name"].as_str() {
+        Some(name) => c.with("mcp-name", name),
+        None => c,
+    };
+    c.rpc(id, method, params).await
+}
+
+/// What works today for a client of the 2026-07-28 revision over HTTP
+/// (rmcp's stateless lifecycle): `server/discover` and `tools/call` without
+/// `initialize`. Approvals through multi-round-trip requests are not built
+/// yet: an `ask` goes to `--approver` (here `none`: refused, never run).
+#[tokio::test]
+async fn http_2026_07_28_discover_and_call_without_initialize() {
+    let policy_dir = crate::support::tempdir();
+    let policy = policy_dir.path().join("policy.toml");
+    std::fs::write(&policy, ASK_WRITES).unwrap();
+    let s = Server::start(&["--policy", policy.to_str().unwrap()]);
+    std::fs::write(s.ws.path().join("a.txt"), "hello 2026\n").unwrap();
+    let discover = rpc_2026(&s, 1, "server/discover", json!({})).await;
+    let versions = &discover["result"]["supportedVersions"];
+    assert!(
+        versions
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28")) && v.contains(&json!("2025-11-25"))),
+        "{discover}"
+    );
+    assert!(
+        discover["result"]["capabilities"]["tools"].is_object(),
+        "{discover}"
+    );
+    let read = rpc_2026(
+        &s,
+        2,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+    )
+    .await;
+    assert_eq!(read["result"]["isError"], false, "{read}");
+    let write = rpc_2026(
+        &s,
+        3,
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "b.txt", "content": "x"}}),
+    )
+    .await;
+    assert_eq!(
+        write["result"]["_meta"]["toolhost"]["code"], "APPROVAL_UNAVAILABLE",
+        "{write}"
+    );
+    assert!(!s.ws.path().join("b.txt").exists());
 }

@@ -333,4 +333,65 @@ fn stdio_principal_profile_hides_and_refuses_owner_only_tools() {
     local.send(&write);
     let r = local.response(&json!(3));
     assert_eq!(r["result"]["isError"], false, "{r}");
+/// Over stdio, a tool's log records arrive as `notifications/message`
+/// before the call's response once the client set a level, and its
+/// images as image content; the session is rate limited as `mcp-stdio`.
+#[test]
+fn stdio_log_notifications_content_and_rate_limits() {
+    let tools = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        toolhost::MCP_FIXTURES_PATH,
+        tools.path().join("fixtures.wasm"),
+    )
+    .unwrap();
+    let policy = tools.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[[rate_limits.tools]]\ntool = \"test_image_content\"\ncalls = 1\nper_seconds = 3600\n",
+    )
+    .unwrap();
+    let mut s = Server::start_with(
+        &[
+            "--tools",
+            tools.path().to_str().unwrap(),
+            "--tools-only",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+        json!({}),
+    );
+    s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "debug"}}));
+    s.response(&json!(2));
+    s.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "test_tool_with_logging", "arguments": {}}}));
+    let mut logs = Vec::new();
+    let done = loop {
+        let v = s.next(Duration::from_secs(30)).expect("a message");
+        if v["id"] == 3 {
+            break v;
+        }
+        if v["method"] == "notifications/message" {
+            logs.push(v["params"]["data"].clone());
+        }
+    };
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        logs,
+        [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed"
+        ]
+    );
+    let image = json!({"name": "test_image_content", "arguments": {}});
+    s.send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": image}));
+    let r = s.response(&json!(4));
+    assert_eq!(r["result"]["content"][0]["type"], "image", "{r}");
+    s.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": image}));
+    let r = s.response(&json!(5));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["_meta"]["toolhost"]["code"], "RATE_LIMITED",
+        "{r}"
+    );
 }

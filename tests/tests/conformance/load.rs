@@ -180,3 +180,41 @@ async fn load_one_bad_component_fails_the_build() {
         .expect_err("one bad component fails the whole build");
     assert_mentions(&e, &["describe failed"]);
 }
+
+/// A tool built against `toolhost:tool@0.1.0` loads in a host of 0.1.1 and
+/// runs, its `host@0.1.0` imports linked to the 0.1.1 definitions.
+#[tokio::test]
+async fn load_wit_0_1_0() {
+    let ws = tempfile::tempdir().unwrap();
+    let host = host_with(
+        probes::LOAD_WIT_0_1_0,
+        ws.path(),
+        toolhost::Limits::default(),
+    )
+    .await;
+    let tool = host.tools(None);
+    let [tool] = tool.as_slice() else {
+        panic!("one tool expected");
+    };
+    assert!(
+        tool.component
+            .imports
+            .iter()
+            .any(|i| i == "toolhost:tool/host@0.1.0"),
+        "built against 0.1.0: {:?}",
+        tool.component.imports
+    );
+    let r = host
+        .call(
+            toolhost::CallRequest::new("legacy_echo", serde_json::json!({"text": "hi"}))
+                .mode(toolhost::SandboxMode::None),
+        )
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(
+        r.content,
+        vec![toolhost::ContentItem::text(r#"echo {"text":"hi"}"#)]
+    );
+    assert_eq!(r.receipt.logs.len(), 1);
+    assert_eq!(r.receipt.progress_reports, 1);
+}

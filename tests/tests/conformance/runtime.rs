@@ -306,3 +306,66 @@ async fn runtime_residue() {
     }
     assert_echo_works(&host).await;
 }
+
+/// Blocks attached through `content` follow the returned text, in order;
+/// malformed ones, one too many and too many bytes are refused to the
+/// guest and never shown; a failing call shows none of its blocks.
+#[tokio::test]
+async fn runtime_content_attach() {
+    use toolhost::ContentItem;
+    let ws = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_output: 4 << 10,
+        ..Limits::default()
+    };
+    let host = host_with(probes::RUNTIME_CONTENT_ATTACH, ws.path(), limits).await;
+    let attach = |case: &str| call(&host, "attach", json!({ "case": case }), SandboxMode::None);
+
+    let ok = attach("ok").await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let content = serde_json::to_value(&ok.content).unwrap();
+    assert_eq!(
+        content,
+        json!([
+            {"type": "text", "text": "first"},
+            {"type": "image", "data": "BwcH", "mimeType": "image/png"},
+            {"type": "text", "text": "between"},
+            {"type": "resource_link", "uri": "file:///plot.svg", "name": "plot", "mimeType": "image/svg+xml"},
+            {"type": "resource", "resource": {"uri": "test://blob", "blob": "AQID"}},
+        ])
+    );
+
+    let malformed = attach("malformed").await;
+    assert!(malformed.is_ok(), "{malformed:?}");
+    assert_eq!(malformed.canonical["accepted"], 0, "{malformed:?}");
+    let errors = malformed.canonical["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 6, "{errors:?}");
+    assert!(errors[0].as_str().unwrap().contains("is not a MIME type"));
+    assert!(errors[3].as_str().unwrap().contains("is not a URI"));
+    assert!(errors[4].as_str().unwrap().contains("needs a name"));
+    assert_eq!(malformed.content, vec![ContentItem::text("first")]);
+
+    let many = attach("many").await;
+    assert_eq!(many.canonical["accepted"], 64, "{many:?}");
+    assert!(
+        many.canonical["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("already attached 64 blocks")
+    );
+    assert_eq!(many.content.len(), 65);
+
+    let big = attach("big").await;
+    assert_eq!(big.canonical["accepted"], 0, "{big:?}");
+    assert!(
+        big.canonical["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("output cap is 4096")
+    );
+
+    let fail = attach("fail").await;
+    assert_eq!(fail.code(), Some(ErrorCode::ToolError), "{fail:?}");
+    assert_eq!(fail.content.len(), 1, "{fail:?}");
+    assert!(fail.content[0].as_text().starts_with("TOOL_ERROR"));
+}

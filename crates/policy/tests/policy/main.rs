@@ -12,6 +12,7 @@ mod network;
 mod patches;
 mod post_execute;
 mod presets;
+mod rate_limits;
 
 use serde_json::Value;
 use toolhost_policy::{CallFacts, Policy, PolicyError, SandboxMode, SideEffect};
