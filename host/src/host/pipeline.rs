@@ -730,9 +730,18 @@ fn redact_secrets(result: &mut CallResult, credentials: &toolhost_policy::egress
             *s = r;
         }
     };
+    // Text-bearing blocks and every URI; media bytes are left alone (a
+    // secret in them would be encoded, not echoed).
     for item in &mut result.content {
-        let ContentItem::Text { text } = item;
-        fix(text);
+        if let ContentItem::ResourceLink { uri, .. } = item {
+            fix(uri);
+        }
+        if let ContentItem::Resource { resource } = item {
+            fix(&mut resource.uri);
+        }
+        if let Some(text) = item.text_mut() {
+            fix(text);
+        }
     }
     redact_json(&mut result.canonical, &fix);
     redact_json(&mut result.meta, &fix);

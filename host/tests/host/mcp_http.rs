@@ -764,6 +764,8 @@ async fn http_operator_decides_a_queued_approval() {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
 /// The `code` of a `tools/call` answer.
 fn code_of(answer: &Value) -> Value {
     answer["result"]["_meta"]["toolhost"]["code"].clone()

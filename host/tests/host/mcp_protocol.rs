@@ -333,6 +333,8 @@ fn stdio_principal_profile_hides_and_refuses_owner_only_tools() {
     local.send(&write);
     let r = local.response(&json!(3));
     assert_eq!(r["result"]["isError"], false, "{r}");
+}
+
 /// Over stdio, a tool's log records arrive as `notifications/message`
 /// before the call's response once the client set a level, and its
 /// images as image content; the session is rate limited as `mcp-stdio`.
