@@ -18,7 +18,7 @@ const DIR: &str = "TOOLHOST_LOG_CHILD_DIR";
 /// How long the `open` probe waits for the state (milliseconds; 0 if unset).
 const WAIT_MS: &str = "TOOLHOST_LOG_CHILD_WAIT_MS";
 
-fn probe_command(action: &str, dir: &Path) -> Command {
+pub fn probe_command(action: &str, dir: &Path) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["child::probe", "--exact", "--nocapture", "--test-threads=1"])
         .env(ACTION, action)
@@ -170,6 +170,7 @@ fn probe() {
             println!("CHILD: acknowledged");
             std::process::exit(3);
         }
+        "pg-replica" => crate::replicas::replica_child(&dir.to_string_lossy()),
         other => panic!("unknown child action {other}"),
     }
 }

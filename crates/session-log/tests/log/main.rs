@@ -15,6 +15,7 @@ mod open_errors;
 mod pg;
 mod read_only;
 mod recovery;
+mod replicas;
 mod roundtrip;
 mod sharing;
 mod wal_mode;
