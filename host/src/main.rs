@@ -798,9 +798,9 @@ fn open_postgres(url: &str, writer: bool) -> Result<toolhost::log::SessionLog> {
         options.replica = replica;
     }
     if let Ok(ms) = std::env::var("TOOLHOST_PG_LEASE_MS") {
-        let ms: u64 = ms
-            .parse()
-            .with_context(|| format!("TOOLHOST_PG_LEASE_MS={ms:?} is not a number of milliseconds"))?;
+        let ms: u64 = ms.parse().with_context(|| {
+            format!("TOOLHOST_PG_LEASE_MS={ms:?} is not a number of milliseconds")
+        })?;
         options.lease = Duration::from_millis(ms);
     }
     let engine = if writer {

@@ -53,11 +53,11 @@ pub use crate::engine::LogEngine;
 pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
 pub use crate::holder::Holder;
+pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
 #[cfg(feature = "postgres")]
 pub use crate::pg_engine::{PgEngine, PgOptions, PgStats, PgStatsHandle};
 #[cfg(feature = "postgres")]
 pub use crate::pg_schema::PG_SCHEMA_VERSION;
-pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
 pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};
 #[cfg(feature = "test-storage")]
 pub use crate::storage::{

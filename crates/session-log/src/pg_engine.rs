@@ -248,7 +248,10 @@ impl PgEngine {
         PgStatsHandle(self.counters.clone())
     }
 
-    fn ask<T>(&self, make: impl FnOnce(SyncSender<Result<T, LogError>>) -> Job) -> Result<T, LogError> {
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(SyncSender<Result<T, LogError>>) -> Job,
+    ) -> Result<T, LogError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let stopped = || LogError::Storage("the PostgreSQL worker has stopped".to_string());
         self.counters.submitted.fetch_add(1, Ordering::Relaxed);
@@ -349,14 +352,9 @@ enum Job {
     },
 }
 
-
 /// An append waiting in a group: its events, whether it must be durable, and where its
 /// answer goes.
-type AppendJob = (
-    Vec<NewEvent>,
-    bool,
-    SyncSender<Result<Vec<u64>, LogError>>,
-);
+type AppendJob = (Vec<NewEvent>, bool, SyncSender<Result<Vec<u64>, LogError>>);
 
 /// Whom a write transaction writes as: what it checks and renews.
 struct Who {
@@ -395,7 +393,9 @@ impl Worker {
         let lease_secs = self.options.lease.as_secs_f64();
         self.epoch = self.run_op(async |c| register(c, &log, &replica, lease_secs).await)?;
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.counters.durable_commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .durable_commits
+            .fetch_add(1, Ordering::Relaxed);
         self.last_renewal = Instant::now();
         Ok(())
     }
@@ -520,8 +520,7 @@ impl Worker {
             Ok(()) => {
                 let who = self.who();
                 let parts: Vec<&[NewEvent]> = group.iter().map(|(e, _, _)| e.as_slice()).collect();
-                let outcome =
-                    self.run_op(async |c| write_appends(c, &who, &parts, durable).await);
+                let outcome = self.run_op(async |c| write_appends(c, &who, &parts, durable).await);
                 if outcome.is_ok() {
                     self.committed(durable);
                 }
@@ -613,7 +612,8 @@ impl Worker {
         let outcome = runtime.block_on(async {
             if client.as_ref().is_none_or(Client::is_closed) {
                 *client = None;
-                let fresh = with_timeout(timeout, connect(config, &options.schema, *writer)).await?;
+                let fresh =
+                    with_timeout(timeout, connect(config, &options.schema, *writer)).await?;
                 *client = Some(fresh);
             }
             match client.as_mut() {
@@ -904,7 +904,15 @@ async fn insert_events(
         "INSERT INTO toolhost_events (log, seq, call_id, kind, at_unix_ms, payload, replica) \
          SELECT $1, s, c, k, $5, p, $6 \
          FROM UNNEST($2::bigint[], $3::text[], $4::text[], $7::text[]) AS u(s, c, k, p)",
-        &[&who.log, &seqs, &call_ids, &kinds, &at, &who.replica, &payloads],
+        &[
+            &who.log,
+            &seqs,
+            &call_ids,
+            &kinds,
+            &at,
+            &who.replica,
+            &payloads,
+        ],
     )
     .await
     .map_err(from_pg)?;
@@ -995,15 +1003,19 @@ async fn read_events(
 ) -> Result<Vec<Event>, LogError> {
     const COLUMNS: &str = "SELECT seq, call_id, kind, at_unix_ms, payload FROM toolhost_events";
     let rows = match call_id {
-        None => client
-            .query(&format!("{COLUMNS} WHERE log = $1 ORDER BY seq"), &[&log])
-            .await,
-        Some(id) => client
-            .query(
-                &format!("{COLUMNS} WHERE log = $1 AND call_id = $2 ORDER BY seq"),
-                &[&log, &id],
-            )
-            .await,
+        None => {
+            client
+                .query(&format!("{COLUMNS} WHERE log = $1 ORDER BY seq"), &[&log])
+                .await
+        }
+        Some(id) => {
+            client
+                .query(
+                    &format!("{COLUMNS} WHERE log = $1 AND call_id = $2 ORDER BY seq"),
+                    &[&log, &id],
+                )
+                .await
+        }
     }
     .map_err(from_pg)?;
     rows.iter().map(decode_row).collect()
@@ -1011,7 +1023,8 @@ async fn read_events(
 
 fn decode_row(row: &tokio_postgres::Row) -> Result<Event, LogError> {
     let seq: i64 = row.try_get(0).map_err(from_pg)?;
-    let seq = u64::try_from(seq).map_err(|_| LogError::Corrupt(format!("sequence number {seq}")))?;
+    let seq =
+        u64::try_from(seq).map_err(|_| LogError::Corrupt(format!("sequence number {seq}")))?;
     let kind: String = row.try_get(2).map_err(from_pg)?;
     let at: i64 = row.try_get(3).map_err(from_pg)?;
     let payload: String = row.try_get(4).map_err(from_pg)?;
@@ -1085,8 +1098,7 @@ fn from_pg(err: tokio_postgres::Error) -> LogError {
     }
     if err.is_closed() {
         return LogError::Storage(
-            "the connection to PostgreSQL was lost; the operation's outcome is unknown"
-                .to_string(),
+            "the connection to PostgreSQL was lost; the operation's outcome is unknown".to_string(),
         );
     }
     LogError::Storage(format!("PostgreSQL: {err}"))

@@ -9,7 +9,8 @@
 /// A database whose `toolhost_schema.version` is larger is refused with
 /// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never written.
 ///
-/// History: 1, the tables of [`CREATE`].
+/// History: 1, the first schema (`toolhost_logs`, `toolhost_events`, `toolhost_pending`,
+/// `toolhost_replicas`).
 pub const PG_SCHEMA_VERSION: u64 = 1;
 
 /// The advisory lock that serialises schema creation between replicas starting together.

@@ -49,8 +49,7 @@ fn sequence_numbers_continue_across_reopen_on_both_engines() {
 }
 
 #[test]
-fn a_killed_writer_keeps_its_durable_events_and_its_calls_are_recovered_once_on_both_engines()
-{
+fn a_killed_writer_keeps_its_durable_events_and_its_calls_are_recovered_once_on_both_engines() {
     on_each_engine("killed", |b| {
         let what = b.name();
         let out = run_child("crash-on", Path::new(&b.spec()));
@@ -123,7 +122,11 @@ fn concurrent_writers_get_one_gapless_total_order_on_both_engines() {
         for (id, kinds) in by_call {
             assert_eq!(
                 kinds,
-                [EventKind::ToolCall, EventKind::ToolIntent, EventKind::ToolResult],
+                [
+                    EventKind::ToolCall,
+                    EventKind::ToolIntent,
+                    EventKind::ToolResult
+                ],
                 "{what}: {id}"
             );
         }

@@ -20,7 +20,9 @@ pub fn pg_url() -> Option<String> {
     match std::env::var("TOOLHOST_TEST_PG_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ if std::env::var_os("CI").is_some() => {
-            panic!("TOOLHOST_TEST_PG_URL is unset under CI: .ci/run must start PostgreSQL (scripts/pg-test-server start)")
+            panic!(
+                "TOOLHOST_TEST_PG_URL is unset under CI: .ci/run must start PostgreSQL (scripts/pg-test-server start)"
+            )
         }
         _ => {
             eprintln!(

@@ -12,7 +12,12 @@ use crate::engines::{TEST_SCHEMA, pg_options, pg_url, sql, sql_value, unique};
 use crate::{call, intent, result, seqs, shape};
 
 /// Opens `log` as `replica`; returns the log and its engine's counters.
-fn open(url: &str, log: &str, replica: &str, lease: Duration) -> (SessionLog, toolhost_log::PgStatsHandle) {
+fn open(
+    url: &str,
+    log: &str,
+    replica: &str,
+    lease: Duration,
+) -> (SessionLog, toolhost_log::PgStatsHandle) {
     let engine = PgEngine::open(url, &pg_options(log, replica, lease)).unwrap();
     let stats = engine.stats_handle();
     (SessionLog::from_engine(engine), stats)
@@ -45,7 +50,10 @@ fn a_schema_written_by_a_newer_toolhost_is_refused_and_left_alone() {
     );
     assert!(err.to_string().contains("newer toolhost"), "{err}");
     assert_eq!(
-        sql_value(&url, &format!("SELECT version::text FROM \"{schema}\".toolhost_schema")),
+        sql_value(
+            &url,
+            &format!("SELECT version::text FROM \"{schema}\".toolhost_schema")
+        ),
         Some("99".to_string())
     );
     sql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE"));
@@ -53,8 +61,11 @@ fn a_schema_written_by_a_newer_toolhost_is_refused_and_left_alone() {
 
 #[test]
 fn a_malformed_url_or_schema_name_is_a_clear_error() {
-    let err = PgEngine::open("postgres://[::1", &pg_options("l", "r", Duration::from_secs(1)))
-        .unwrap_err();
+    let err = PgEngine::open(
+        "postgres://[::1",
+        &pg_options("l", "r", Duration::from_secs(1)),
+    )
+    .unwrap_err();
     assert!(matches!(err, LogError::Invalid(_)), "{err:?}");
     let mut options = pg_options("l", "r", Duration::from_secs(1));
     options.schema = "Bad; DROP".to_string();
@@ -110,9 +121,11 @@ fn concurrent_appends_on_one_replica_share_commits() {
             })
         })
         .collect();
-    wait_until("every append to reach the worker", Duration::from_secs(20), || {
-        stats.get().submitted - before.submitted == N
-    });
+    wait_until(
+        "every append to reach the worker",
+        Duration::from_secs(20),
+        || stats.get().submitted - before.submitted == N,
+    );
     release_tx.send(()).unwrap();
     holder.join().unwrap();
     let mut all: Vec<u64> = writers
@@ -124,7 +137,11 @@ fn concurrent_appends_on_one_replica_share_commits() {
     let after = stats.get();
     assert_eq!(after.appends - before.appends, N);
     // The first append waited alone for the lock; the other N - 1 shared one commit.
-    assert_eq!(after.durable_commits - before.durable_commits, 2, "{after:?}");
+    assert_eq!(
+        after.durable_commits - before.durable_commits,
+        2,
+        "{after:?}"
+    );
     assert_eq!(log.pending_calls().unwrap().len(), N as usize);
 }
 
@@ -154,7 +171,10 @@ fn a_replica_declared_dead_cannot_commit_a_result_after_its_unknown() {
 
     // The slow replica wakes up: its result is refused, and so is everything after.
     let err = slow.append(&[result("c1")], Durability::Lazy).unwrap_err();
-    assert!(matches!(err, LogError::Fenced { ref replica } if replica == "slow"), "{err:?}");
+    assert!(
+        matches!(err, LogError::Fenced { ref replica } if replica == "slow"),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("lost its lease"), "{err}");
     let err = slow
         .record_intents_after(&[call("c2")], &[intent("c2")])
@@ -184,13 +204,27 @@ fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
     let (second, _) = open(&url, &name, "r1", Duration::from_secs(600));
     assert_eq!(second.recover().unwrap().recovered, ["c1"]);
     assert_eq!(second.recover().unwrap(), Recovery::default());
-    let err = first.append(&[result("c1")], Durability::Durable).unwrap_err();
+    let err = first
+        .append(&[result("c1")], Durability::Durable)
+        .unwrap_err();
     assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
     drop(first);
     let (third, _) = open(&url, &name, "r1", Duration::from_secs(600));
     assert_eq!(third.recover().unwrap(), Recovery::default());
-    let kinds: Vec<_> = third.events_for_call("c1").unwrap().iter().map(|e| e.kind).collect();
-    assert_eq!(kinds, [EventKind::ToolCall, EventKind::ToolIntent, EventKind::ToolResult]);
+    let kinds: Vec<_> = third
+        .events_for_call("c1")
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::ToolCall,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
 }
 
 #[test]
@@ -212,7 +246,10 @@ fn a_survivor_recovers_a_killed_replicas_calls_after_its_lease_expires() {
         .filter(|e| e.kind == EventKind::SessionRecovered)
         .collect();
     assert_eq!(recovered.len(), 1, "{events:?}");
-    assert_eq!(recovered[0].payload["calls"], serde_json::json!(["c1", "c2"]));
+    assert_eq!(
+        recovered[0].payload["calls"],
+        serde_json::json!(["c1", "c2"])
+    );
     assert_eq!(survivor.recover().unwrap(), Recovery::default());
 }
 
@@ -240,7 +277,10 @@ fn a_connection_cut_before_the_intent_commit_fails_the_append_and_the_next_one_r
         .record_intents_after(&[call("lost")], &[intent("lost")])
         .unwrap_err();
     assert!(matches!(err, LogError::Storage(_)), "{err:?}");
-    assert!(err.to_string().contains("outcome is unknown") || err.to_string().contains("PostgreSQL"), "{err}");
+    assert!(
+        err.to_string().contains("outcome is unknown") || err.to_string().contains("PostgreSQL"),
+        "{err}"
+    );
     // The intent is not there: the host ends the call ABORTED_BEFORE_DISPATCH.
     assert!(log.pending_calls().unwrap().is_empty());
     assert_eq!(shape(&log.events().unwrap()), [call("before")]);
@@ -265,7 +305,10 @@ fn a_read_only_database_refuses_writes_clearly_and_the_log_stays_consistent() {
     let (log, _) = open(&db_url, "default", &replica, Duration::from_secs(600));
     log.record_intents_after(&[call("c1")], &[intent("c1")])
         .unwrap();
-    sql(&url, &format!("ALTER DATABASE {db} SET default_transaction_read_only = on"));
+    sql(
+        &url,
+        &format!("ALTER DATABASE {db} SET default_transaction_read_only = on"),
+    );
     cut_connections(&url, &replica);
     let _ = log.events(); // the first operation after the cut may see the closed connection
     let err = log
@@ -274,10 +317,16 @@ fn a_read_only_database_refuses_writes_clearly_and_the_log_stays_consistent() {
     assert!(err.to_string().contains("read-only"), "{err}");
     // Reading still works; nothing half-written.
     assert_eq!(shape(&log.events().unwrap()), [call("c1"), intent("c1")]);
-    sql(&url, &format!("ALTER DATABASE {db} SET default_transaction_read_only = off"));
+    sql(
+        &url,
+        &format!("ALTER DATABASE {db} SET default_transaction_read_only = off"),
+    );
     cut_connections(&url, &replica);
     let _ = log.events();
-    assert_eq!(log.append(&[result("c1")], Durability::Durable).unwrap(), [3]);
+    assert_eq!(
+        log.append(&[result("c1")], Durability::Durable).unwrap(),
+        [3]
+    );
     drop(log);
     sql(&url, &format!("DROP DATABASE {db} WITH (FORCE)"));
 }

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -143,7 +143,10 @@ fn three_replicas_killed_at_random_keep_every_invariant() {
     let mut rng = Rng(seed);
     let name = unique("replicas");
     let mut ids: Vec<String> = (0..3).map(|r| format!("r{r}")).collect();
-    let mut replicas: Vec<Replica> = ids.iter().map(|id| Replica::start(&name, id, &url)).collect();
+    let mut replicas: Vec<Replica> = ids
+        .iter()
+        .map(|id| Replica::start(&name, id, &url))
+        .collect();
     for k in 0..kills {
         let victim = (rng.next() % 3) as usize;
         replicas[victim].wait_for_calls(1 + rng.next() % 4);
@@ -209,7 +212,11 @@ fn check_invariants(events: &[toolhost_log::Event]) {
         assert_eq!(kinds, order[..kinds.len()], "{id}: events out of order");
         if count(EventKind::ToolIntent) == 1 {
             intents += 1;
-            assert_eq!(count(EventKind::ToolResult), 1, "{id}: an intent without its one result");
+            assert_eq!(
+                count(EventKind::ToolResult),
+                1,
+                "{id}: an intent without its one result"
+            );
             // Approvals are paired before the intent.
             assert_eq!(count(EventKind::ApprovalAsked), 1, "{id}");
             assert_eq!(count(EventKind::ApprovalDecided), 1, "{id}");
