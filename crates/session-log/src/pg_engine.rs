@@ -32,13 +32,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::engine::LogEngine;
 use crate::error::LogError;
 use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
 use crate::log::Durability;
-use crate::pg_schema::{CREATE, CREATE_VERSION_TABLE, PG_SCHEMA_VERSION, SCHEMA_LOCK};
+use crate::pg_schema::{
+    CREATE, CREATE_VERSION_TABLE, FENCED_SQLSTATE, PG_SCHEMA_VERSION, SCHEMA_LOCK,
+};
 use crate::recovery::{Recovery, recovery_events};
 
 /// Most jobs one transaction takes (a bound on the group of a group commit).
@@ -195,7 +197,7 @@ impl PgEngine {
             options: options.clone(),
             writer,
             runtime,
-            client: None,
+            conn: None,
             epoch: 0,
             fenced: false,
             lazy_unflushed: false,
@@ -371,7 +373,7 @@ struct Worker {
     options: PgOptions,
     writer: bool,
     runtime: tokio::runtime::Runtime,
-    client: Option<Client>,
+    conn: Option<Conn>,
     /// The epoch this replica registered with (writers only).
     epoch: i64,
     /// Set once a write found this replica's epoch taken: every later write fails.
@@ -391,7 +393,8 @@ impl Worker {
         let log = self.options.log.clone();
         let replica = self.options.replica.clone();
         let lease_secs = self.options.lease.as_secs_f64();
-        self.epoch = self.run_op(async |c| register(c, &log, &replica, lease_secs).await)?;
+        self.epoch =
+            self.run_op(async |c| register(&mut c.client, &log, &replica, lease_secs).await)?;
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters
             .durable_commits
@@ -426,7 +429,7 @@ impl Worker {
         }
         if self.writer && !self.fenced {
             let who = self.who();
-            let _ = self.run_op(async |c| release(c, &who).await);
+            let _ = self.run_op(async |c| release(&mut c.client, &who).await);
         }
     }
 
@@ -553,7 +556,7 @@ impl Worker {
         let who = self.who();
         // One synchronous commit makes every earlier asynchronous one durable: the
         // write-ahead log is flushed in order.
-        let outcome = self.run_op(async |c| renew(c, &who).await);
+        let outcome = self.run_op(async |c| renew(&mut c.client, &who).await);
         if outcome.is_ok() {
             self.committed(true);
         }
@@ -565,7 +568,7 @@ impl Worker {
     fn recover(&mut self, include_own: bool) -> Result<Recovery, LogError> {
         self.may_write()?;
         let who = self.who();
-        let outcome = self.run_op(async |c| recover_calls(c, &who, include_own).await);
+        let outcome = self.run_op(async |c| recover_calls(&mut c.client, &who, include_own).await);
         if outcome.is_ok() {
             self.committed(true);
         }
@@ -574,13 +577,14 @@ impl Worker {
 
     fn read_events(&mut self, call_id: Option<String>) -> Result<Vec<Event>, LogError> {
         let log = self.options.log.clone();
-        self.run_op(async |c| read_events(c, &log, call_id.as_deref()).await)
+        self.run_op(async |c| read_events(&mut c.client, &log, call_id.as_deref()).await)
     }
 
     fn read_pending(&mut self) -> Result<Vec<String>, LogError> {
         let log = self.options.log.clone();
         self.run_op(async |c| {
             let rows = c
+                .client
                 .query(
                     "SELECT call_id FROM toolhost_pending WHERE log = $1 ORDER BY seq",
                     &[&log],
@@ -598,34 +602,43 @@ impl Worker {
     /// operation starts on a fresh one.
     fn run_op<T>(
         &mut self,
-        op: impl AsyncFnOnce(&mut Client) -> Result<T, LogError>,
+        op: impl AsyncFnOnce(&mut Conn) -> Result<T, LogError>,
     ) -> Result<T, LogError> {
         let Worker {
             config,
             options,
             writer,
             runtime,
-            client,
+            conn,
             ..
         } = self;
         let timeout = options.op_timeout;
         let outcome = runtime.block_on(async {
-            if client.as_ref().is_none_or(Client::is_closed) {
-                *client = None;
-                let fresh =
+            if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+                *conn = None;
+                let client =
                     with_timeout(timeout, connect(config, &options.schema, *writer)).await?;
-                *client = Some(fresh);
+                *conn = Some(Conn {
+                    client,
+                    append: None,
+                });
             }
-            match client.as_mut() {
+            match conn.as_mut() {
                 Some(c) => with_timeout(timeout, op(c)).await,
                 None => Err(LogError::Storage("no connection to PostgreSQL".to_string())),
             }
         });
         if outcome.is_err() {
-            *client = None;
+            *conn = None;
         }
         outcome
     }
+}
+
+/// A connection and the statement it prepared for appends.
+struct Conn {
+    client: Client,
+    append: Option<Statement>,
 }
 
 /// `fut`, or a storage error once `timeout` has passed.
@@ -836,24 +849,122 @@ async fn renew(client: &mut Client, who: &Who) -> Result<(), LogError> {
 
 /// Appends the events of `parts` (in order) in one transaction, synchronous if
 /// `durable`; returns the sequence number of the first.
+///
+/// One round trip: the statement is a call of `toolhost_append` (see `pg_schema.rs`),
+/// which runs as its own transaction and takes the log's row lock only for its own
+/// duration and its commit.
 async fn write_appends(
-    client: &mut Client,
+    conn: &mut Conn,
     who: &Who,
     parts: &[&[NewEvent]],
     durable: bool,
 ) -> Result<u64, LogError> {
-    let tx = client.transaction().await.map_err(from_pg)?;
-    if !durable {
-        tx.batch_execute("SET LOCAL synchronous_commit TO off")
-            .await
-            .map_err(from_pg)?;
-    }
-    let first = lock_log(&tx, &who.log).await?;
-    check_lease(&tx, who).await?;
     let events: Vec<&NewEvent> = parts.iter().flat_map(|p| p.iter()).collect();
-    insert_events(&tx, who, first, &events).await?;
-    tx.commit().await.map_err(from_pg)?;
+    let batch = Batch::of(&events)?;
+    let at = i64::try_from(now_unix_ms()).unwrap_or(i64::MAX);
+    let statement = match &conn.append {
+        Some(s) => s.clone(),
+        None => {
+            let s = conn
+                .client
+                .prepare(
+                    "SELECT toolhost_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .await
+                .map_err(from_pg)?;
+            conn.append = Some(s.clone());
+            s
+        }
+    };
+    let row = conn
+        .client
+        .query_one(
+            &statement,
+            &[
+                &who.log,
+                &who.replica,
+                &who.epoch,
+                &who.lease_secs,
+                &durable,
+                &batch.call_ids,
+                &batch.kinds,
+                &at,
+                &batch.payloads,
+                &batch.open_ids,
+                &batch.open_at,
+                &batch.closed_ids,
+            ],
+        )
+        .await
+        .map_err(|e| fenced_or(e, who))?;
+    let first: i64 = row.try_get(0).map_err(from_pg)?;
     u64::try_from(first).map_err(|_| LogError::Corrupt(format!("sequence number {first}")))
+}
+
+/// The columns of a batch of events, as `toolhost_append` takes them.
+struct Batch<'a> {
+    call_ids: Vec<&'a str>,
+    kinds: Vec<&'static str>,
+    payloads: Vec<String>,
+    /// Calls pending after the batch, with the 1-based position of their intent.
+    open_ids: Vec<&'a str>,
+    open_at: Vec<i32>,
+    /// Calls the batch resolved (a result after any intent of theirs).
+    closed_ids: Vec<&'a str>,
+}
+
+impl<'a> Batch<'a> {
+    fn of(events: &[&'a NewEvent]) -> Result<Batch<'a>, LogError> {
+        let mut net: HashMap<&'a str, Option<i32>> = HashMap::new();
+        let mut batch = Batch {
+            call_ids: Vec::with_capacity(events.len()),
+            kinds: Vec::with_capacity(events.len()),
+            payloads: Vec::with_capacity(events.len()),
+            open_ids: Vec::new(),
+            open_at: Vec::new(),
+            closed_ids: Vec::new(),
+        };
+        for (i, e) in events.iter().enumerate() {
+            let at = i32::try_from(i + 1)
+                .map_err(|_| LogError::Invalid("too many events in one append".to_string()))?;
+            batch.call_ids.push(&e.call_id);
+            batch.kinds.push(e.kind.as_str());
+            batch.payloads.push(
+                serde_json::to_string(&e.payload).map_err(|err| {
+                    LogError::Invalid(format!("payload cannot be encoded: {err}"))
+                })?,
+            );
+            match e.kind {
+                EventKind::ToolIntent => {
+                    net.insert(&e.call_id, Some(at));
+                }
+                EventKind::ToolResult => {
+                    net.insert(&e.call_id, None);
+                }
+                _ => {}
+            }
+        }
+        for (id, open) in net {
+            match open {
+                Some(at) => {
+                    batch.open_ids.push(id);
+                    batch.open_at.push(at);
+                }
+                None => batch.closed_ids.push(id),
+            }
+        }
+        Ok(batch)
+    }
+}
+
+/// [`LogError::Fenced`] for the fencing error of `toolhost_append`, else [`from_pg`].
+fn fenced_or(err: tokio_postgres::Error, who: &Who) -> LogError {
+    if err.code().is_some_and(|c| c.code() == FENCED_SQLSTATE) {
+        return LogError::Fenced {
+            replica: who.replica.clone(),
+        };
+    }
+    from_pg(err)
 }
 
 /// Inserts `events` from sequence number `first` on, moves the log's next sequence
