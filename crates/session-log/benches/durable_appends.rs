@@ -4,7 +4,9 @@
 //! One "call" is what the pipeline writes for a call that runs: its `tool/call` and
 //! `tool/intent` in one durable commit, then its `tool/result` lazily. Replicas are
 //! engines with identities of their own, each with its connection and worker, as separate
-//! processes would be to the database. Clients are spread over the replicas.
+//! processes would be to the database. Clients are spread over the replicas. The
+//! replicas share one log (one session, one total order), or each has its own (sessions
+//! partitioned across replicas).
 //!
 //! Run: `scripts/bench-log` (starts the test server) or, with `TOOLHOST_TEST_PG_URL`
 //! set, `cargo bench -p toolhost-log --bench durable_appends --features postgres`.
@@ -21,7 +23,8 @@ struct Run {
     calls: u64,
     secs: f64,
     latencies_us: Vec<u64>,
-    commits: Option<u64>,
+    /// Commits and synchronous commits during the run (PostgreSQL).
+    commits: Option<(u64, u64)>,
 }
 
 fn call_events(id: &str) -> (NewEvent, NewEvent, NewEvent) {
@@ -85,8 +88,9 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 fn report(engine: &str, replicas: usize, clients: usize, mut run: Run) {
     run.latencies_us.sort_unstable();
     let per_s = run.calls as f64 / run.secs;
-    let commits = run.commits.map_or("-".to_string(), |c| {
-        format!("{:.2}", c as f64 / run.calls.max(1) as f64)
+    let per_call = |c: u64| c as f64 / run.calls.max(1) as f64;
+    let commits = run.commits.map_or("- | -".to_string(), |(all, durable)| {
+        format!("{:.2} | {:.2}", per_call(all), per_call(durable))
     });
     println!(
         "| {engine} | {replicas} | {clients} | {per_s:.0} | {:.2} | {:.2} | {commits} |",
@@ -100,8 +104,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
-    println!("| engine | replicas | clients | durable calls/s | p50 ms | p99 ms | commits/call |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| engine | replicas | clients | durable calls/s | p50 ms | p99 ms | commits/call | synchronous commits/call |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for clients in [1, 8, 32] {
         let dir = tempfile::tempdir().unwrap();
         let log = Arc::new(SessionLog::open(dir.path()).unwrap());
@@ -123,16 +129,35 @@ fn main() {
         return;
     };
     let stamp = std::process::id();
-    for replicas in [1, 2, 4] {
-        for clients in [1, 8, 32] {
-            let name = format!("bench-{stamp}-{replicas}-{clients}");
+    // One shared log (one session: a total order, one row lock), then one log per
+    // replica (sessions partitioned: no lock shared between replicas).
+    let configs = [
+        (1, 1, false),
+        (1, 8, false),
+        (1, 32, false),
+        (2, 1, false),
+        (2, 8, false),
+        (2, 32, false),
+        (4, 1, false),
+        (4, 8, false),
+        (4, 32, false),
+        (2, 32, true),
+        (4, 32, true),
+    ];
+    for (replicas, clients, partitioned) in configs {
+        {
+            let name = format!("bench-{stamp}-{replicas}-{clients}-{partitioned}");
             let mut stats = Vec::new();
             let logs: Vec<Arc<SessionLog>> = (0..replicas)
                 .map(|r| {
                     let engine = PgEngine::open(
                         &url,
                         &PgOptions {
-                            log: name.clone(),
+                            log: if partitioned {
+                                format!("{name}-{r}")
+                            } else {
+                                name.clone()
+                            },
                             schema: "toolhost_bench".to_string(),
                             replica: format!("bench-{r}"),
                             ..PgOptions::default()
@@ -143,18 +168,28 @@ fn main() {
                     Arc::new(SessionLog::from_engine(engine))
                 })
                 .collect();
-            let before: u64 = stats.iter().map(|s| s.get().commits).sum();
+            let count = |stats: &[toolhost_log::PgStatsHandle]| {
+                stats.iter().fold((0, 0), |(a, d), s| {
+                    let now = s.get();
+                    (a + now.commits, d + now.durable_commits)
+                })
+            };
+            let before = count(&stats);
             let (calls, secs, latencies_us) = drive(&logs, clients, secs);
-            let after: u64 = stats.iter().map(|s| s.get().commits).sum();
+            let after = count(&stats);
             report(
-                "postgres",
+                if partitioned {
+                    "postgres, a log per replica"
+                } else {
+                    "postgres, one shared log"
+                },
                 replicas,
                 clients,
                 Run {
                     calls,
                     secs,
                     latencies_us,
-                    commits: Some(after - before),
+                    commits: Some((after.0 - before.0, after.1 - before.1)),
                 },
             );
         }
