@@ -422,9 +422,11 @@ impl Worker {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             if self.writer && !self.fenced && self.last_renewal.elapsed() >= renew_every {
-                // A failed renewal is tried again at the next tick; a write in between
-                // reports the error to its caller.
+                // A failed renewal is tried again at the next tick (not at once: the
+                // database may be down); a write in between reports the error to its
+                // caller.
                 let _ = self.recover(false);
+                self.last_renewal = Instant::now();
             }
         }
         if self.writer && !self.fenced {
