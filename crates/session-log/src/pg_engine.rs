@@ -1214,5 +1214,13 @@ fn from_pg(err: tokio_postgres::Error) -> LogError {
             "the connection to PostgreSQL was lost; the operation's outcome is unknown".to_string(),
         );
     }
-    LogError::Storage(format!("PostgreSQL: {err}"))
+    // The client's own message is terse ("error connecting to server"): add its causes
+    // ("Connection refused (os error 111)").
+    let mut text = format!("PostgreSQL: {err}");
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    LogError::Storage(text)
 }
