@@ -412,3 +412,96 @@ fn a_database_crash_and_restart_keeps_every_durable_event_and_the_engine_reconne
     assert_eq!(seqs(&events), [1, 2, 3, 4, 5, 6]);
     assert!(log.pending_calls().unwrap().is_empty());
 }
+
+/// A loopback TCP proxy in front of the test server whose replies can be swallowed
+/// from some moment on (the connection stays open: the client hears nothing), to lose
+/// the answer to a commit that the server made.
+struct Proxy {
+    port: u16,
+    swallow: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: std::net::SocketAddr) -> Proxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let swallow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = swallow.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                    return;
+                };
+                // Requests always go through.
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+                // Replies go through until `swallow` is set.
+                let (mut s_in, mut c_out) = (server, client);
+                let flag = flag.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 8192];
+                    loop {
+                        let n = match s_in.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if !flag.load(Ordering::SeqCst) && c_out.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { port, swallow }
+    }
+}
+
+#[test]
+fn an_intent_whose_commit_answer_is_lost_is_recovered_as_unknown_never_also_finished() {
+    let Some(url) = pg_url() else { return };
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let proxy = Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let proxied = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
+    assert_ne!(proxied, url);
+    let name = unique("lost-answer");
+    let mut options = pg_options(&name, "r", Duration::from_secs(600));
+    options.op_timeout = Duration::from_secs(2);
+    let log = SessionLog::from_engine(PgEngine::open(&proxied, &options).unwrap());
+    log.append(&[call("c1")], Durability::Durable).unwrap();
+
+    // The server commits the intent; its answer never arrives.
+    proxy
+        .swallow
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = log.record_intents(&[intent("c1")]).unwrap_err();
+    assert!(err.to_string().contains("outcome is unknown"), "{err}");
+    proxy
+        .swallow
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+
+    // The host ends the call ABORTED_BEFORE_DISPATCH (the body never ran); the log,
+    // through a fresh connection, shows what the server did: the intent is there.
+    assert_eq!(log.pending_calls().unwrap(), ["c1"]);
+    // Recovery resolves it once; no other result can follow.
+    assert_eq!(log.recover().unwrap().recovered, ["c1"]);
+    assert_eq!(log.recover().unwrap(), Recovery::default());
+    let kinds: Vec<_> = log
+        .events_for_call("c1")
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::ToolCall,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
+}
