@@ -95,7 +95,7 @@ fn default_replica_id() -> String {
 /// What a [`PgEngine`] has done so far (for tests and benchmarks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PgStats {
-    /// Operations handed to the worker so far (answered or still waiting).
+    /// Operations in the worker's queue so far (answered or still waiting).
     pub submitted: u64,
     /// Append requests answered (successful or not).
     pub appends: u64,
@@ -256,12 +256,14 @@ impl PgEngine {
     ) -> Result<T, LogError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let stopped = || LogError::Storage("the PostgreSQL worker has stopped".to_string());
-        self.counters.submitted.fetch_add(1, Ordering::Relaxed);
         self.jobs
             .as_ref()
             .ok_or_else(stopped)?
             .send(make(tx))
             .map_err(|_| stopped())?;
+        // Counted once in the queue, so that a test that sees the count knows the
+        // worker will find the job there.
+        self.counters.submitted.fetch_add(1, Ordering::SeqCst);
         rx.recv().map_err(|_| stopped())?
     }
 }

@@ -77,7 +77,8 @@ fn a_malformed_url_or_schema_name_is_a_clear_error() {
 fn concurrent_appends_on_one_replica_share_commits() {
     let Some(url) = pg_url() else { return };
     let name = unique("group");
-    let (log, stats) = open(&url, &name, "r", Duration::from_secs(30));
+    // A long lease: no renewal commit of the worker's own during the test.
+    let (log, stats) = open(&url, &name, "r", Duration::from_secs(600));
     let log = Arc::new(log);
     log.append(&[call("warm")], Durability::Durable).unwrap();
     // Hold the log's row lock from outside, so that the worker's first transaction
