@@ -137,11 +137,12 @@ fn concurrent_appends_on_one_replica_share_commits() {
     assert_eq!(all, (2..2 + 2 * N).collect::<Vec<_>>());
     let after = stats.get();
     assert_eq!(after.appends - before.appends, N);
-    // The first append waited alone for the lock; the other N - 1 shared one commit.
-    assert_eq!(
-        after.durable_commits - before.durable_commits,
-        2,
-        "{after:?}"
+    // The worker took the first append (or, if it woke late, several) and waited for
+    // the lock; every other append queued behind it and shared the next commit.
+    let commits = after.durable_commits - before.durable_commits;
+    assert!(
+        (1..=2).contains(&commits),
+        "{commits} commits for {N} appends: {after:?}"
     );
     assert_eq!(log.pending_calls().unwrap().len(), N as usize);
 }
@@ -260,7 +261,8 @@ fn cut_connections(url: &str, replica: &str) {
     let _ = sql_value(
         url,
         &format!(
-            "SELECT count(pg_terminate_backend(pid))::text FROM pg_stat_activity \
+            // With a timeout, pg_terminate_backend waits until the process is gone.
+            "SELECT count(pg_terminate_backend(pid, 10000))::text FROM pg_stat_activity \
              WHERE application_name = 'toolhost {replica}'"
         ),
     );
@@ -274,17 +276,23 @@ fn a_connection_cut_before_the_intent_commit_fails_the_append_and_the_next_one_r
     let (log, _) = open(&url, &name, &replica, Duration::from_secs(600));
     log.append(&[call("before")], Durability::Durable).unwrap();
     cut_connections(&url, &replica);
-    let err = log
-        .record_intents_after(&[call("lost")], &[intent("lost")])
-        .unwrap_err();
-    assert!(matches!(err, LogError::Storage(_)), "{err:?}");
-    assert!(
-        err.to_string().contains("outcome is unknown") || err.to_string().contains("PostgreSQL"),
-        "{err}"
-    );
-    // The intent is not there: the host ends the call ABORTED_BEFORE_DISPATCH.
-    assert!(log.pending_calls().unwrap().is_empty());
-    assert_eq!(shape(&log.events().unwrap()), [call("before")]);
+    // The engine finds out by using the connection: the append fails, and its intent is
+    // not there (the host ends the call ABORTED_BEFORE_DISPATCH, the body never runs).
+    // (Had the engine seen the connection closed before sending, it would have
+    // reconnected and the append succeeded, its intent durable: equally correct.)
+    match log.record_intents_after(&[call("lost")], &[intent("lost")]) {
+        Err(err) => {
+            assert!(matches!(err, LogError::Storage(_)), "{err:?}");
+            assert!(err.to_string().contains("outcome is unknown"), "{err}");
+            assert!(log.pending_calls().unwrap().is_empty());
+            assert_eq!(shape(&log.events().unwrap()), [call("before")]);
+        }
+        Ok(seqs) => {
+            assert_eq!(seqs, [2, 3]);
+            assert_eq!(log.pending_calls().unwrap(), ["lost"]);
+            return;
+        }
+    }
     // The engine reconnected, the sequence continues.
     assert_eq!(
         log.record_intents_after(&[call("next")], &[intent("next")])

@@ -19,8 +19,9 @@ use toolhost_log::{Durability, EventKind, NewEvent, PgEngine, SessionLog};
 use crate::engines::{pg_options, pg_url, unique};
 use crate::{call, intent, result};
 
-/// The lease of the replicas in this test: short, so that survivors take over fast.
-const LEASE: Duration = Duration::from_millis(400);
+/// The lease of the replicas in this test: short, so that survivors take over fast, and
+/// long enough that a live replica starved of CPU on a loaded machine keeps it.
+const LEASE: Duration = Duration::from_secs(2);
 
 /// The child side: one replica writing calls until its stdin closes (or it is killed).
 /// `spec` is `LOG:REPLICA:URL`.
