@@ -161,7 +161,8 @@ impl PgEngine {
 
     /// Connects to the database at `url` to read a log (`toolhost log`): it registers no
     /// lease and never writes; appends, flushes and recovery fail with
-    /// [`LogError::Invalid`]. The schema must exist (else the log reads as empty).
+    /// [`LogError::Invalid`]. The schema must exist: a database without toolhost's tables
+    /// fails with [`LogError::Storage`] saying so (nothing is created).
     ///
     /// # Errors
     ///
