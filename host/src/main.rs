@@ -89,7 +89,10 @@ struct StateArgs {
     /// State directory (the session log). Default: $TOOLHOST_STATE_DIR, else a
     /// per-workspace directory under $XDG_STATE_HOME/toolhost (or
     /// ~/.local/state/toolhost), outside the workspace so tools cannot edit it.
-    #[arg(long, value_name = "DIR")]
+    /// A `postgres://` URL instead keeps the log in PostgreSQL, shared by replicas
+    /// ($TOOLHOST_PG_LOG names the log, default `default`; $TOOLHOST_REPLICA_ID this
+    /// process's identity; $TOOLHOST_PG_LEASE_MS its lease, default 10000).
+    #[arg(long, value_name = "DIR|URL")]
     state: Option<PathBuf>,
     /// The workspace the tools see (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -485,8 +488,19 @@ async fn build_host_with(
         options.cache_dir = Some(c.clone());
     }
     b.runtime_options(options);
-    let state = state_dir_of(&h.state)?;
-    b.state_dir(state);
+    if let Some(url) = postgres_url(&h.state) {
+        let log = open_postgres(&url, true)?;
+        // Recovery on open, as for a state directory: this identity's unfinished calls
+        // and those of replicas whose lease expired end as TOOL_OUTCOME_UNKNOWN.
+        let recovered = log.recover().map_err(|e| anyhow!("{e}"))?;
+        if !recovered.recovered.is_empty() {
+            tracing::warn!(calls = ?recovered.recovered, "recovered calls with an unknown outcome");
+        }
+        b.session_log(std::sync::Arc::new(log));
+    } else {
+        let state = state_dir_of(&h.state)?;
+        b.state_dir(state);
+    }
     customize(&mut b);
     b.build().await.map_err(|e| anyhow!("{e}"))
 }
@@ -1048,7 +1062,47 @@ fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
     }
 }
 
+/// The `--state` (or `$TOOLHOST_STATE_DIR`) when it names a PostgreSQL database.
+fn postgres_url(state: &StateArgs) -> Option<String> {
+    let given = match &state.state {
+        Some(s) => s.as_os_str().to_owned(),
+        None => std::env::var_os("TOOLHOST_STATE_DIR")?,
+    };
+    let given = given.to_str()?;
+    (given.starts_with("postgres://") || given.starts_with("postgresql://"))
+        .then(|| given.to_string())
+}
+
+/// Opens the PostgreSQL log at `url`: as a replica with a lease (`writer`), or to read.
+fn open_postgres(url: &str, writer: bool) -> Result<toolhost::log::SessionLog> {
+    use toolhost::log::{PgEngine, PgOptions, SessionLog};
+    let mut options = PgOptions::default();
+    if let Ok(log) = std::env::var("TOOLHOST_PG_LOG") {
+        options.log = log;
+    }
+    if let Ok(replica) = std::env::var("TOOLHOST_REPLICA_ID") {
+        options.replica = replica;
+    }
+    if let Ok(ms) = std::env::var("TOOLHOST_PG_LEASE_MS") {
+        let ms: u64 = ms.parse().with_context(|| {
+            format!("TOOLHOST_PG_LEASE_MS={ms:?} is not a number of milliseconds")
+        })?;
+        options.lease = Duration::from_millis(ms);
+    }
+    let engine = if writer {
+        PgEngine::open(url, &options)
+    } else {
+        PgEngine::open_reader(url, &options)
+    };
+    engine
+        .map(SessionLog::from_engine)
+        .map_err(|e| anyhow!("{e}"))
+}
+
 fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
+    if let Some(url) = postgres_url(state) {
+        return open_postgres(&url, true);
+    }
     let dir = state_dir_of(state)?;
     toolhost::log::SessionLog::open(&dir).map_err(|e| anyhow!("{e}"))
 }
@@ -1059,6 +1113,9 @@ fn open_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
 /// before: that repairs the files and resolves no call.
 fn read_log(state: &StateArgs) -> Result<toolhost::log::SessionLog> {
     use toolhost::log::{LogError, SessionLog};
+    if let Some(url) = postgres_url(state) {
+        return open_postgres(&url, false);
+    }
     let dir = state_dir_of(state)?;
     match SessionLog::open_read_only(&dir) {
         Err(LogError::NeedsRepair { .. }) => SessionLog::open(&dir),

@@ -34,7 +34,9 @@ use crate::recovery::Recovery;
 /// - **Recovery** resolves each pending call with one `TOOL_OUTCOME_UNKNOWN` result and
 ///   one `session/recovered` event ([`recovery_events`](crate::recovery_events)), in one
 ///   durable commit, exactly once: reading the pending set and appending the results is
-///   atomic with respect to every other writer of the same log.
+///   atomic with respect to every other writer of the same log. An engine that several
+///   live processes write (PostgreSQL) resolves only the calls of its own writer and of
+///   writers that are gone (their lease expired): never a live writer's running call.
 /// - **Failure:** after a storage error on a write, an engine may refuse further use
 ///   ([`LogError::Storage`]); reopening continues from the last durable state.
 ///

@@ -104,6 +104,17 @@ pub enum LogError {
     /// The caller asked for something the log does not store (nothing was written).
     #[error("invalid append: {0}")]
     Invalid(String),
+    /// A replica of a shared log (the PostgreSQL engine) lost its lease: another replica
+    /// or `toolhost recover` declared it dead and resolved its unfinished calls as
+    /// `TOOL_OUTCOME_UNKNOWN`, so it may not write to the log any more (fencing). Nothing
+    /// was written; restart the replica.
+    #[error(
+        "replica {replica:?} lost its lease: its unfinished calls were recovered as TOOL_OUTCOME_UNKNOWN by another replica, so it may not write to the session log any more; restart it"
+    )]
+    Fenced {
+        /// The replica's identity.
+        replica: String,
+    },
     /// The file is a redb database but its content is not what this crate wrote.
     #[error("session log is corrupt: {0}")]
     Corrupt(String),

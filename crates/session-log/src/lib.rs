@@ -18,6 +18,8 @@
 //!   private), the read-only view of a state directory beside its writer
 //!   (`reader.rs`, [`SessionLog::open_read_only`]), or any engine given to
 //!   [`SessionLog::from_engine`].
+//! - `PgEngine` (`pg_engine.rs`, feature `postgres`, tables in `pg_schema.rs`): the
+//!   log in PostgreSQL, shared by several replicas with leases and fencing.
 //! - [`Holder`] (`holder.rs`): who holds a state directory, and a second writer's
 //!   bounded wait.
 //! - [`Recovery`], [`recovery_events`] (`recovery.rs`): what recovery appends, the same
@@ -35,6 +37,10 @@ mod event;
 mod holder;
 mod log;
 mod memory;
+#[cfg(feature = "postgres")]
+mod pg_engine;
+#[cfg(feature = "postgres")]
+mod pg_schema;
 mod reader;
 mod recovery;
 mod redb_engine;
@@ -48,6 +54,10 @@ pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
 pub use crate::holder::Holder;
 pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
+#[cfg(feature = "postgres")]
+pub use crate::pg_engine::{PgEngine, PgOptions, PgStats, PgStatsHandle};
+#[cfg(feature = "postgres")]
+pub use crate::pg_schema::PG_SCHEMA_VERSION;
 pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};
 #[cfg(feature = "test-storage")]
 pub use crate::storage::{

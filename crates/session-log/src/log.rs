@@ -271,11 +271,14 @@ impl SessionLog {
     /// Idempotent: when nothing is pending it appends nothing.
     ///
     /// Run it right after opening, before any new call: a call whose body is running in
-    /// this process is pending too, and would be resolved as unknown.
+    /// this process is pending too, and would be resolved as unknown. On a log shared by
+    /// several replicas (the PostgreSQL engine), only this replica's calls and those of
+    /// replicas whose lease expired are resolved.
     ///
     /// # Errors
     ///
-    /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then.
+    /// [`LogError::Storage`] or [`LogError::Corrupt`]; nothing is recovered then
+    /// ([`LogError::Fenced`] on a replica whose calls were recovered elsewhere).
     pub fn recover(&self) -> Result<Recovery, LogError> {
         self.engine.recover()
     }

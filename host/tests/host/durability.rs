@@ -17,6 +17,9 @@
 //!   touching nothing; a state held by a `run` or `serve --mcp` is read beside
 //!   it by `log`, and writers wait, then exit 2 naming the holder; `log --json`.
 //!
+//! - `postgres`: a `run` on a PostgreSQL log killed in its body is recovered
+//!   once by `toolhost recover` after its lease expired; `log` reads it.
+//!
 //! The random-kill test runs 200 iterations by default. For a longer soak,
 //! set `TOOLHOST_SOAK_ITERATIONS=N`, e.g.
 //! `TOOLHOST_SOAK_ITERATIONS=5000 cargo test -p toolhost --test host durability::kill::random_kills -- --nocapture`.
@@ -29,3 +32,4 @@ mod support;
 mod cli;
 mod kill;
 mod library;
+mod postgres;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use toolhost_log::{Durability, LogError, SessionLog};
 
+use crate::engines::Backend;
 use crate::{call, intent, result};
 
 const ACTION: &str = "TOOLHOST_LOG_CHILD_ACTION";
@@ -17,7 +18,7 @@ const DIR: &str = "TOOLHOST_LOG_CHILD_DIR";
 /// How long the `open` probe waits for the state (milliseconds; 0 if unset).
 const WAIT_MS: &str = "TOOLHOST_LOG_CHILD_WAIT_MS";
 
-fn probe_command(action: &str, dir: &Path) -> Command {
+pub fn probe_command(action: &str, dir: &Path) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["child::probe", "--exact", "--nocapture", "--test-threads=1"])
         .env(ACTION, action)
@@ -38,7 +39,7 @@ pub fn run_child_waiting(action: &str, dir: &Path, wait: Duration) -> String {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        out.status.success() || action == "crash",
+        out.status.success() || action.starts_with("crash") || action == "pg-die",
         "child {action} failed: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -142,6 +143,34 @@ fn probe() {
             // Die without closing the log: no destructor, no flush.
             std::process::exit(3);
         }
+        "crash-on" => {
+            // "crash" on any engine: DIR holds a `Backend::spec`.
+            let log = Backend::from_spec(&dir.to_string_lossy()).open();
+            log.append(&[call("d1"), intent("d1")], Durability::Durable)
+                .unwrap();
+            log.append(&[call("lazy")], Durability::Lazy).unwrap();
+            log.append(&[intent("d2")], Durability::Durable).unwrap();
+            log.append(&[call("lazy2")], Durability::Lazy).unwrap();
+            println!("CHILD: acknowledged");
+            std::process::exit(3);
+        }
+        "pg-die" => {
+            // A PostgreSQL replica `dying` with a short lease that is killed holding two
+            // intents. DIR holds `LOG:URL`.
+            let spec = dir.to_string_lossy();
+            let (name, url) = spec.split_once(':').unwrap();
+            let engine = toolhost_log::PgEngine::open(
+                url,
+                &crate::engines::pg_options(name, "dying", Duration::from_millis(300)),
+            )
+            .unwrap();
+            let log = SessionLog::from_engine(engine);
+            log.record_intents_after(&[call("c1"), call("c2")], &[intent("c1"), intent("c2")])
+                .unwrap();
+            println!("CHILD: acknowledged");
+            std::process::exit(3);
+        }
+        "pg-replica" => crate::replicas::replica_child(&dir.to_string_lossy()),
         other => panic!("unknown child action {other}"),
     }
 }

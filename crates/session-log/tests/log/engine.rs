@@ -13,7 +13,7 @@ use toolhost_log::{
 use crate::{call, intent, result, seqs, shape};
 
 /// What every engine must do, seen through `SessionLog`.
-fn behaves_as_a_session_log(log: &SessionLog, what: &str) {
+pub fn behaves_as_a_session_log(log: &SessionLog, what: &str) {
     assert!(log.events().unwrap().is_empty(), "{what}");
     assert!(log.pending_calls().unwrap().is_empty(), "{what}");
     assert_eq!(log.recover().unwrap(), Recovery::default(), "{what}");

@@ -4,14 +4,18 @@
 //! or to die without closing the log); see `child`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod both;
 mod child;
 mod crash;
 mod engine;
+mod engines;
 mod faults;
 mod fsync;
 mod open_errors;
+mod pg;
 mod read_only;
 mod recovery;
+mod replicas;
 mod roundtrip;
 mod sharing;
 mod wal_mode;

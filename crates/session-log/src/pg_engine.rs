@@ -1,0 +1,1229 @@
+//! The PostgreSQL engine (feature `postgres`, DESIGN.md §5b): several toolhost replicas
+//! append to one log in one database.
+//!
+//! This module owns the engine: connecting, the schema check, the write transactions,
+//! replica leases, fencing and the recovery of dead replicas' calls. It must keep every
+//! rule of [`LogEngine`] that the redb engine keeps, and it must not let a type of
+//! `tokio-postgres` escape.
+//!
+//! Shape: a [`PgEngine`] is a handle to one worker thread that owns the connection and a
+//! single-threaded runtime to drive it. Callers (any thread, async or not) send a job and
+//! block until it is answered, as they block on redb's `fdatasync`. The worker takes every
+//! job that is waiting when it starts a transaction, so appends that arrive while a commit
+//! is in flight share the next commit (group commit): one durable commit for the group,
+//! whatever its size.
+//!
+//! Rules that make several writers safe:
+//! - every write transaction first locks the log's row in `toolhost_logs`: sequence
+//!   numbers follow commit order, and recovery's "read the pending set, append the
+//!   results" is atomic with respect to every writer;
+//! - every write transaction renews this replica's lease only if its epoch is still the
+//!   one it registered with; recovery of a replica's calls increments its epoch, so a
+//!   replica that only looked dead fails its next write with [`LogError::Fenced`] and
+//!   cannot commit a result for a call already declared unknown;
+//! - leases are compared with the database's clock, never a replica's.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls, Statement, Transaction};
+
+use crate::engine::LogEngine;
+use crate::error::LogError;
+use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
+use crate::log::Durability;
+use crate::pg_schema::{
+    CREATE, CREATE_VERSION_TABLE, FENCED_SQLSTATE, PG_SCHEMA_VERSION, SCHEMA_LOCK,
+};
+use crate::recovery::{Recovery, recovery_events};
+
+/// Most jobs one transaction takes (a bound on the group of a group commit).
+const MAX_GROUP: usize = 256;
+
+/// How a [`PgEngine`] connects and whom it writes as. Start from
+/// [`PgOptions::default`] and set what differs.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// The log to use: one database holds many logs, each with its own sequence. Default
+    /// `default`.
+    pub log: String,
+    /// The PostgreSQL schema (namespace) holding toolhost's tables, created if missing.
+    /// Lower-case letters, digits and `_`. Default `toolhost`.
+    pub schema: String,
+    /// This replica's identity. A replica that restarts with the same identity takes over
+    /// its predecessor's lease (and fences it). Default: host name, process id and start
+    /// time, unique per process.
+    pub replica: String,
+    /// How long this replica's lease lasts without renewal. Every write renews it, and the
+    /// worker renews it every third of it when idle; after it expires, another replica (or
+    /// `toolhost recover`) resolves this replica's unfinished calls. Default 10 s.
+    pub lease: Duration,
+    /// How long one database operation may take before it fails with
+    /// [`LogError::Storage`] (its outcome then unknown). Default 30 s.
+    pub op_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            log: "default".to_string(),
+            schema: "toolhost".to_string(),
+            replica: default_replica_id(),
+            lease: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `HOSTNAME:PID:START_MS`: unique per process on one machine.
+fn default_replica_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_string());
+    format!("{host}:{}:{}", std::process::id(), now_unix_ms())
+}
+
+/// What a [`PgEngine`] has done so far (for tests and benchmarks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PgStats {
+    /// Operations in the worker's queue so far (answered or still waiting).
+    pub submitted: u64,
+    /// Append requests answered (successful or not).
+    pub appends: u64,
+    /// Write transactions committed (appends, flushes, recoveries, lease renewals).
+    pub commits: u64,
+    /// Of [`PgStats::commits`], those with synchronous commit (durable on return).
+    pub durable_commits: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    submitted: AtomicU64,
+    appends: AtomicU64,
+    commits: AtomicU64,
+    durable_commits: AtomicU64,
+}
+
+/// The PostgreSQL engine: a [`LogEngine`] whose events live in one database shared by
+/// several replicas. Open it with [`PgEngine::open`] (a writer: it registers a lease) or
+/// [`PgEngine::open_reader`] (reads only), and hand it to
+/// [`SessionLog::from_engine`](crate::SessionLog::from_engine).
+///
+/// Beyond the rules of [`LogEngine`]:
+/// - [`LogEngine::recover`] resolves the unfinished calls of this replica (those of its
+///   earlier incarnations with the same identity, and any running here: call it right
+///   after opening) and of every replica whose lease has expired, never those of a live
+///   replica. The worker also resolves expired replicas' calls by itself, at every lease
+///   renewal.
+/// - After this replica's calls were recovered elsewhere (its lease expired while it was
+///   paused or cut off), every write fails with [`LogError::Fenced`]; restart it.
+/// - After a connection error the engine reconnects at its next operation; the failed
+///   operation's outcome is unknown, as for any durable append that fails.
+pub struct PgEngine {
+    jobs: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    replica: Option<String>,
+    log: String,
+}
+
+impl fmt::Debug for PgEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgEngine")
+            .field("log", &self.log)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgEngine {
+    /// Connects to the database at `url` (a libpq-style URL or key=value string), creates
+    /// or checks the schema, and registers this replica with a lease.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Invalid`] if `url` or the options are malformed;
+    /// [`LogError::NewerFormat`] if a newer toolhost created the schema;
+    /// [`LogError::Storage`] if the database cannot be reached or refuses to write (also
+    /// when it is read-only).
+    pub fn open(url: &str, options: &PgOptions) -> Result<PgEngine, LogError> {
+        PgEngine::start(url, options, true)
+    }
+
+    /// Connects to the database at `url` to read a log (`toolhost log`): it registers no
+    /// lease and never writes; appends, flushes and recovery fail with
+    /// [`LogError::Invalid`]. The schema must exist: a database without toolhost's tables
+    /// fails with [`LogError::Storage`] saying so (nothing is created).
+    ///
+    /// # Errors
+    ///
+    /// As [`PgEngine::open`].
+    pub fn open_reader(url: &str, options: &PgOptions) -> Result<PgEngine, LogError> {
+        PgEngine::start(url, options, false)
+    }
+
+    fn start(url: &str, options: &PgOptions, writer: bool) -> Result<PgEngine, LogError> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| LogError::Invalid(format!("not a PostgreSQL connection string: {e}")))?;
+        check_name("schema", &options.schema)?;
+        if options.log.is_empty() || options.replica.is_empty() {
+            return Err(LogError::Invalid(
+                "the log name and the replica identity must not be empty".to_string(),
+            ));
+        }
+        if options.lease < Duration::from_millis(100) {
+            return Err(LogError::Invalid(
+                "a replica's lease must last at least 100 ms".to_string(),
+            ));
+        }
+        // Names the connections, so that an operator (or a test) can tell replicas apart.
+        config.application_name(format!("toolhost {}", options.replica));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| LogError::Storage(format!("cannot start the PostgreSQL client: {e}")))?;
+        let counters = Arc::new(Counters::default());
+        let mut worker = Worker {
+            config,
+            options: options.clone(),
+            writer,
+            runtime,
+            conn: None,
+            epoch: 0,
+            fenced: false,
+            lazy_unflushed: false,
+            counters: counters.clone(),
+            last_renewal: Instant::now(),
+        };
+        let (jobs, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let handle = std::thread::Builder::new()
+            .name("toolhost-log-pg".to_string())
+            .spawn(move || {
+                let opened = worker.open();
+                let ok = opened.is_ok();
+                let _ = ready_tx.send(opened);
+                if ok {
+                    worker.run(&rx);
+                }
+            })
+            .map_err(|e| LogError::Storage(format!("cannot start the PostgreSQL worker: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = handle.join();
+                return Err(LogError::Storage(
+                    "the PostgreSQL worker stopped while opening".to_string(),
+                ));
+            }
+        }
+        Ok(PgEngine {
+            jobs: Some(jobs),
+            worker: Some(handle),
+            counters,
+            replica: writer.then(|| options.replica.clone()),
+            log: options.log.clone(),
+        })
+    }
+
+    /// This replica's identity (`None` for a reader).
+    pub fn replica(&self) -> Option<&str> {
+        self.replica.as_deref()
+    }
+
+    /// A handle to this engine's counters that stays valid after the engine is moved
+    /// into a [`SessionLog`](crate::SessionLog).
+    pub fn stats_handle(&self) -> PgStatsHandle {
+        PgStatsHandle(self.counters.clone())
+    }
+
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(SyncSender<Result<T, LogError>>) -> Job,
+    ) -> Result<T, LogError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stopped = || LogError::Storage("the PostgreSQL worker has stopped".to_string());
+        self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(make(tx))
+            .map_err(|_| stopped())?;
+        // Counted once in the queue, so that a test that sees the count knows the
+        // worker will find the job there.
+        self.counters.submitted.fetch_add(1, Ordering::SeqCst);
+        rx.recv().map_err(|_| stopped())?
+    }
+}
+
+/// Reads the counters of a [`PgEngine`] (see [`PgEngine::stats_handle`]).
+#[derive(Debug, Clone)]
+pub struct PgStatsHandle(Arc<Counters>);
+
+impl PgStatsHandle {
+    /// The counters now.
+    pub fn get(&self) -> PgStats {
+        PgStats {
+            submitted: self.0.submitted.load(Ordering::Relaxed),
+            appends: self.0.appends.load(Ordering::Relaxed),
+            commits: self.0.commits.load(Ordering::Relaxed),
+            durable_commits: self.0.durable_commits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for PgEngine {
+    fn drop(&mut self) {
+        // Closing the channel stops the worker after the jobs already sent; it then
+        // releases the lease of a replica that has nothing pending.
+        self.jobs.take();
+        if let Some(handle) = self.worker.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl LogEngine for PgEngine {
+    fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.ask(|reply| Job::Append {
+            events: events.to_vec(),
+            durable: durability == Durability::Durable,
+            reply,
+        })
+    }
+
+    fn flush(&self) -> Result<(), LogError> {
+        self.ask(|reply| Job::Flush { reply })
+    }
+
+    fn events(&self) -> Result<Vec<Event>, LogError> {
+        self.ask(|reply| Job::Events {
+            call_id: None,
+            reply,
+        })
+    }
+
+    fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
+        self.ask(|reply| Job::Events {
+            call_id: Some(call_id.to_string()),
+            reply,
+        })
+    }
+
+    fn pending_calls(&self) -> Result<Vec<String>, LogError> {
+        self.ask(|reply| Job::Pending { reply })
+    }
+
+    fn recover(&self) -> Result<Recovery, LogError> {
+        self.ask(|reply| Job::Recover { reply })
+    }
+}
+
+/// What a caller asks of the worker.
+enum Job {
+    Append {
+        events: Vec<NewEvent>,
+        durable: bool,
+        reply: SyncSender<Result<Vec<u64>, LogError>>,
+    },
+    Flush {
+        reply: SyncSender<Result<(), LogError>>,
+    },
+    Events {
+        call_id: Option<String>,
+        reply: SyncSender<Result<Vec<Event>, LogError>>,
+    },
+    Pending {
+        reply: SyncSender<Result<Vec<String>, LogError>>,
+    },
+    Recover {
+        reply: SyncSender<Result<Recovery, LogError>>,
+    },
+}
+
+/// An append waiting in a group: its events, whether it must be durable, and where its
+/// answer goes.
+type AppendJob = (Vec<NewEvent>, bool, SyncSender<Result<Vec<u64>, LogError>>);
+
+/// Whom a write transaction writes as: what it checks and renews.
+struct Who {
+    log: String,
+    replica: String,
+    epoch: i64,
+    /// The lease, in seconds (PostgreSQL's `make_interval` takes them as a float).
+    lease_secs: f64,
+}
+
+/// The worker thread's state: the connection and this replica's registration.
+struct Worker {
+    config: tokio_postgres::Config,
+    options: PgOptions,
+    writer: bool,
+    runtime: tokio::runtime::Runtime,
+    conn: Option<Conn>,
+    /// The epoch this replica registered with (writers only).
+    epoch: i64,
+    /// Set once a write found this replica's epoch taken: every later write fails.
+    fenced: bool,
+    /// A lazy commit has not been followed by a durable one yet.
+    lazy_unflushed: bool,
+    counters: Arc<Counters>,
+    last_renewal: Instant,
+}
+
+impl Worker {
+    /// Connects, checks the schema and registers (writers).
+    fn open(&mut self) -> Result<(), LogError> {
+        if !self.writer {
+            return self.run_op(async |_| Ok(()));
+        }
+        let log = self.options.log.clone();
+        let replica = self.options.replica.clone();
+        let lease_secs = self.options.lease.as_secs_f64();
+        self.epoch =
+            self.run_op(async |c| register(&mut c.client, &log, &replica, lease_secs).await)?;
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .durable_commits
+            .fetch_add(1, Ordering::Relaxed);
+        self.last_renewal = Instant::now();
+        Ok(())
+    }
+
+    fn run(&mut self, jobs: &Receiver<Job>) {
+        let renew_every = self.options.lease / 3;
+        loop {
+            let wait = renew_every.saturating_sub(self.last_renewal.elapsed());
+            match jobs.recv_timeout(wait) {
+                Ok(first) => {
+                    let mut group = vec![first];
+                    while group.len() < MAX_GROUP {
+                        match jobs.try_recv() {
+                            Ok(job) => group.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    self.serve(group);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if self.writer && !self.fenced && self.last_renewal.elapsed() >= renew_every {
+                // A failed renewal is tried again at the next tick (not at once: the
+                // database may be down); a write in between reports the error to its
+                // caller.
+                let _ = self.recover(false);
+                self.last_renewal = Instant::now();
+            }
+        }
+        if self.writer && !self.fenced {
+            let who = self.who();
+            let _ = self.run_op(async |c| release(&mut c.client, &who).await);
+        }
+    }
+
+    /// Answers `jobs` in order; consecutive appends share one transaction.
+    fn serve(&mut self, jobs: Vec<Job>) {
+        let mut appends: Vec<AppendJob> = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Append {
+                    events,
+                    durable,
+                    reply,
+                } => appends.push((events, durable, reply)),
+                Job::Flush { reply } => {
+                    self.append_group(std::mem::take(&mut appends));
+                    let _ = reply.send(self.flush());
+                }
+                Job::Events { call_id, reply } => {
+                    self.append_group(std::mem::take(&mut appends));
+                    let _ = reply.send(self.read_events(call_id));
+                }
+                Job::Pending { reply } => {
+                    self.append_group(std::mem::take(&mut appends));
+                    let _ = reply.send(self.read_pending());
+                }
+                Job::Recover { reply } => {
+                    self.append_group(std::mem::take(&mut appends));
+                    let _ = reply.send(self.recover(true));
+                }
+            }
+        }
+        self.append_group(appends);
+    }
+
+    fn who(&self) -> Who {
+        Who {
+            log: self.options.log.clone(),
+            replica: self.options.replica.clone(),
+            epoch: self.epoch,
+            lease_secs: self.options.lease.as_secs_f64(),
+        }
+    }
+
+    /// Refuses a write of a reader or of a fenced replica.
+    fn may_write(&self) -> Result<(), LogError> {
+        if !self.writer {
+            return Err(LogError::Invalid(
+                "this PostgreSQL log was opened for reading only".to_string(),
+            ));
+        }
+        if self.fenced {
+            return Err(LogError::Fenced {
+                replica: self.options.replica.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts a committed write transaction and notes what it made durable.
+    fn committed(&mut self, durable: bool) {
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        if durable {
+            self.counters
+                .durable_commits
+                .fetch_add(1, Ordering::Relaxed);
+            self.lazy_unflushed = false;
+        } else {
+            self.lazy_unflushed = true;
+        }
+        // Every write transaction renewed the lease.
+        self.last_renewal = Instant::now();
+    }
+
+    /// Notes a write's failure: a fenced replica stays fenced.
+    fn failed<T>(&mut self, outcome: Result<T, LogError>) -> Result<T, LogError> {
+        if matches!(outcome, Err(LogError::Fenced { .. })) {
+            self.fenced = true;
+        }
+        outcome
+    }
+
+    fn append_group(&mut self, group: Vec<AppendJob>) {
+        if group.is_empty() {
+            return;
+        }
+        self.counters
+            .appends
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        let durable = group.iter().any(|(_, d, _)| *d);
+        let outcome = match self.may_write() {
+            Ok(()) => {
+                let who = self.who();
+                let parts: Vec<&[NewEvent]> = group.iter().map(|(e, _, _)| e.as_slice()).collect();
+                let outcome = self.run_op(async |c| write_appends(c, &who, &parts, durable).await);
+                if outcome.is_ok() {
+                    self.committed(durable);
+                }
+                self.failed(outcome)
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(first) => {
+                let mut next = first;
+                for (events, _, reply) in &group {
+                    let n = events.len() as u64;
+                    let _ = reply.send(Ok((next..next + n).collect()));
+                    next += n;
+                }
+            }
+            Err(e) => {
+                for (_, _, reply) in &group {
+                    let _ = reply.send(Err(copy_error(&e)));
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), LogError> {
+        if !self.writer || !self.lazy_unflushed {
+            return Ok(());
+        }
+        self.may_write()?;
+        let who = self.who();
+        // One synchronous commit makes every earlier asynchronous one durable: the
+        // write-ahead log is flushed in order.
+        let outcome = self.run_op(async |c| renew(&mut c.client, &who).await);
+        if outcome.is_ok() {
+            self.committed(true);
+        }
+        self.failed(outcome)
+    }
+
+    /// Resolves pending calls (see [`PgEngine`]); `include_own` adds this replica's
+    /// current calls. Without it, this is the periodic lease renewal and sweep.
+    fn recover(&mut self, include_own: bool) -> Result<Recovery, LogError> {
+        self.may_write()?;
+        let who = self.who();
+        let outcome = self.run_op(async |c| recover_calls(&mut c.client, &who, include_own).await);
+        if outcome.is_ok() {
+            self.committed(true);
+        }
+        self.failed(outcome)
+    }
+
+    fn read_events(&mut self, call_id: Option<String>) -> Result<Vec<Event>, LogError> {
+        let log = self.options.log.clone();
+        self.run_op(async |c| read_events(&mut c.client, &log, call_id.as_deref()).await)
+    }
+
+    fn read_pending(&mut self) -> Result<Vec<String>, LogError> {
+        let log = self.options.log.clone();
+        self.run_op(async |c| {
+            let rows = c
+                .client
+                .query(
+                    "SELECT call_id FROM toolhost_pending WHERE log = $1 ORDER BY seq",
+                    &[&log],
+                )
+                .await
+                .map_err(from_pg)?;
+            rows.iter()
+                .map(|r| r.try_get::<_, String>(0).map_err(from_pg))
+                .collect()
+        })
+    }
+
+    /// Runs `op` on the connection (connecting first if there is none), bounded by the
+    /// operation timeout. After any error the connection is dropped, so that the next
+    /// operation starts on a fresh one.
+    fn run_op<T>(
+        &mut self,
+        op: impl AsyncFnOnce(&mut Conn) -> Result<T, LogError>,
+    ) -> Result<T, LogError> {
+        let Worker {
+            config,
+            options,
+            writer,
+            runtime,
+            conn,
+            ..
+        } = self;
+        let timeout = options.op_timeout;
+        let outcome = runtime.block_on(async {
+            if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+                *conn = None;
+                let client =
+                    with_timeout(timeout, connect(config, &options.schema, *writer)).await?;
+                *conn = Some(Conn {
+                    client,
+                    append: None,
+                });
+            }
+            match conn.as_mut() {
+                Some(c) => with_timeout(timeout, op(c)).await,
+                None => Err(LogError::Storage("no connection to PostgreSQL".to_string())),
+            }
+        });
+        if outcome.is_err() {
+            *conn = None;
+        }
+        outcome
+    }
+}
+
+/// A connection and the statement it prepared for appends.
+struct Conn {
+    client: Client,
+    append: Option<Statement>,
+}
+
+/// `fut`, or a storage error once `timeout` has passed.
+async fn with_timeout<T>(
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, LogError>>,
+) -> Result<T, LogError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(LogError::Storage(format!(
+            "PostgreSQL did not answer within {:.1} s; the operation's outcome is unknown",
+            timeout.as_secs_f64()
+        ))),
+    }
+}
+
+/// A new connection with the session settings toolhost relies on, on a checked schema.
+async fn connect(
+    config: &tokio_postgres::Config,
+    schema: &str,
+    writer: bool,
+) -> Result<Client, LogError> {
+    let (mut client, connection) = config.connect(NoTls).await.map_err(from_pg)?;
+    // The connection task ends when the client is dropped or the server goes away.
+    tokio::spawn(connection);
+    // Durable appends need synchronous commit whatever the server's default; lazy ones
+    // turn it off per transaction.
+    client
+        .batch_execute("SET synchronous_commit TO on")
+        .await
+        .map_err(from_pg)?;
+    ensure_schema(&mut client, schema, writer).await?;
+    client
+        .batch_execute(&format!("SET search_path TO {}", quoted(schema)))
+        .await
+        .map_err(from_pg)?;
+    Ok(client)
+}
+
+/// Checks the schema version, creating the schema first if it is missing (writers).
+async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Result<(), LogError> {
+    let table = format!("{}.toolhost_schema", quoted(schema));
+    // Read first, without writing: a current schema on a read-only database still opens.
+    if let Some(version) = schema_version(client, &table).await? {
+        return check_version(version);
+    }
+    if !writer {
+        return Err(LogError::Storage(format!(
+            "this database holds no toolhost session log (schema {schema:?} has no toolhost tables)"
+        )));
+    }
+    let tx = client.transaction().await.map_err(from_pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .await
+        .map_err(from_pg)?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {q}; SET LOCAL search_path TO {q}; {CREATE_VERSION_TABLE}",
+        q = quoted(schema)
+    ))
+    .await
+    .map_err(from_pg)?;
+    let found = tx
+        .query_opt("SELECT version FROM toolhost_schema WHERE id = 1", &[])
+        .await
+        .map_err(from_pg)?;
+    match found {
+        Some(row) => check_version(row.try_get(0).map_err(from_pg)?)?,
+        None => {
+            tx.batch_execute(CREATE).await.map_err(from_pg)?;
+            let version = i64::try_from(PG_SCHEMA_VERSION).unwrap_or(i64::MAX);
+            tx.execute(
+                "INSERT INTO toolhost_schema (id, version) VALUES (1, $1)",
+                &[&version],
+            )
+            .await
+            .map_err(from_pg)?;
+        }
+    }
+    tx.commit().await.map_err(from_pg)
+}
+
+/// The version in `table`, or `None` if the table or its row is missing.
+async fn schema_version(client: &Client, table: &str) -> Result<Option<i64>, LogError> {
+    let exists = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(from_pg)?;
+    if !exists.try_get::<_, bool>(0).map_err(from_pg)? {
+        return Ok(None);
+    }
+    let row = client
+        .query_opt(&format!("SELECT version FROM {table} WHERE id = 1"), &[])
+        .await
+        .map_err(from_pg)?;
+    row.map(|r| r.try_get(0).map_err(from_pg)).transpose()
+}
+
+fn check_version(found: i64) -> Result<(), LogError> {
+    let found = u64::try_from(found)
+        .map_err(|_| LogError::Corrupt(format!("schema version {found} is negative")))?;
+    if found > PG_SCHEMA_VERSION {
+        return Err(LogError::NewerFormat {
+            found,
+            supported: PG_SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Creates the log's row if missing and registers `replica` with a fresh lease: a new
+/// replica gets epoch 1; one that existed (a restart with the same identity) gets its
+/// epoch plus one, which fences the earlier incarnation. Returns the epoch.
+async fn register(
+    client: &mut Client,
+    log: &str,
+    replica: &str,
+    lease_secs: f64,
+) -> Result<i64, LogError> {
+    let tx = client.transaction().await.map_err(from_pg)?;
+    tx.execute(
+        "INSERT INTO toolhost_logs (log, next_seq) VALUES ($1, 1) ON CONFLICT DO NOTHING",
+        &[&log],
+    )
+    .await
+    .map_err(from_pg)?;
+    lock_log(&tx, log).await?;
+    let row = tx
+        .query_one(
+            "INSERT INTO toolhost_replicas (log, id, epoch, lease_until) \
+             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             ON CONFLICT (log, id) DO UPDATE \
+               SET epoch = toolhost_replicas.epoch + 1, lease_until = EXCLUDED.lease_until \
+             RETURNING epoch",
+            &[&log, &replica, &lease_secs],
+        )
+        .await
+        .map_err(from_pg)?;
+    let epoch = row.try_get(0).map_err(from_pg)?;
+    tx.commit().await.map_err(from_pg)?;
+    Ok(epoch)
+}
+
+/// On a clean close: forgets a replica that has nothing pending; otherwise ends its
+/// lease now, so that its calls are recovered at once.
+async fn release(client: &mut Client, who: &Who) -> Result<(), LogError> {
+    let tx = client.transaction().await.map_err(from_pg)?;
+    lock_log(&tx, &who.log).await?;
+    let deleted = tx
+        .execute(
+            "DELETE FROM toolhost_replicas r WHERE r.log = $1 AND r.id = $2 AND r.epoch = $3 \
+             AND NOT EXISTS (SELECT 1 FROM toolhost_pending p WHERE p.log = r.log AND p.replica = r.id)",
+            &[&who.log, &who.replica, &who.epoch],
+        )
+        .await
+        .map_err(from_pg)?;
+    if deleted == 0 {
+        tx.execute(
+            "UPDATE toolhost_replicas SET lease_until = now() \
+             WHERE log = $1 AND id = $2 AND epoch = $3",
+            &[&who.log, &who.replica, &who.epoch],
+        )
+        .await
+        .map_err(from_pg)?;
+    }
+    tx.commit().await.map_err(from_pg)
+}
+
+/// Takes the log's row lock (the serialisation point of every writer) and returns the
+/// next sequence number.
+async fn lock_log(tx: &Transaction<'_>, log: &str) -> Result<i64, LogError> {
+    let row = tx
+        .query_opt(
+            "SELECT next_seq FROM toolhost_logs WHERE log = $1 FOR UPDATE",
+            &[&log],
+        )
+        .await
+        .map_err(from_pg)?
+        .ok_or_else(|| LogError::Corrupt(format!("the row of log {log:?} is missing")))?;
+    row.try_get(0).map_err(from_pg)
+}
+
+/// Renews this replica's lease if its epoch is still the one it registered with; else
+/// the replica was declared dead and its calls recovered: [`LogError::Fenced`].
+async fn check_lease(tx: &Transaction<'_>, who: &Who) -> Result<(), LogError> {
+    let renewed = tx
+        .execute(
+            "UPDATE toolhost_replicas SET lease_until = now() + make_interval(secs => $4) \
+             WHERE log = $1 AND id = $2 AND epoch = $3",
+            &[&who.log, &who.replica, &who.epoch, &who.lease_secs],
+        )
+        .await
+        .map_err(from_pg)?;
+    if renewed == 0 {
+        return Err(LogError::Fenced {
+            replica: who.replica.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// One synchronous transaction that renews the lease (and so flushes every earlier
+/// asynchronous commit).
+async fn renew(client: &mut Client, who: &Who) -> Result<(), LogError> {
+    let tx = client.transaction().await.map_err(from_pg)?;
+    check_lease(&tx, who).await?;
+    tx.commit().await.map_err(from_pg)
+}
+
+/// Appends the events of `parts` (in order) in one transaction, synchronous if
+/// `durable`; returns the sequence number of the first.
+///
+/// One round trip: the statement is a call of `toolhost_append` (see `pg_schema.rs`),
+/// which runs as its own transaction and takes the log's row lock only for its own
+/// duration and its commit.
+async fn write_appends(
+    conn: &mut Conn,
+    who: &Who,
+    parts: &[&[NewEvent]],
+    durable: bool,
+) -> Result<u64, LogError> {
+    let events: Vec<&NewEvent> = parts.iter().flat_map(|p| p.iter()).collect();
+    let batch = Batch::of(&events)?;
+    let at = i64::try_from(now_unix_ms()).unwrap_or(i64::MAX);
+    let statement = match &conn.append {
+        Some(s) => s.clone(),
+        None => {
+            let s = conn
+                .client
+                .prepare(
+                    "SELECT toolhost_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .await
+                .map_err(from_pg)?;
+            conn.append = Some(s.clone());
+            s
+        }
+    };
+    let row = conn
+        .client
+        .query_one(
+            &statement,
+            &[
+                &who.log,
+                &who.replica,
+                &who.epoch,
+                &who.lease_secs,
+                &durable,
+                &batch.call_ids,
+                &batch.kinds,
+                &at,
+                &batch.payloads,
+                &batch.open_ids,
+                &batch.open_at,
+                &batch.closed_ids,
+            ],
+        )
+        .await
+        .map_err(|e| fenced_or(e, who))?;
+    let first: i64 = row.try_get(0).map_err(from_pg)?;
+    u64::try_from(first).map_err(|_| LogError::Corrupt(format!("sequence number {first}")))
+}
+
+/// The columns of a batch of events, as `toolhost_append` takes them.
+struct Batch<'a> {
+    call_ids: Vec<&'a str>,
+    kinds: Vec<&'static str>,
+    payloads: Vec<String>,
+    /// Calls pending after the batch, with the 1-based position of their intent.
+    open_ids: Vec<&'a str>,
+    open_at: Vec<i32>,
+    /// Calls the batch resolved (a result after any intent of theirs).
+    closed_ids: Vec<&'a str>,
+}
+
+impl<'a> Batch<'a> {
+    fn of(events: &[&'a NewEvent]) -> Result<Batch<'a>, LogError> {
+        let mut net: HashMap<&'a str, Option<i32>> = HashMap::new();
+        let mut batch = Batch {
+            call_ids: Vec::with_capacity(events.len()),
+            kinds: Vec::with_capacity(events.len()),
+            payloads: Vec::with_capacity(events.len()),
+            open_ids: Vec::new(),
+            open_at: Vec::new(),
+            closed_ids: Vec::new(),
+        };
+        for (i, e) in events.iter().enumerate() {
+            let at = i32::try_from(i + 1)
+                .map_err(|_| LogError::Invalid("too many events in one append".to_string()))?;
+            batch.call_ids.push(&e.call_id);
+            batch.kinds.push(e.kind.as_str());
+            batch.payloads.push(
+                serde_json::to_string(&e.payload).map_err(|err| {
+                    LogError::Invalid(format!("payload cannot be encoded: {err}"))
+                })?,
+            );
+            match e.kind {
+                EventKind::ToolIntent => {
+                    net.insert(&e.call_id, Some(at));
+                }
+                EventKind::ToolResult => {
+                    net.insert(&e.call_id, None);
+                }
+                _ => {}
+            }
+        }
+        for (id, open) in net {
+            match open {
+                Some(at) => {
+                    batch.open_ids.push(id);
+                    batch.open_at.push(at);
+                }
+                None => batch.closed_ids.push(id),
+            }
+        }
+        Ok(batch)
+    }
+}
+
+/// [`LogError::Fenced`] for the fencing error of `toolhost_append`, else [`from_pg`].
+fn fenced_or(err: tokio_postgres::Error, who: &Who) -> LogError {
+    if err.code().is_some_and(|c| c.code() == FENCED_SQLSTATE) {
+        return LogError::Fenced {
+            replica: who.replica.clone(),
+        };
+    }
+    from_pg(err)
+}
+
+/// Inserts `events` from sequence number `first` on, moves the log's next sequence
+/// number past them and keeps the pending set in step. The log's row lock is held.
+async fn insert_events(
+    tx: &Transaction<'_>,
+    who: &Who,
+    first: i64,
+    events: &[&NewEvent],
+) -> Result<(), LogError> {
+    let n = i64::try_from(events.len()).map_err(|_| LogError::Invalid("too many events".into()))?;
+    let next = first
+        .checked_add(n)
+        .ok_or_else(|| LogError::Corrupt("the sequence number space is exhausted".to_string()))?;
+    let at = i64::try_from(now_unix_ms()).unwrap_or(i64::MAX);
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut call_ids = Vec::with_capacity(events.len());
+    let mut kinds = Vec::with_capacity(events.len());
+    let mut payloads = Vec::with_capacity(events.len());
+    // The pending set after these events: call id → the seq of its intent, or `None`
+    // once a result followed.
+    let mut pending: HashMap<&str, Option<i64>> = HashMap::new();
+    for (seq, e) in (first..).zip(events) {
+        seqs.push(seq);
+        call_ids.push(e.call_id.as_str());
+        kinds.push(e.kind.as_str());
+        payloads.push(
+            serde_json::to_string(&e.payload)
+                .map_err(|err| LogError::Invalid(format!("payload cannot be encoded: {err}")))?,
+        );
+        match e.kind {
+            EventKind::ToolIntent => {
+                pending.insert(&e.call_id, Some(seq));
+            }
+            EventKind::ToolResult => {
+                pending.insert(&e.call_id, None);
+            }
+            _ => {}
+        }
+    }
+    tx.execute(
+        "UPDATE toolhost_logs SET next_seq = $2 WHERE log = $1",
+        &[&who.log, &next],
+    )
+    .await
+    .map_err(from_pg)?;
+    tx.execute(
+        "INSERT INTO toolhost_events (log, seq, call_id, kind, at_unix_ms, payload, replica) \
+         SELECT $1, s, c, k, $5, p, $6 \
+         FROM UNNEST($2::bigint[], $3::text[], $4::text[], $7::text[]) AS u(s, c, k, p)",
+        &[
+            &who.log,
+            &seqs,
+            &call_ids,
+            &kinds,
+            &at,
+            &who.replica,
+            &payloads,
+        ],
+    )
+    .await
+    .map_err(from_pg)?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let touched: Vec<&str> = pending.keys().copied().collect();
+    tx.execute(
+        "DELETE FROM toolhost_pending WHERE log = $1 AND call_id = ANY($2)",
+        &[&who.log, &touched],
+    )
+    .await
+    .map_err(from_pg)?;
+    let (open_ids, open_seqs): (Vec<&str>, Vec<i64>) = pending
+        .iter()
+        .filter_map(|(id, seq)| seq.map(|s| (*id, s)))
+        .unzip();
+    if !open_ids.is_empty() {
+        tx.execute(
+            "INSERT INTO toolhost_pending (log, call_id, seq, replica, epoch) \
+             SELECT $1, c, s, $2, $3 FROM UNNEST($4::text[], $5::bigint[]) AS u(c, s)",
+            &[&who.log, &who.replica, &who.epoch, &open_ids, &open_seqs],
+        )
+        .await
+        .map_err(from_pg)?;
+    }
+    Ok(())
+}
+
+/// Resolves, in one synchronous transaction, the pending calls of other replicas that
+/// are gone (lease expired, superseded by a restart, or unregistered) and, with
+/// `include_own`, every call of this replica's identity (this incarnation's and its
+/// predecessors'); fences the expired replicas whose calls it resolved.
+/// Renews this replica's lease either way.
+async fn recover_calls(
+    client: &mut Client,
+    who: &Who,
+    include_own: bool,
+) -> Result<Recovery, LogError> {
+    let tx = client.transaction().await.map_err(from_pg)?;
+    let first = lock_log(&tx, &who.log).await?;
+    check_lease(&tx, who).await?;
+    let rows = tx
+        .query(
+            "SELECT p.call_id, p.replica, \
+                    (r.id IS NOT NULL AND r.epoch = p.epoch AND r.lease_until < now()) \
+             FROM toolhost_pending p \
+             LEFT JOIN toolhost_replicas r ON r.log = p.log AND r.id = p.replica \
+             WHERE p.log = $1 AND CASE WHEN p.replica = $3 THEN $2 \
+                   ELSE (r.id IS NULL OR r.epoch <> p.epoch OR r.lease_until < now()) END \
+             ORDER BY p.seq",
+            &[&who.log, &include_own, &who.replica],
+        )
+        .await
+        .map_err(from_pg)?;
+    let mut recovered = Vec::with_capacity(rows.len());
+    let mut expired = BTreeSet::new();
+    for row in &rows {
+        recovered.push(row.try_get::<_, String>(0).map_err(from_pg)?);
+        if row.try_get::<_, bool>(2).map_err(from_pg)? {
+            let replica: String = row.try_get(1).map_err(from_pg)?;
+            if replica != who.replica {
+                expired.insert(replica);
+            }
+        }
+    }
+    if !recovered.is_empty() {
+        let events = recovery_events(&recovered);
+        let refs: Vec<&NewEvent> = events.iter().collect();
+        insert_events(&tx, who, first, &refs).await?;
+        let expired: Vec<String> = expired.into_iter().collect();
+        tx.execute(
+            "UPDATE toolhost_replicas SET epoch = epoch + 1 \
+             WHERE log = $1 AND id = ANY($2) AND lease_until < now()",
+            &[&who.log, &expired],
+        )
+        .await
+        .map_err(from_pg)?;
+    }
+    tx.commit().await.map_err(from_pg)?;
+    Ok(Recovery { recovered })
+}
+
+async fn read_events(
+    client: &mut Client,
+    log: &str,
+    call_id: Option<&str>,
+) -> Result<Vec<Event>, LogError> {
+    const COLUMNS: &str = "SELECT seq, call_id, kind, at_unix_ms, payload FROM toolhost_events";
+    let rows = match call_id {
+        None => {
+            client
+                .query(&format!("{COLUMNS} WHERE log = $1 ORDER BY seq"), &[&log])
+                .await
+        }
+        Some(id) => {
+            client
+                .query(
+                    &format!("{COLUMNS} WHERE log = $1 AND call_id = $2 ORDER BY seq"),
+                    &[&log, &id],
+                )
+                .await
+        }
+    }
+    .map_err(from_pg)?;
+    rows.iter().map(decode_row).collect()
+}
+
+fn decode_row(row: &tokio_postgres::Row) -> Result<Event, LogError> {
+    let seq: i64 = row.try_get(0).map_err(from_pg)?;
+    let seq =
+        u64::try_from(seq).map_err(|_| LogError::Corrupt(format!("sequence number {seq}")))?;
+    let kind: String = row.try_get(2).map_err(from_pg)?;
+    let at: i64 = row.try_get(3).map_err(from_pg)?;
+    let payload: String = row.try_get(4).map_err(from_pg)?;
+    Ok(Event {
+        seq,
+        call_id: row.try_get(1).map_err(from_pg)?,
+        kind: kind
+            .parse()
+            .map_err(|e| LogError::Corrupt(format!("event {seq}: {e}")))?,
+        at_unix_ms: u64::try_from(at).unwrap_or(0),
+        payload: serde_json::from_str(&payload)
+            .map_err(|e| LogError::Corrupt(format!("event {seq} cannot be decoded: {e}")))?,
+    })
+}
+
+/// Refuses a name that would need quoting beyond double quotes.
+fn check_name(what: &str, name: &str) -> Result<(), LogError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(LogError::Invalid(format!(
+            "{what} {name:?} must be 1 to 63 lower-case letters, digits or '_', not starting with a digit"
+        )))
+    }
+}
+
+/// `name` (checked by [`check_name`]) as an SQL identifier.
+fn quoted(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+/// A copy of `e` for each append of a failed group.
+fn copy_error(e: &LogError) -> LogError {
+    match e {
+        LogError::Fenced { replica } => LogError::Fenced {
+            replica: replica.clone(),
+        },
+        LogError::Invalid(s) => LogError::Invalid(s.clone()),
+        LogError::Corrupt(s) => LogError::Corrupt(s.clone()),
+        LogError::Storage(s) => LogError::Storage(s.clone()),
+        other => LogError::Storage(other.to_string()),
+    }
+}
+
+/// Translates an error of the PostgreSQL client into words that say what to do.
+fn from_pg(err: tokio_postgres::Error) -> LogError {
+    if let Some(db) = err.as_db_error() {
+        let code = db.code();
+        let what = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            "the database refuses writes (it is read-only)"
+        } else if *code == SqlState::DISK_FULL {
+            "the database is out of disk space"
+        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            "the database user may not write toolhost's tables"
+        } else if *code == SqlState::ADMIN_SHUTDOWN || *code == SqlState::CRASH_SHUTDOWN {
+            "the database shut down; the operation's outcome is unknown"
+        } else {
+            "PostgreSQL refused the operation"
+        };
+        return LogError::Storage(format!(
+            "{what}: {} (SQLSTATE {})",
+            db.message(),
+            code.code()
+        ));
+    }
+    if err.is_closed() {
+        return LogError::Storage(
+            "the connection to PostgreSQL was lost; the operation's outcome is unknown".to_string(),
+        );
+    }
+    // The client's own message is terse ("error connecting to server"): add its causes
+    // ("Connection refused (os error 111)").
+    let mut text = format!("PostgreSQL: {err}");
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    LogError::Storage(text)
+}

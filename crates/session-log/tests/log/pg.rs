@@ -1,0 +1,516 @@
+//! What only the PostgreSQL engine has: schema versions, several replicas with leases
+//! and fencing, group commit, and faults of the connection and the database.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use toolhost_log::{
+    Durability, EventKind, LogError, PG_SCHEMA_VERSION, PgEngine, Recovery, SessionLog,
+};
+
+use crate::engines::{TEST_SCHEMA, pg_options, pg_url, sql, sql_value, unique};
+use crate::{call, intent, result, seqs, shape};
+
+/// Opens `log` as `replica`; returns the log and its engine's counters.
+fn open(
+    url: &str,
+    log: &str,
+    replica: &str,
+    lease: Duration,
+) -> (SessionLog, toolhost_log::PgStatsHandle) {
+    let engine = PgEngine::open(url, &pg_options(log, replica, lease)).unwrap();
+    let stats = engine.stats_handle();
+    (SessionLog::from_engine(engine), stats)
+}
+
+/// Polls `cond` until it holds, failing after `limit`.
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_schema_written_by_a_newer_toolhost_is_refused_and_left_alone() {
+    let Some(url) = pg_url() else { return };
+    let schema = unique("newer").replace('-', "_");
+    let mut options = pg_options("default", "r", Duration::from_secs(10));
+    options.schema = schema.clone();
+    drop(PgEngine::open(&url, &options).unwrap());
+    sql(
+        &url,
+        &format!("UPDATE \"{schema}\".toolhost_schema SET version = 99"),
+    );
+    let err = PgEngine::open(&url, &options).unwrap_err();
+    assert!(
+        matches!(err, LogError::NewerFormat { found: 99, supported } if supported == PG_SCHEMA_VERSION),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("newer toolhost"), "{err}");
+    assert_eq!(
+        sql_value(
+            &url,
+            &format!("SELECT version::text FROM \"{schema}\".toolhost_schema")
+        ),
+        Some("99".to_string())
+    );
+    sql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE"));
+}
+
+#[test]
+fn a_malformed_url_or_schema_name_is_a_clear_error() {
+    let err = PgEngine::open(
+        "postgres://[::1",
+        &pg_options("l", "r", Duration::from_secs(1)),
+    )
+    .unwrap_err();
+    assert!(matches!(err, LogError::Invalid(_)), "{err:?}");
+    let mut options = pg_options("l", "r", Duration::from_secs(1));
+    options.schema = "Bad; DROP".to_string();
+    let err = PgEngine::open("postgres://127.0.0.1:1/x", &options).unwrap_err();
+    assert!(err.to_string().contains("schema"), "{err}");
+}
+
+#[test]
+fn concurrent_appends_on_one_replica_share_commits() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("group");
+    // A long lease: no renewal commit of the worker's own during the test.
+    let (log, stats) = open(&url, &name, "r", Duration::from_secs(600));
+    let log = Arc::new(log);
+    log.append(&[call("warm")], Durability::Durable).unwrap();
+    // Hold the log's row lock from outside, so that the worker's first transaction
+    // waits while every other append queues behind it.
+    let url2 = url.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let name2 = name.clone();
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut client, conn) = tokio_postgres::connect(&url2, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let tx = client.transaction().await.unwrap();
+            tx.execute(
+                &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = $1 FOR UPDATE"),
+                &[&name2],
+            )
+            .await
+            .unwrap();
+            locked_tx.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
+            tx.rollback().await.unwrap();
+        });
+    });
+    locked_rx.recv().unwrap();
+    let before = stats.get();
+    const N: u64 = 12;
+    let writers: Vec<_> = (0..N)
+        .map(|i| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let id = format!("g{i}");
+                log.record_intents_after(&[call(&id)], &[intent(&id)])
+                    .unwrap()
+            })
+        })
+        .collect();
+    wait_until(
+        "every append to reach the worker",
+        Duration::from_secs(20),
+        || stats.get().submitted - before.submitted == N,
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let mut all: Vec<u64> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    all.sort();
+    assert_eq!(all, (2..2 + 2 * N).collect::<Vec<_>>());
+    let after = stats.get();
+    assert_eq!(after.appends - before.appends, N);
+    // The worker took the first append (or, if it woke late, several) and waited for
+    // the lock; every other append queued behind it and shared the next commit.
+    let commits = after.durable_commits - before.durable_commits;
+    assert!(
+        (1..=2).contains(&commits),
+        "{commits} commits for {N} appends: {after:?}"
+    );
+    assert_eq!(log.pending_calls().unwrap().len(), N as usize);
+}
+
+#[test]
+fn a_replica_declared_dead_cannot_commit_a_result_after_its_unknown() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("fence");
+    // A long lease: the replica renews nothing by itself during the test.
+    let (slow, _) = open(&url, &name, "slow", Duration::from_secs(600));
+    slow.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let (survivor, _) = open(&url, &name, "survivor", Duration::from_secs(600));
+    // Nothing to recover while the slow replica's lease runs.
+    assert_eq!(survivor.recover().unwrap(), Recovery::default());
+    // The slow replica looks dead: its lease has run out (as after a long pause).
+    sql(
+        &url,
+        &format!(
+            "UPDATE {TEST_SCHEMA}.toolhost_replicas SET lease_until = now() - interval '1 second' \
+             WHERE log = '{name}' AND id = 'slow'"
+        ),
+    );
+    assert_eq!(survivor.recover().unwrap().recovered, ["c1"]);
+    // Exactly once: a second survivor finds nothing.
+    let (third, _) = open(&url, &name, "third", Duration::from_secs(600));
+    assert_eq!(third.recover().unwrap(), Recovery::default());
+
+    // The slow replica wakes up: its result is refused, and so is everything after.
+    let err = slow.append(&[result("c1")], Durability::Lazy).unwrap_err();
+    assert!(
+        matches!(err, LogError::Fenced { ref replica } if replica == "slow"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("lost its lease"), "{err}");
+    let err = slow
+        .record_intents_after(&[call("c2")], &[intent("c2")])
+        .unwrap_err();
+    assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
+
+    let events = survivor.events().unwrap();
+    let results: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
+    assert!(events.iter().all(|e| e.call_id != "c2"));
+    assert_eq!(seqs(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("restart");
+    let (first, _) = open(&url, &name, "r1", Duration::from_secs(600));
+    first
+        .record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    // The same identity starts again while the old one still runs: it takes over.
+    let (second, _) = open(&url, &name, "r1", Duration::from_secs(600));
+    assert_eq!(second.recover().unwrap().recovered, ["c1"]);
+    assert_eq!(second.recover().unwrap(), Recovery::default());
+    let err = first
+        .append(&[result("c1")], Durability::Durable)
+        .unwrap_err();
+    assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
+    drop(first);
+    let (third, _) = open(&url, &name, "r1", Duration::from_secs(600));
+    assert_eq!(third.recover().unwrap(), Recovery::default());
+    let kinds: Vec<_> = third
+        .events_for_call("c1")
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::ToolCall,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
+}
+
+#[test]
+fn a_survivor_recovers_a_killed_replicas_calls_after_its_lease_expires() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("survivor");
+    // The dying replica (another process): its lease is short, and it dies holding two
+    // intents, without closing anything.
+    let out = crate::child::run_child("pg-die", std::path::Path::new(&format!("{name}:{url}")));
+    assert!(out.contains("CHILD: acknowledged"), "{out}");
+    let (survivor, _) = open(&url, &name, "survivor", Duration::from_millis(300));
+    // The survivor's worker sweeps by itself at every renewal.
+    wait_until("the survivor's sweep", Duration::from_secs(30), || {
+        survivor.pending_calls().unwrap().is_empty()
+    });
+    let events = survivor.events().unwrap();
+    let recovered: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::SessionRecovered)
+        .collect();
+    assert_eq!(recovered.len(), 1, "{events:?}");
+    assert_eq!(
+        recovered[0].payload["calls"],
+        serde_json::json!(["c1", "c2"])
+    );
+    assert_eq!(survivor.recover().unwrap(), Recovery::default());
+}
+
+/// Terminates the server processes of `replica`'s connections (as a network cut or
+/// an administrator would).
+fn cut_connections(url: &str, replica: &str) {
+    let _ = sql_value(
+        url,
+        &format!(
+            // With a timeout, pg_terminate_backend waits until the process is gone.
+            "SELECT count(pg_terminate_backend(pid, 10000))::text FROM pg_stat_activity \
+             WHERE application_name = 'toolhost {replica}'"
+        ),
+    );
+}
+
+#[test]
+fn a_connection_cut_before_the_intent_commit_fails_the_append_and_the_next_one_reconnects() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("cut");
+    let replica = unique("cut-r");
+    let (log, _) = open(&url, &name, &replica, Duration::from_secs(600));
+    log.append(&[call("before")], Durability::Durable).unwrap();
+    cut_connections(&url, &replica);
+    // The engine finds out by using the connection: the append fails, and its intent is
+    // not there (the host ends the call ABORTED_BEFORE_DISPATCH, the body never runs).
+    // (Had the engine seen the connection closed before sending, it would have
+    // reconnected and the append succeeded, its intent durable: equally correct.)
+    match log.record_intents_after(&[call("lost")], &[intent("lost")]) {
+        Err(err) => {
+            assert!(matches!(err, LogError::Storage(_)), "{err:?}");
+            assert!(err.to_string().contains("outcome is unknown"), "{err}");
+            assert!(log.pending_calls().unwrap().is_empty());
+            assert_eq!(shape(&log.events().unwrap()), [call("before")]);
+        }
+        Ok(seqs) => {
+            assert_eq!(seqs, [2, 3]);
+            assert_eq!(log.pending_calls().unwrap(), ["lost"]);
+            return;
+        }
+    }
+    // The engine reconnected, the sequence continues.
+    assert_eq!(
+        log.record_intents_after(&[call("next")], &[intent("next")])
+            .unwrap(),
+        [2, 3]
+    );
+}
+
+#[test]
+fn a_read_only_database_refuses_writes_clearly_and_the_log_stays_consistent() {
+    let Some(url) = pg_url() else { return };
+    let db = unique("ro").replace('-', "_");
+    sql(&url, &format!("CREATE DATABASE {db}"));
+    let db_url = match url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{db}"),
+        None => panic!("{url}"),
+    };
+    let replica = unique("ro-r");
+    let (log, _) = open(&db_url, "default", &replica, Duration::from_secs(600));
+    log.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    sql(
+        &url,
+        &format!("ALTER DATABASE {db} SET default_transaction_read_only = on"),
+    );
+    cut_connections(&url, &replica);
+    let _ = log.events(); // the first operation after the cut may see the closed connection
+    let err = log
+        .record_intents_after(&[call("c2")], &[intent("c2")])
+        .unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    // Reading still works; nothing half-written.
+    assert_eq!(shape(&log.events().unwrap()), [call("c1"), intent("c1")]);
+    sql(
+        &url,
+        &format!("ALTER DATABASE {db} SET default_transaction_read_only = off"),
+    );
+    cut_connections(&url, &replica);
+    let _ = log.events();
+    assert_eq!(
+        log.append(&[result("c1")], Durability::Durable).unwrap(),
+        [3]
+    );
+    drop(log);
+    sql(&url, &format!("DROP DATABASE {db} WITH (FORCE)"));
+}
+
+/// A PostgreSQL server of this test alone (`scripts/pg-test-server` on a directory and
+/// port of its own), stopped on drop.
+struct PrivateServer {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl PrivateServer {
+    fn script(&self, action: &str) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/pg-test-server");
+        let out = std::process::Command::new(script)
+            .arg(action)
+            .env("TOOLHOST_PG_DIR", self.dir.path().join("pg"))
+            .env("TOOLHOST_PG_PORT", self.port.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg-test-server {action}: {out:?}");
+    }
+
+    fn start() -> PrivateServer {
+        let dir = tempfile::tempdir().unwrap();
+        // As root the server runs as `postgres`, which must reach its directory.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = PrivateServer { dir, port };
+        server.script("start");
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://toolhost@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        self.script("stop");
+    }
+}
+
+#[test]
+fn a_database_crash_and_restart_keeps_every_durable_event_and_the_engine_reconnects() {
+    // Runs wherever the shared test server runs: the binaries are the same.
+    if pg_url().is_none() {
+        return;
+    }
+    let server = PrivateServer::start();
+    let url = server.url();
+    let (log, _) = open(&url, "default", "r", Duration::from_secs(600));
+    log.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    log.append(&[result("c1")], Durability::Lazy).unwrap();
+    log.record_intents_after(&[call("c2")], &[intent("c2")])
+        .unwrap();
+    let durable = shape(&log.events().unwrap());
+    // The server dies as in a crash (immediate shutdown: no checkpoint) and comes back.
+    server.script("restart");
+    // The first operation may meet the dead connection: a clear error, nothing written.
+    match log.append(&[result("c2")], Durability::Durable) {
+        Ok(seqs) => assert_eq!(seqs, [6]),
+        Err(e) => {
+            assert!(matches!(e, LogError::Storage(_)), "{e:?}");
+            assert_eq!(
+                log.append(&[result("c2")], Durability::Durable).unwrap(),
+                [6]
+            );
+        }
+    }
+    let events = log.events().unwrap();
+    assert_eq!(shape(&events[..5]), durable);
+    assert_eq!(seqs(&events), [1, 2, 3, 4, 5, 6]);
+    assert!(log.pending_calls().unwrap().is_empty());
+}
+
+/// A loopback TCP proxy in front of the test server whose replies can be swallowed
+/// from some moment on (the connection stays open: the client hears nothing), to lose
+/// the answer to a commit that the server made.
+struct Proxy {
+    port: u16,
+    swallow: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: std::net::SocketAddr) -> Proxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let swallow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = swallow.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                    return;
+                };
+                // Requests always go through.
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+                // Replies go through until `swallow` is set.
+                let (mut s_in, mut c_out) = (server, client);
+                let flag = flag.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 8192];
+                    loop {
+                        let n = match s_in.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if !flag.load(Ordering::SeqCst) && c_out.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { port, swallow }
+    }
+}
+
+#[test]
+fn an_intent_whose_commit_answer_is_lost_is_recovered_as_unknown_never_also_finished() {
+    let Some(url) = pg_url() else { return };
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let proxy = Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let proxied = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
+    assert_ne!(proxied, url);
+    let name = unique("lost-answer");
+    let mut options = pg_options(&name, "r", Duration::from_secs(600));
+    options.op_timeout = Duration::from_secs(2);
+    let log = SessionLog::from_engine(PgEngine::open(&proxied, &options).unwrap());
+    log.append(&[call("c1")], Durability::Durable).unwrap();
+
+    // The server commits the intent; its answer never arrives.
+    proxy
+        .swallow
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = log.record_intents(&[intent("c1")]).unwrap_err();
+    assert!(err.to_string().contains("outcome is unknown"), "{err}");
+    proxy
+        .swallow
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+
+    // The host ends the call ABORTED_BEFORE_DISPATCH (the body never ran); the log,
+    // through a fresh connection, shows what the server did: the intent is there.
+    assert_eq!(log.pending_calls().unwrap(), ["c1"]);
+    // Recovery resolves it once; no other result can follow.
+    assert_eq!(log.recover().unwrap().recovered, ["c1"]);
+    assert_eq!(log.recover().unwrap(), Recovery::default());
+    let kinds: Vec<_> = log
+        .events_for_call("c1")
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::ToolCall,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
+}
