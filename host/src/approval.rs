@@ -34,7 +34,7 @@ pub struct ApprovalRequest {
     /// The network grants this approval unlocks for this call (the
     /// policy's `ask` grants, canonical: `https://*.github.com:443`); empty
     /// when it unlocks none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network: Vec<String>,
 }
 

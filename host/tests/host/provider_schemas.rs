@@ -349,7 +349,7 @@ async fn every_profile_meets_its_providers_rules() {
         .iter()
         .map(|t| t.descriptor.clone())
         .collect();
-    assert_eq!(all.len(), 5);
+    assert_eq!(all.len(), toolhost::EMBEDDED_TOOLS.len());
     all.extend(tricky());
     for provider in Provider::ALL {
         for d in &all {
@@ -439,7 +439,7 @@ fn list_schema_for_prints_each_providers_declarations() {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         let decls: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(decls.len(), 5);
+        assert_eq!(decls.len(), toolhost::EMBEDDED_TOOLS.len());
         for d in &decls {
             check(provider, d).unwrap_or_else(|e| panic!("{provider}: {e}"));
         }

@@ -223,6 +223,11 @@ allow = [
     let attempts = r.canonical["attempts"].as_array().unwrap();
     let oks: Vec<bool> = attempts.iter().map(|a| a["ok"] == true).collect();
     assert_eq!(oks, [true, true, false], "{attempts:?}");
+    // The listener counts on its own thread: wait (bounded) for it.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tcp_ok.count() < 3 && std::time::Instant::now() < until {
+        std::thread::yield_now();
+    }
     assert_eq!(tcp_ok.count(), 3);
     let codes: Vec<Value> = r
         .receipt
