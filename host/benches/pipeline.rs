@@ -499,37 +499,19 @@ async fn main() {
     //    instantiation, the body alone and a warm governed call. In a
     //    process of its own (`--languages-only`, which also runs it alone),
     //    so that the runtimes and threads of the sections above are not in it.
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-    child.arg("--languages-only");
-    if ctx.quick {
-        child.arg("--quick");
-    }
-    let child = child.output().unwrap();
-    assert!(
-        child.status.success(),
-        "{}",
-        String::from_utf8_lossy(&child.stderr)
+    report.insert(
+        "languages".into(),
+        section_in_child("--languages-only", ctx.quick),
     );
-    let languages: Value = serde_json::from_slice(&child.stdout).unwrap();
-    report.insert("languages".into(), languages);
 
     // 10. Network egress: a governed GET of 4 KiB from a loopback server
     //     through `http_fetch`, against the same request by a native Rust
     //     client, and the cost of the decision and address check alone.
     //     In a process of its own (`--network-only`) like section 9.
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-    child.arg("--network-only");
-    if ctx.quick {
-        child.arg("--quick");
-    }
-    let child = child.output().unwrap();
-    assert!(
-        child.status.success(),
-        "{}",
-        String::from_utf8_lossy(&child.stderr)
+    report.insert(
+        "network".into(),
+        section_in_child("--network-only", ctx.quick),
     );
-    let network: Value = serde_json::from_slice(&child.stdout).unwrap();
-    report.insert("network".into(), network);
 
     let report = Value::Object(report);
     if as_json {
@@ -537,6 +519,24 @@ async fn main() {
     } else {
         println!("{}", serde_json::to_string_pretty(&report).unwrap());
     }
+}
+
+/// Runs this benchmark again as a child process with `flag` (one section
+/// alone, without the runtimes and threads of the others) and returns the
+/// JSON it prints.
+fn section_in_child(flag: &str, quick: bool) -> Value {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.arg(flag);
+    if quick {
+        child.arg("--quick");
+    }
+    let child = child.output().unwrap();
+    assert!(
+        child.status.success(),
+        "{flag}: {}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    serde_json::from_slice(&child.stdout).unwrap()
 }
 
 /// A loopback HTTP/1.1 server for section 10: answers every request with
