@@ -153,7 +153,8 @@ async fn main() {
         .into_iter()
         .find(|t| t.descriptor.name == "noop")
         .unwrap()
-        .component
+        .component()
+        .unwrap()
         .clone();
     let mut samples = Vec::new();
     for i in 0..ctx.iters(5000) + 200 {
@@ -768,7 +769,8 @@ async fn language(ctx: &Ctx, ex: &LanguageExample, bytes: &[u8]) -> Value {
         .into_iter()
         .find(|t| t.descriptor.name == ex.tool)
         .unwrap()
-        .component
+        .component()
+        .unwrap()
         .clone();
     let n = ctx.iters(1000);
     let mut inst = Vec::new();

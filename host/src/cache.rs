@@ -181,14 +181,30 @@ impl CompileCache {
         }
         self.stats.compiles.fetch_add(1, Ordering::Relaxed);
         let serialized = A::precompile(engine, bytes)?;
+        // The entry is written first and the artifact loaded from it, as a
+        // later hit would be: the code is then mapped from the file instead
+        // of held in a second copy in memory (hundreds of MB for an
+        // interpreter). Without a cache, or when that fails, it is loaded
+        // from the bytes in memory.
+        if let Some(dir) = &self.dir {
+            match write_entry(dir, &key, &serialized) {
+                Ok(()) => {
+                    if let Some(compiled) = self.read_entry::<A>(engine, dir, &key) {
+                        return Ok(Cached {
+                            compiled,
+                            sha256,
+                            hit: false,
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
+                }
+            }
+        }
         // SAFETY: the bytes were produced just now by this engine's
         // `precompile` of the same kind; nothing else has touched them.
         let compiled = unsafe { A::deserialize(engine, &serialized)? };
-        if let Some(dir) = &self.dir
-            && let Err(e) = write_entry(dir, &key, &serialized)
-        {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
-        }
         Ok(Cached {
             compiled,
             sha256,

@@ -5,13 +5,11 @@
 //! stdout/stderr passed through (up to a cap each) and its exit status
 //! passed through.
 
-use crate::runtime::{LoadError, Program, Receipt, Run, Runtime, START, StoreBuilder, race};
+use crate::runtime::{LoadError, Receipt, Run, Runtime, StoreBuilder, race};
 pub use crate::sandbox::{CommandSpec, SandboxSpec};
 use crate::state::Interrupt;
 use toolhost_core::ErrorCode;
-use wasmtime::TypedFunc;
 use wasmtime_wasi::I32Exit;
-use wasmtime_wasi::p2::bindings::Command;
 
 /// How a command program ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,39 +64,7 @@ pub async fn run_command(
     };
     let (deadline, interrupt) = run.deadline();
     let store = &mut run.store;
-    let raced = match program {
-        Program::Component { pre, needs } => {
-            race(
-                async {
-                    store.data().admit(needs.as_ref())?;
-                    let command: Command = pre.instantiate_async(&mut *store).await?;
-                    // `exit(err)` returns `Err(())`: status 1, as an
-                    // explicit `exit(1)` would be.
-                    match command.wasi_cli_run().call_run(&mut *store).await? {
-                        Ok(()) => Ok(0),
-                        Err(()) => Ok(1),
-                    }
-                },
-                deadline,
-                &interrupt,
-            )
-            .await
-        }
-        Program::Module { pre, needs } => {
-            race(
-                async {
-                    store.data().admit(needs.as_ref())?;
-                    let instance = pre.instantiate_async(&mut *store).await?;
-                    let start: TypedFunc<(), ()> = instance.get_typed_func(&mut *store, START)?;
-                    start.call_async(&mut *store, ()).await?;
-                    Ok(0)
-                },
-                deadline,
-                &interrupt,
-            )
-            .await
-        }
-    };
+    let raced = race(program.run(store), deadline, &interrupt).await;
     let outcome = outcome(&mut run, raced);
     Ok(ExecReport {
         outcome,

@@ -40,8 +40,10 @@ mod embedded;
 mod explain;
 mod hooks;
 mod host;
+mod manifest;
 mod output;
 mod patches;
+mod program_tool;
 mod provider;
 mod record;
 mod registry;
@@ -71,8 +73,13 @@ pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHo
 pub use crate::host::{
     CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,
 };
+pub use crate::manifest::{
+    MANIFEST_SUFFIX, Manifest, ManifestCode, ManifestError, ManifestLimits, Preopen,
+    name_of as manifest_name,
+};
+pub use crate::program_tool::ProgramTool;
 pub use crate::provider::{Provider, provider_tool};
-pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec};
+pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec, ToolBody};
 pub use crate::result::{CallError, CallResult, Status};
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]

@@ -103,7 +103,8 @@ struct StateArgs {
 struct HostArgs {
     #[command(flatten)]
     state: StateArgs,
-    /// Directory of tool components (`*.wasm`), loaded with the embedded tools.
+    /// Directory of tools, loaded with the embedded tools: components
+    /// (`*.wasm`) and program-backed tools (`NAME.tool.toml` manifests).
     #[arg(long, value_name = "DIR")]
     tools: Option<PathBuf>,
     /// Sandbox mode: none, read-only, workspace-write, danger-full-access
@@ -465,9 +466,7 @@ async fn build_host_with(
                 b.embedded_tools();
             }
             if let Some(dir) = &h.tools {
-                for path in wasm_files(dir)? {
-                    b.tool_file(path);
-                }
+                add_tools_dir(&mut b, dir)?;
             }
         }
     }
@@ -544,14 +543,38 @@ fn recover_approvals(h: &HostArgs) {
     }
 }
 
-fn wasm_files(dir: &Path) -> Result<Vec<PathBuf>> {
+/// Adds the tools of a tools directory: each program-backed tool's
+/// manifest (`NAME.tool.toml`), and each component (`*.wasm`) that no
+/// manifest claims as its program (`NAME.wasm` beside `NAME.tool.toml`,
+/// or the file its `wasm` names).
+fn add_tools_dir(b: &mut HostBuilder, dir: &Path) -> Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read tools directory {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
         .collect();
     files.sort();
-    Ok(files)
+    let manifests: Vec<&PathBuf> = files
+        .iter()
+        .filter(|p| toolhost::manifest_name(p).is_some())
+        .collect();
+    let mut claimed = std::collections::BTreeSet::new();
+    for m in &manifests {
+        if let Some(name) = toolhost::manifest_name(m) {
+            claimed.insert(dir.join(format!("{name}.wasm")));
+        }
+        // A manifest that does not parse fails the build when it is
+        // loaded; here it only claims its conventional program.
+        if let Ok(parsed) = toolhost::Manifest::load(m) {
+            claimed.insert(parsed.wasm);
+        }
+        b.program_tool_file(m.as_path());
+    }
+    for f in &files {
+        if f.extension().is_some_and(|x| x == "wasm") && !claimed.contains(f) {
+            b.tool_file(f);
+        }
+    }
+    Ok(())
 }
 
 async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
@@ -711,9 +734,12 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
     }
     for p in &a.paths {
         if p.is_dir() {
-            for f in wasm_files(p)? {
-                b.tool_file(f);
-            }
+            add_tools_dir(&mut b, p)?;
+        } else if p
+            .to_str()
+            .is_some_and(|s| s.ends_with(toolhost::MANIFEST_SUFFIX))
+        {
+            b.program_tool_file(p);
         } else {
             b.tool_file(p);
         }
@@ -736,8 +762,8 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
             .map(|t| {
                 let mut v = serde_json::to_value(t.descriptor.for_clients()).unwrap_or_default();
                 if let Some(o) = v.as_object_mut() {
-                    o.insert("source".into(), t.component.source.clone().into());
-                    o.insert("imports".into(), t.component.imports.clone().into());
+                    o.insert("source".into(), t.source().into());
+                    o.insert("imports".into(), t.imports().into());
                 }
                 v
             })
@@ -787,6 +813,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             None => Vec::new(),
         },
         mount: a.mount.clone(),
+        ..Default::default()
     };
     command.check(a.mode)?;
     let runtime = toolhost::Runtime::new(RuntimeOptions {

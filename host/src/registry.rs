@@ -5,18 +5,30 @@
 //! boundary: the orchestrator runs policy and guards for every call that
 //! resolves, whatever its origin.
 
+use crate::program_tool::ProgramTool;
 use crate::runtime::LoadedComponent;
 use crate::tool::Descriptor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// A loaded tool: its descriptor, its component and its compiled schemas.
+/// What runs a tool's body.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ToolBody {
+    /// A tool component (`toolhost:tool/tool-provider`).
+    Component(Arc<LoadedComponent>),
+    /// A WASI program made a tool by its manifest.
+    Program(Arc<ProgramTool>),
+}
+
+/// A loaded tool: its descriptor, what runs its body and its compiled
+/// schemas.
 #[derive(Clone)]
 pub struct RegisteredTool {
     /// The validated descriptor.
     pub descriptor: Descriptor,
-    /// The component that implements it.
-    pub component: Arc<LoadedComponent>,
+    /// What implements it.
+    pub body: ToolBody,
     pub(crate) input: Arc<jsonschema::Validator>,
     pub(crate) output: Option<Arc<jsonschema::Validator>>,
 }
@@ -25,7 +37,7 @@ impl std::fmt::Debug for RegisteredTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegisteredTool")
             .field("name", &self.descriptor.name)
-            .field("source", &self.component.source)
+            .field("source", &self.source())
             .finish_non_exhaustive()
     }
 }
@@ -34,6 +46,49 @@ impl RegisteredTool {
     /// Compiles the tool's schemas. An input or output schema that is not a
     /// valid JSON Schema is a load error.
     pub fn new(descriptor: Descriptor, component: Arc<LoadedComponent>) -> Result<Self, String> {
+        Self::with_body(descriptor, ToolBody::Component(component))
+    }
+
+    /// A program-backed tool, its descriptor from its manifest.
+    pub fn program(tool: Arc<ProgramTool>) -> Result<Self, String> {
+        Self::with_body(tool.manifest.descriptor.clone(), ToolBody::Program(tool))
+    }
+
+    /// The component that implements the tool, unless a program does.
+    pub fn component(&self) -> Option<&Arc<LoadedComponent>> {
+        match &self.body {
+            ToolBody::Component(c) => Some(c),
+            ToolBody::Program(_) => None,
+        }
+    }
+
+    /// Where the tool came from: its component's or its program's path (or
+    /// `embedded:NAME`).
+    pub fn source(&self) -> &str {
+        match &self.body {
+            ToolBody::Component(c) => &c.source,
+            ToolBody::Program(p) => &p.source,
+        }
+    }
+
+    /// SHA-256 (hex) of the component's or the program's bytes.
+    pub fn sha256(&self) -> &str {
+        match &self.body {
+            ToolBody::Component(c) => &c.sha256,
+            ToolBody::Program(p) => &p.sha256,
+        }
+    }
+
+    /// What the tool's component imports; a program's imports are not
+    /// listed (empty).
+    pub fn imports(&self) -> &[String] {
+        match &self.body {
+            ToolBody::Component(c) => &c.imports,
+            ToolBody::Program(_) => &[],
+        }
+    }
+
+    fn with_body(descriptor: Descriptor, body: ToolBody) -> Result<Self, String> {
         let input = compile_schema(&descriptor.input_schema)
             .map_err(|e| format!("tool {}: invalid input schema: {e}", descriptor.name))?;
         let output = match &descriptor.output_schema {
@@ -44,7 +99,7 @@ impl RegisteredTool {
         };
         Ok(RegisteredTool {
             descriptor,
-            component,
+            body,
             input: Arc::new(input),
             output,
         })
@@ -210,8 +265,8 @@ impl Registry {
         if let Some(existing) = self.resolve_in(parent.as_deref(), &tool.descriptor.name) {
             return Err(RegistryError::Collision {
                 name: tool.descriptor.name.clone(),
-                first: existing.component.source.clone(),
-                second: tool.component.source.clone(),
+                first: existing.source().to_string(),
+                second: tool.source().to_string(),
             });
         }
         match self.scopes.get_mut(scope) {
@@ -299,8 +354,8 @@ fn insert(
     if let Some(existing) = map.get(&tool.descriptor.name) {
         return Err(RegistryError::Collision {
             name: tool.descriptor.name.clone(),
-            first: existing.component.source.clone(),
-            second: tool.component.source.clone(),
+            first: existing.source().to_string(),
+            second: tool.source().to_string(),
         });
     }
     map.insert(tool.descriptor.name.clone(), tool);

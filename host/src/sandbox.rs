@@ -89,6 +89,14 @@ pub struct CommandSpec {
     /// by default, or a path such as `/` or `/data`. See
     /// [`CommandSpec::check`].
     pub mount: String,
+    /// Captures stdout and stderr into bounded buffers (a program-backed
+    /// tool) instead of passing them through to the host's (`toolhost
+    /// exec`).
+    pub capture: bool,
+    /// Host directories shown read-only at guest paths, in every mode (a
+    /// program-backed tool's runtime files, such as an interpreter's
+    /// standard library).
+    pub read_only_dirs: Vec<(PathBuf, String)>,
 }
 
 impl Default for CommandSpec {
@@ -98,6 +106,8 @@ impl Default for CommandSpec {
             env: Vec::new(),
             stdin: Vec::new(),
             mount: GUEST_WORKSPACE.to_string(),
+            capture: false,
+            read_only_dirs: Vec::new(),
         }
     }
 }

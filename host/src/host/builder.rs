@@ -22,6 +22,8 @@ use toolhost_policy::{Guard, Guards, Policy};
 enum Source {
     Path(PathBuf),
     Bytes(String, Vec<u8>),
+    /// A program-backed tool's manifest (`NAME.tool.toml`).
+    Manifest(PathBuf),
 }
 
 /// Builds a [`Host`]. Defaults deny everything they can:
@@ -91,6 +93,13 @@ impl HostBuilder {
     /// Loads the tools of a component file (global scope).
     pub fn tool_file(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.sources.push((None, Source::Path(path.into())));
+        self
+    }
+
+    /// Loads a program-backed tool from its manifest, `NAME.tool.toml`
+    /// (global scope). The program is compiled through the compile cache.
+    pub fn program_tool_file(&mut self, manifest: impl Into<PathBuf>) -> &mut Self {
+        self.sources.push((None, Source::Manifest(manifest.into())));
         self
     }
 
@@ -342,12 +351,16 @@ impl HostBuilder {
     }
 }
 
-/// A loaded component: where it came from, the component, its tools.
-type Loaded = (
-    String,
-    Arc<crate::runtime::LoadedComponent>,
-    Vec<crate::tool::Descriptor>,
-);
+/// A loaded source: a component (where it came from, the component, its
+/// tools) or a program-backed tool.
+enum Loaded {
+    Component(
+        String,
+        Arc<crate::runtime::LoadedComponent>,
+        Vec<crate::tool::Descriptor>,
+    ),
+    Program(Arc<crate::program_tool::ProgramTool>),
+}
 
 /// Loads every source concurrently (one task each) and returns the results
 /// in the order of `sources`, each with its scope.
@@ -369,9 +382,21 @@ async fn load_all(
                         (p.display().to_string(), bytes)
                     }
                     Source::Bytes(label, bytes) => (label, bytes),
+                    Source::Manifest(p) => {
+                        // Compiling a large program takes a while: off the
+                        // async workers.
+                        let tool = tokio::task::spawn_blocking(move || {
+                            crate::program_tool::ProgramTool::load(&runtime, &p)
+                        })
+                        .await
+                        .map_err(|e| {
+                            LoadError::Runtime(format!("loading a program tool failed: {e}"))
+                        })??;
+                        return Ok(Loaded::Program(Arc::new(tool)));
+                    }
                 };
                 let (component, descriptors) = runtime.load(&label, &bytes).await?;
-                Ok::<Loaded, HostError>((label, component, descriptors))
+                Ok::<Loaded, HostError>(Loaded::Component(label, component, descriptors))
             });
             (scope, task)
         })
@@ -388,12 +413,21 @@ async fn load_all(
     loaded
 }
 
-/// Registers the tools of one loaded component globally or in `scope`.
-fn register(
-    registry: &mut Registry,
-    scope: Option<&str>,
-    (label, component, descriptors): Loaded,
-) -> Result<(), HostError> {
+/// Registers the tools of one loaded source globally or in `scope`.
+fn register(registry: &mut Registry, scope: Option<&str>, loaded: Loaded) -> Result<(), HostError> {
+    let (label, component, descriptors) = match loaded {
+        Loaded::Component(label, component, descriptors) => (label, component, descriptors),
+        Loaded::Program(program) => {
+            let label = program.manifest.path.display().to_string();
+            let tool = RegisteredTool::program(program)
+                .map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
+            match scope {
+                None => registry.add_global(tool)?,
+                Some(s) => registry.add_scoped(s, tool)?,
+            }
+            return Ok(());
+        }
+    };
     let mut seen = std::collections::BTreeSet::new();
     for d in descriptors {
         if !seen.insert(d.name.clone()) {

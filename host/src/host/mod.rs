@@ -151,6 +151,9 @@ pub enum HostError {
     /// A tool's descriptor is unusable.
     #[error("{0}")]
     Descriptor(String),
+    /// A program-backed tool's manifest (or its program) is unusable.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
     /// The workspace is missing.
     #[error("workspace {0} does not exist or is not a directory")]
     Workspace(PathBuf),

@@ -13,7 +13,7 @@ use super::{CallRequest, Host};
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver};
 use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
-use crate::registry::RegisteredTool;
+use crate::registry::{RegisteredTool, ToolBody};
 use crate::result::CallResult;
 use crate::runtime::{BodyOutcome, Receipt};
 use crate::sandbox::SandboxSpec;
@@ -511,17 +511,25 @@ impl Host {
             network: a.network.clone(),
         };
         crate::crashpoint::announce("during-body");
-        let (outcome, receipt) = self
-            .runtime
-            .invoke(
-                &a.tool.component,
-                &name,
-                &a.args_text,
-                &spec,
-                a.interrupt.clone(),
-                a.progress.clone(),
-            )
-            .await;
+        let (outcome, receipt) = match &a.tool.body {
+            ToolBody::Component(component) => {
+                self.runtime
+                    .invoke(
+                        component,
+                        &name,
+                        &a.args_text,
+                        &spec,
+                        a.interrupt.clone(),
+                        a.progress.clone(),
+                    )
+                    .await
+            }
+            ToolBody::Program(program) => {
+                program
+                    .run(&self.runtime, &a.args, &spec, a.interrupt.clone())
+                    .await
+            }
+        };
         let (canonical, content, meta) = match outcome {
             BodyOutcome::Err { code, message } => {
                 return CallResult::error(a.call_id.clone(), name, code, message, receipt);
@@ -552,6 +560,19 @@ impl Host {
                 blocked,
                 result.receipt,
             );
+        }
+        // A program that exited with a status other than 0 failed as a
+        // tool: an error result that keeps its canonical record and the
+        // content the model reads (its stderr and status among it).
+        if let ToolBody::Program(_) = &a.tool.body
+            && let Some(status) = crate::program_tool::exit_status(&result.canonical)
+            && status != 0
+        {
+            result.status = crate::result::Status::Error;
+            result.error = Some(crate::result::CallError {
+                code: ErrorCode::ToolError,
+                message: format!("the program exited with status {status}"),
+            });
         }
         result
     }
@@ -703,7 +724,7 @@ pub(crate) fn aborted(a: &Admitted<'_>, error: &str) -> CallResult {
 }
 
 fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
-    let mut intent = json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.component.sha256 });
+    let mut intent = json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.sha256() });
     let reachable = a.network.reachable();
     if !reachable.is_empty()
         && let Some(o) = intent.as_object_mut()

@@ -17,7 +17,13 @@ pub(super) fn snapshot(dir: &Path) -> Snapshot {
     let mut files: Snapshot = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(Result::ok)
-            .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+            // Components and program-backed tools' manifests (and the
+            // programs those name, `.wasm` beside them).
+            .filter(|e| {
+                e.path()
+                    .extension()
+                    .is_some_and(|x| x == "wasm" || x == "toml")
+            })
             .map(|e| {
                 let meta = e.metadata().ok();
                 (

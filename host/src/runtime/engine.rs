@@ -19,6 +19,12 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// The pool's largest memory: calls cannot ask for more than this.
 pub(crate) const POOL_MAX_MEMORY: usize = 1 << 30;
 
+/// The pool's largest table, in elements.
+const POOL_MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// The pool's largest core instance context, in bytes.
+const POOL_MAX_CORE_INSTANCE_SIZE: usize = 8 << 20;
+
 /// How much of a freed linear memory or table the pool keeps resident
 /// (reset in place) when the kernel can tell it which pages were touched.
 const KEEP_RESIDENT: usize = 1 << 20;
@@ -96,6 +102,13 @@ pub(crate) fn config(options: &RuntimeOptions) -> Config {
             .total_memories(n * 2)
             .total_tables(n * 8)
             .max_memory_size(POOL_MAX_MEMORY)
+            // Sized for an interpreter run as a program-backed tool:
+            // CPython compiled to WASI has a 47 157-element function table
+            // and a 1.5 MiB instance context (a VMFuncRef for each function
+            // that table holds). The call's own limits (`Limits`, 100 000
+            // table elements by default) still apply within these.
+            .table_elements(POOL_MAX_TABLE_ELEMENTS)
+            .max_core_instance_size(POOL_MAX_CORE_INSTANCE_SIZE)
             .max_memories_per_component(4)
             .max_tables_per_component(16)
             .max_core_instances_per_component(32);

@@ -37,10 +37,8 @@ pub use self::invoke::{BodyOutcome, STUCK_GRACE};
 pub use self::load::{DESCRIBE_DEADLINE, LoadError, LoadedComponent};
 pub use self::store::Receipt;
 
-#[cfg(feature = "cli")]
 pub(crate) use self::invoke::race;
-#[cfg(feature = "cli")]
-pub(crate) use self::program::{Program, START};
+pub(crate) use self::program::Program;
 pub(crate) use self::store::{Run, StoreBuilder};
 
 use self::engine::EpochTicker;
@@ -131,11 +129,17 @@ impl Runtime {
         self.loader.link_program(source, bytes)
     }
 
+    /// As [`Runtime::link_program`] for a program-backed tool: a preview 1
+    /// reactor exporting `run` is accepted too.
+    pub(crate) fn link_tool_program(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<Program, LoadError> {
+        self.loader.link_tool_program(source, bytes)
+    }
+
     /// A fresh store built by `builder`.
-    #[cfg_attr(
-        not(feature = "cli"),
-        allow(dead_code, reason = "only `toolhost exec` builds a store by hand")
-    )]
     pub(crate) fn store(&self, builder: &StoreBuilder<'_>) -> Result<Run, (ErrorCode, String)> {
         self.invoker.store(builder)
     }

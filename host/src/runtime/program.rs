@@ -8,23 +8,21 @@
 //! Loading runs no guest code and decides nothing about what a run may
 //! reach: that is the sandbox spec's, in the store of the run.
 
-#![cfg_attr(
-    not(feature = "cli"),
-    allow(dead_code, reason = "only `toolhost exec` runs programs")
-)]
-
 use crate::cache::Cached;
 use crate::runtime::engine::PROPOSALS_OFF;
 use crate::runtime::load::{LoadError, Loader};
 use crate::runtime::store::{CallState, Footprint};
 use wasmparser::{Validator, WasmFeatures};
-use wasmtime::{ExternType, InstancePre, Module, UnknownImportError};
+use wasmtime::{ExternType, InstancePre, Module, TypedFunc, UnknownImportError};
 use wasmtime_wasi::p2::bindings::CommandPre;
 
 /// The export a WASI command module is started by.
 pub(crate) const START: &str = "_start";
 /// The export a WASI reactor module is initialised by.
 const INITIALIZE: &str = "_initialize";
+/// The export a reactor that can be run as a program-backed tool is run
+/// by, after `_initialize`: no parameters, the exit status as its result.
+const RUN: &str = "run";
 
 /// A program linked and ready to instantiate.
 pub(crate) enum Program {
@@ -38,17 +36,83 @@ pub(crate) enum Program {
         pre: InstancePre<CallState>,
         needs: Option<Footprint>,
     },
+    /// A preview 1 reactor with a `run` export (program-backed tools
+    /// only): `_initialize`, then `run`, whose result is the exit status.
+    Reactor {
+        pre: InstancePre<CallState>,
+        needs: Option<Footprint>,
+    },
+}
+
+impl Program {
+    /// Instantiates the program in `store` and runs it to its end: its exit
+    /// status (0 for a normal end; a component's `exit(err)` is 1). An
+    /// explicit exit (`proc_exit`, `exit-with-code`) ends it with an
+    /// [`wasmtime_wasi::I32Exit`] error, which the caller turns into a
+    /// status.
+    pub(crate) async fn run(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<u8> {
+        match self {
+            Program::Component { pre, needs } => {
+                store.data().admit(needs.as_ref())?;
+                let command = pre.instantiate_async(&mut *store).await?;
+                match command.wasi_cli_run().call_run(&mut *store).await? {
+                    Ok(()) => Ok(0),
+                    Err(()) => Ok(1),
+                }
+            }
+            Program::Module { pre, needs } => {
+                store.data().admit(needs.as_ref())?;
+                let instance = pre.instantiate_async(&mut *store).await?;
+                let start: TypedFunc<(), ()> = instance.get_typed_func(&mut *store, START)?;
+                start.call_async(&mut *store, ()).await?;
+                Ok(0)
+            }
+            Program::Reactor { pre, needs } => {
+                store.data().admit(needs.as_ref())?;
+                let instance = pre.instantiate_async(&mut *store).await?;
+                if let Ok(init) = instance.get_typed_func::<(), ()>(&mut *store, INITIALIZE) {
+                    init.call_async(&mut *store, ()).await?;
+                }
+                let run: TypedFunc<(), i32> = instance.get_typed_func(&mut *store, RUN)?;
+                let status = run.call_async(&mut *store, ()).await?;
+                Ok(u8::try_from(status).unwrap_or(u8::MAX))
+            }
+        }
+    }
 }
 
 impl Loader {
     /// Compiles (or loads from the cache) and links the program `bytes`, a
     /// command component or a preview 1 command module.
+    #[cfg_attr(
+        not(feature = "cli"),
+        allow(dead_code, reason = "only `toolhost exec` runs command programs alone")
+    )]
     pub(crate) fn link_program(&self, source: &str, bytes: &[u8]) -> Result<Program, LoadError> {
+        self.link_any_program(source, bytes, false)
+    }
+
+    /// [`Loader::link_program`] for a program-backed tool: a preview 1
+    /// reactor that exports `run` (`() -> i32`) is accepted too.
+    pub(crate) fn link_tool_program(
+        &self,
+        source: &str,
+        bytes: &[u8],
+    ) -> Result<Program, LoadError> {
+        self.link_any_program(source, bytes, true)
+    }
+
+    fn link_any_program(
+        &self,
+        source: &str,
+        bytes: &[u8],
+        reactors: bool,
+    ) -> Result<Program, LoadError> {
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError::NotWasm(source.to_string()));
         }
         if wasmparser::Parser::is_core_wasm(bytes) {
-            return self.link_module(source, bytes);
+            return self.link_module(source, bytes, reactors);
         }
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
@@ -66,7 +130,12 @@ impl Loader {
     }
 
     /// [`Loader::link_program`] for a core module.
-    fn link_module(&self, source: &str, bytes: &[u8]) -> Result<Program, LoadError> {
+    fn link_module(
+        &self,
+        source: &str,
+        bytes: &[u8],
+        reactors: bool,
+    ) -> Result<Program, LoadError> {
         let engine = self.module_linker().engine();
         let cached: Cached<Module> = self
             .cache()
@@ -77,8 +146,23 @@ impl Loader {
             file: source.to_string(),
             detail,
         };
+        let mut reactor = false;
         match module.get_export(START) {
             Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
+            None if reactors && module.get_export(RUN).is_some() => {
+                match module.get_export(RUN) {
+                    Some(ExternType::Func(f))
+                        if f.params().len() == 0
+                            && f.results().len() == 1
+                            && f.results().all(|r| matches!(r, wasmtime::ValType::I32)) => {}
+                    _ => {
+                        return Err(not_command(format!(
+                            "its `{RUN}` export is not a function `() -> i32`"
+                        )));
+                    }
+                }
+                reactor = true;
+            }
             Some(_) => {
                 return Err(not_command(format!(
                     "its `{START}` export is not a function without parameters and results"
@@ -103,7 +187,11 @@ impl Loader {
             memories: resources.num_memories as usize,
             tables: resources.num_tables as usize,
         });
-        Ok(Program::Module { pre, needs })
+        if reactor {
+            Ok(Program::Reactor { pre, needs })
+        } else {
+            Ok(Program::Module { pre, needs })
+        }
     }
 }
 

@@ -273,10 +273,6 @@ impl<'a> StoreBuilder<'a> {
     /// environment and stdin of `command`, the workspace at its mount
     /// point, and stdout/stderr passed through to the host's (up to the
     /// spec's `max_stdio` bytes each) instead of captured.
-    #[cfg_attr(
-        not(feature = "cli"),
-        allow(dead_code, reason = "only `toolhost exec` runs a command")
-    )]
     pub(crate) fn command(&mut self, command: &'a CommandSpec) -> &mut Self {
         self.command = Some(command);
         self
@@ -436,6 +432,16 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Why a memory growth of the guest was refused at the call's limit,
+    /// if one was: a guest that handles the refusal (an interpreter's
+    /// `MemoryError`) ends normally, but it ended because of the limit.
+    pub(crate) fn memory_refused(&self) -> Option<String> {
+        match &self.store.data().limiter.hit {
+            Some(hit @ LimitHit::Memory { .. }) => Some(hit.to_string()),
+            _ => None,
+        }
     }
 
     /// The call's deadline and interrupt, for racing its body.

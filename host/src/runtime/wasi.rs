@@ -87,15 +87,20 @@ pub(crate) fn build_wasi(
         Some(command) => {
             command.check(spec.mode)?;
             mount = &command.mount;
-            let cap = spec.limits.max_stdio;
-            let out = PassthroughOutput::new(HostStream::Stdout, cap);
-            let err = PassthroughOutput::new(HostStream::Stderr, cap);
-            b.stdout(out.clone())
-                .stderr(err.clone())
-                .args(&command.args)
+            b.args(&command.args)
                 .envs(&command.env)
                 .stdin(MemoryInputPipe::new(command.stdin.clone()));
-            passthrough = Some([out, err]);
+            if command.capture {
+                // A program-backed tool: its output is its result, kept
+                // in the call's bounded buffers.
+                b.stdout(stdout.clone()).stderr(stderr.clone());
+            } else {
+                let cap = spec.limits.max_stdio;
+                let out = PassthroughOutput::new(HostStream::Stdout, cap);
+                let err = PassthroughOutput::new(HostStream::Stderr, cap);
+                b.stdout(out.clone()).stderr(err.clone());
+                passthrough = Some([out, err]);
+            }
         }
     }
     // Network: only what the call's grant names. A guest may create a
@@ -151,6 +156,10 @@ pub(crate) fn build_wasi(
             }
             preopen(&mut b, Path::new("/"), "/", FsPerms::ReadWrite)?;
         }
+    }
+    // A program-backed tool's own read-only directories, in every mode.
+    for (host, guest) in command.iter().flat_map(|c| &c.read_only_dirs) {
+        preopen(&mut b, host, guest, FsPerms::ReadOnly)?;
     }
     Ok(Built {
         wasi: b.build_p1(),

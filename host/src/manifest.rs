@@ -1,0 +1,594 @@
+//! `NAME.tool.toml`: the manifest that turns a WASI program into a tool.
+//!
+//! A manifest names the tool, describes it, gives its input schema, says how
+//! validated arguments become the program's argv (fixed strings and
+//! `{field}` placeholders, never a shell), which argument is its stdin,
+//! the environment it gets (only what is listed), where the workspace
+//! appears inside it, the narrowest sandbox mode it works in, its side
+//! effect, whether calls may overlap, and its limits. The program is
+//! `NAME.wasm` beside the manifest unless `wasm` names another file.
+//!
+//! This module parses and checks; it runs nothing and opens nothing but
+//! the manifest itself. A bad manifest is a [`ManifestError`] with a stable
+//! code, never a panic: manifests come from a tools directory, which is
+//! configuration, but a typo in one must not take the host down.
+//!
+//! ```toml
+//! name = "wc"
+//! description = "Counts lines, words and bytes of the text given."
+//! argv = ["wc", "-l", "{files}"]   # an array argument expands to one arg each
+//! stdin = "text"                   # this argument is the program's stdin
+//! mode = "read-only"               # the narrowest mode it works in
+//! side_effect = "read"
+//! concurrency_safe = true
+//! workspace = "/"                  # where the workspace is mounted (default ".")
+//! env = { LANG = "C" }
+//! preopens = [{ host = "lib", guest = "/usr/lib" }]  # read-only, beside the manifest
+//! limits = { timeout_ms = 10000, memory_mb = 128, output_bytes = 65536 }
+//! input_schema = '''{"type":"object","properties":{"text":{"type":"string"},
+//!   "files":{"type":"array","items":{"type":"string"}}}}'''
+//! ```
+
+use crate::tool::{Descriptor, is_valid_name};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toolhost_core::{SandboxMode, SideEffect};
+
+/// The suffix of a manifest's file name.
+pub const MANIFEST_SUFFIX: &str = ".tool.toml";
+
+/// The largest manifest read, in bytes.
+const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// The stable codes of manifest errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManifestCode {
+    /// The manifest cannot be read, is not TOML, or says something wrong.
+    Invalid,
+    /// The program the manifest names is not there.
+    WasmMissing,
+    /// The program is there but is not a WASI program that can be a tool.
+    NotProgram,
+}
+
+impl ManifestCode {
+    /// The code as text: `MANIFEST_INVALID`, `MANIFEST_WASM_MISSING`,
+    /// `MANIFEST_NOT_PROGRAM`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ManifestCode::Invalid => "MANIFEST_INVALID",
+            ManifestCode::WasmMissing => "MANIFEST_WASM_MISSING",
+            ManifestCode::NotProgram => "MANIFEST_NOT_PROGRAM",
+        }
+    }
+}
+
+impl std::fmt::Display for ManifestCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A manifest that cannot become a tool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {path}: {detail}")]
+pub struct ManifestError {
+    /// The stable code.
+    pub code: ManifestCode,
+    /// The manifest file.
+    pub path: String,
+    /// What is wrong, and what to do about it.
+    pub detail: String,
+}
+
+/// One piece of an argv element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Field(String),
+}
+
+/// One argv element: fixed text and placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ArgTemplate(Vec<Piece>);
+
+/// Read-only host directory shown to the program at a guest path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preopen {
+    /// The host directory (absolute: resolved against the manifest's).
+    pub host: PathBuf,
+    /// Where the program sees it.
+    pub guest: String,
+}
+
+/// The limits a manifest sets; each caps the host's for this tool (the
+/// tighter of the two holds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestLimits {
+    /// Wall-clock deadline.
+    pub timeout: Option<Duration>,
+    /// Fuel (only with a fuel-metering runtime).
+    pub fuel: Option<u64>,
+    /// Largest linear memory, in bytes.
+    pub memory: Option<usize>,
+    /// Bytes of stdout and of stderr kept, each.
+    pub output: Option<usize>,
+}
+
+/// A checked manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The manifest file.
+    pub path: PathBuf,
+    /// The program file.
+    pub wasm: PathBuf,
+    /// The tool's descriptor (schema, mode, side effect, concurrency).
+    pub descriptor: Descriptor,
+    argv: Vec<ArgTemplate>,
+    /// The argument passed as stdin, if any.
+    pub stdin: Option<String>,
+    /// The environment, exactly.
+    pub env: Vec<(String, String)>,
+    /// Where the workspace is mounted.
+    pub workspace: String,
+    /// Extra read-only directories.
+    pub preopens: Vec<Preopen>,
+    /// Limits.
+    pub limits: ManifestLimits,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    description: String,
+    #[serde(default)]
+    wasm: Option<String>,
+    input_schema: toml::Value,
+    argv: Vec<String>,
+    #[serde(default)]
+    stdin: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    side_effect: Option<String>,
+    #[serde(default)]
+    concurrency_safe: bool,
+    #[serde(default)]
+    idempotent: bool,
+    #[serde(default)]
+    preopens: Vec<RawPreopen>,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPreopen {
+    host: String,
+    guest: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    timeout_ms: Option<u64>,
+    fuel: Option<u64>,
+    memory_mb: Option<u64>,
+    output_bytes: Option<u64>,
+}
+
+/// The tool name a manifest file name implies (`wc.tool.toml` -> `wc`).
+pub fn name_of(path: &Path) -> Option<&str> {
+    path.file_name()?.to_str()?.strip_suffix(MANIFEST_SUFFIX)
+}
+
+impl Manifest {
+    /// Reads and checks the manifest at `path`. The program it names must
+    /// exist (it is not loaded here).
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        let invalid = |detail: String| ManifestError {
+            code: ManifestCode::Invalid,
+            path: path.display().to_string(),
+            detail,
+        };
+        let len = std::fs::metadata(path)
+            .map_err(|e| invalid(format!("cannot read it: {e}")))?
+            .len();
+        if len > MAX_MANIFEST_BYTES {
+            return Err(invalid(format!(
+                "it is {len} bytes; a manifest is at most {MAX_MANIFEST_BYTES}"
+            )));
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read it: {e}")))?;
+        let manifest = Manifest::parse(&text, path)?;
+        if !manifest.wasm.is_file() {
+            return Err(ManifestError {
+                code: ManifestCode::WasmMissing,
+                path: path.display().to_string(),
+                detail: format!(
+                    "the program {} does not exist; put it beside the manifest or name it with `wasm = \"...\"`",
+                    manifest.wasm.display()
+                ),
+            });
+        }
+        for p in &manifest.preopens {
+            if !p.host.is_dir() {
+                return Err(invalid(format!(
+                    "preopen {} (for {}) is not a directory",
+                    p.host.display(),
+                    p.guest
+                )));
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// Parses and checks manifest text; relative paths are resolved against
+    /// the directory of `path`. Touches no file.
+    pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
+        let invalid = |detail: String| ManifestError {
+            code: ManifestCode::Invalid,
+            path: path.display().to_string(),
+            detail,
+        };
+        let raw: Raw = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        if !is_valid_name(&raw.name) {
+            return Err(invalid(format!(
+                "name {:?} is not a valid tool name (1-64 characters of [a-zA-Z0-9_-], starting with a letter)",
+                raw.name.chars().take(80).collect::<String>()
+            )));
+        }
+        if let Some(implied) = name_of(path)
+            && implied != raw.name
+        {
+            return Err(invalid(format!(
+                "the file is named for {implied:?} but declares name {:?}",
+                raw.name
+            )));
+        }
+        if raw.description.trim().is_empty() {
+            return Err(invalid("description is empty; the model reads it".into()));
+        }
+        let input_schema = match raw.input_schema {
+            toml::Value::String(s) => serde_json::from_str::<serde_json::Value>(&s)
+                .map_err(|e| invalid(format!("input_schema is not JSON: {e}")))?,
+            other => {
+                serde_json::to_value(other).map_err(|e| invalid(format!("input_schema: {e}")))?
+            }
+        };
+        if !input_schema.is_object() {
+            return Err(invalid("input_schema must be a JSON object".into()));
+        }
+        if let Err(e) = jsonschema::meta::validate(&input_schema) {
+            return Err(invalid(format!(
+                "input_schema is not a valid JSON Schema: {e}"
+            )));
+        }
+        let properties = input_schema.get("properties").and_then(|p| p.as_object());
+        let declared = |field: &str| properties.is_some_and(|p| p.contains_key(field));
+        if raw.argv.is_empty() {
+            return Err(invalid(
+                "argv is empty; its first element is the program name the guest sees".into(),
+            ));
+        }
+        let mut argv = Vec::with_capacity(raw.argv.len());
+        for (i, element) in raw.argv.iter().enumerate() {
+            let template =
+                parse_template(element).map_err(|e| invalid(format!("argv[{i}]: {e}")))?;
+            for piece in &template.0 {
+                if let Piece::Field(f) = piece
+                    && !declared(f)
+                {
+                    return Err(invalid(format!(
+                        "argv[{i}] uses {{{f}}}, which input_schema.properties does not declare"
+                    )));
+                }
+            }
+            if i == 0 && template.0.iter().any(|p| matches!(p, Piece::Field(_))) {
+                return Err(invalid(
+                    "argv[0] is the program name and takes no placeholder".into(),
+                ));
+            }
+            argv.push(template);
+        }
+        if let Some(field) = &raw.stdin
+            && !declared(field)
+        {
+            return Err(invalid(format!(
+                "stdin names {field:?}, which input_schema.properties does not declare"
+            )));
+        }
+        let mut env = Vec::with_capacity(raw.env.len());
+        for (k, v) in raw.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(invalid(format!(
+                    "env key {k:?} (or its value) is not a valid variable"
+                )));
+            }
+            env.push((k, v));
+        }
+        let workspace = raw.workspace.unwrap_or_else(|| ".".into());
+        check_guest_path(&workspace, true).map_err(|e| invalid(format!("workspace: {e}")))?;
+        let min_mode = match raw.mode.as_deref() {
+            None => SandboxMode::None,
+            Some(m) => m
+                .parse()
+                .map_err(|_| invalid(format!("mode {m:?} is not a sandbox mode (none, read-only, workspace-write, danger-full-access)")))?,
+        };
+        let side_effect = match raw.side_effect.as_deref() {
+            None => SideEffect::Read,
+            Some(s) => s.parse().map_err(|_| {
+                invalid(format!(
+                    "side_effect {s:?} is not one of none, read, write, external"
+                ))
+            })?,
+        };
+        let base = path.parent().unwrap_or(Path::new("."));
+        let wasm = match raw.wasm {
+            Some(w) => base.join(w),
+            None => base.join(format!("{}.wasm", raw.name)),
+        };
+        let mut preopens = Vec::with_capacity(raw.preopens.len());
+        for p in raw.preopens {
+            check_guest_path(&p.guest, false)
+                .map_err(|e| invalid(format!("preopen {:?}: {e}", p.guest)))?;
+            if p.guest == workspace {
+                return Err(invalid(format!(
+                    "preopen {:?} is where the workspace is mounted",
+                    p.guest
+                )));
+            }
+            preopens.push(Preopen {
+                host: base.join(p.host),
+                guest: p.guest,
+            });
+        }
+        let mb = |m: u64| usize::try_from(m.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        let limits = ManifestLimits {
+            timeout: raw.limits.timeout_ms.map(Duration::from_millis),
+            fuel: raw.limits.fuel,
+            memory: raw.limits.memory_mb.map(mb),
+            output: raw
+                .limits
+                .output_bytes
+                .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+        };
+        if limits.timeout == Some(Duration::ZERO) || limits.memory == Some(0) {
+            return Err(invalid(
+                "limits.timeout_ms and limits.memory_mb must be above 0".into(),
+            ));
+        }
+        let descriptor = Descriptor {
+            name: raw.name,
+            description: raw.description,
+            input_schema,
+            output_schema: None,
+            concurrency_safe: raw.concurrency_safe,
+            side_effect,
+            idempotent: raw.idempotent,
+            min_mode,
+        };
+        descriptor.check().map_err(invalid)?;
+        Ok(Manifest {
+            path: path.to_path_buf(),
+            wasm,
+            descriptor,
+            argv,
+            stdin: raw.stdin,
+            env,
+            workspace,
+            preopens,
+            limits,
+        })
+    }
+
+    /// The argv of a call with the validated `args`: fixed text as written,
+    /// each `{field}` replaced by its argument (a string as it is, a number
+    /// or boolean as JSON writes it, an object as JSON). An element that is
+    /// only a placeholder of an array argument expands to one element per
+    /// item; one whose argument is absent or null is left out. Nothing is
+    /// ever given to a shell.
+    pub fn argv(&self, args: &serde_json::Value) -> Result<Vec<String>, String> {
+        let mut out = Vec::with_capacity(self.argv.len());
+        for template in &self.argv {
+            if let [Piece::Field(f)] = template.0.as_slice() {
+                match args.get(f) {
+                    None | Some(serde_json::Value::Null) => {}
+                    Some(serde_json::Value::Array(items)) => {
+                        for item in items {
+                            out.push(scalar(f, item)?);
+                        }
+                    }
+                    Some(v) => out.push(scalar(f, v)?),
+                }
+                continue;
+            }
+            let mut s = String::new();
+            let mut absent = false;
+            for piece in &template.0 {
+                match piece {
+                    Piece::Text(t) => s.push_str(t),
+                    Piece::Field(f) => match args.get(f) {
+                        None | Some(serde_json::Value::Null) => absent = true,
+                        Some(serde_json::Value::Array(_)) => {
+                            return Err(format!(
+                                "argument {f:?} is an array; an array expands only where its placeholder is a whole argv element"
+                            ));
+                        }
+                        Some(v) => s.push_str(&scalar(f, v)?),
+                    },
+                }
+            }
+            if !absent {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stdin of a call with the validated `args`: the named argument's
+    /// text (a string as it is, anything else as JSON), or nothing.
+    pub fn stdin(&self, args: &serde_json::Value) -> Vec<u8> {
+        match self.stdin.as_ref().and_then(|f| args.get(f)) {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::String(s)) => s.as_bytes().to_vec(),
+            Some(v) => v.to_string().into_bytes(),
+        }
+    }
+}
+
+fn scalar(field: &str, v: &serde_json::Value) -> Result<String, String> {
+    let s = match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::Array(_) => {
+            return Err(format!("argument {field:?} holds a nested array"));
+        }
+        other => other.to_string(),
+    };
+    if s.contains('\0') {
+        return Err(format!("argument {field:?} contains a NUL byte"));
+    }
+    Ok(s)
+}
+
+/// Splits an argv element into text and `{field}` placeholders; `{{` and
+/// `}}` stand for literal braces.
+fn parse_template(s: &str) -> Result<ArgTemplate, String> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let mut field = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) if c.is_ascii_alphanumeric() || c == '_' || c == '-' => {
+                            field.push(c)
+                        }
+                        Some(c) => {
+                            return Err(format!(
+                                "placeholder {{{field}{c}... is not a field name (write {{{{ for a literal brace)"
+                            ));
+                        }
+                        None => return Err(format!("placeholder {{{field} is not closed")),
+                    }
+                }
+                if field.is_empty() {
+                    return Err("empty placeholder {} (write {{}} for literal braces)".into());
+                }
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Field(field));
+            }
+            '}' => return Err("unmatched } (write }} for a literal brace)".into()),
+            c => text.push(c),
+        }
+    }
+    if !text.is_empty() || pieces.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    Ok(ArgTemplate(pieces))
+}
+
+/// Checks a guest path: absolute without `.`/`..` components or NUL (or
+/// `.` when `dot` is allowed).
+fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
+    if dot && p == "." {
+        return Ok(());
+    }
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} is not an absolute guest path"));
+    }
+    if p.contains('\0') || p.split('/').any(|c| c == "." || c == "..") {
+        return Err(format!("{p:?} has `.` or `..` components or a NUL"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const BASE: &str = r#"
+name = "t"
+description = "d"
+input_schema = '{"type":"object","properties":{"a":{"type":"string"},"xs":{"type":"array"},"n":{"type":"integer"}}}'
+"#;
+
+    fn parse(extra: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(&format!("{BASE}{extra}"), Path::new("/tools/t.tool.toml"))
+    }
+
+    #[test]
+    fn argv_templates_substitute_expand_and_omit() {
+        let m = parse(r#"argv = ["t", "--a={a}", "{xs}", "{n}", "{{lit}}", "-x"]"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.wasm, PathBuf::from("/tools/t.wasm"));
+        let argv = m.argv(&json!({"a": "b c", "xs": ["1", 2], "n": 5}));
+        assert_eq!(
+            argv,
+            Ok(vec![
+                "t".to_string(),
+                "--a=b c".into(),
+                "1".into(),
+                "2".into(),
+                "5".into(),
+                "{lit}".into(),
+                "-x".into()
+            ])
+        );
+        let argv = m.argv(&json!({}));
+        assert_eq!(argv, Ok(vec!["t".to_string(), "{lit}".into(), "-x".into()]));
+        assert!(m.argv(&json!({"a": "x\u{0}y"})).is_err());
+    }
+
+    #[test]
+    fn bad_manifests_are_refused_with_a_code() {
+        let cases = [
+            (r#"argv = []"#, "argv is empty"),
+            (r#"argv = ["t", "{missing}"]"#, "does not declare"),
+            (r#"argv = ["t", "{a"]"#, "not closed"),
+            (r#"argv = ["t", "a}"]"#, "unmatched"),
+            (r#"argv = ["{a}"]"#, "argv[0]"),
+            ("argv = [\"t\"]\nstdin = \"zz\"", "stdin names"),
+            ("argv = [\"t\"]\nmode = \"sideways\"", "not a sandbox mode"),
+            ("argv = [\"t\"]\nworkspace = \"rel\"", "absolute"),
+            ("argv = [\"t\"]\nbogus = 1", "bogus"),
+        ];
+        for (extra, want) in cases {
+            let e = parse(extra)
+                .err()
+                .unwrap_or_else(|| panic!("{extra} parsed"));
+            assert_eq!(e.code, ManifestCode::Invalid, "{extra}");
+            assert!(e.detail.contains(want), "{extra}: {}", e.detail);
+            assert!(e.to_string().starts_with("MANIFEST_INVALID: "));
+        }
+        let e = Manifest::parse("name = \"t\"", Path::new("/x/other.tool.toml"));
+        assert_eq!(
+            e.map(|_| ()).map_err(|e| e.code),
+            Err(ManifestCode::Invalid)
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! Program-backed tools: a WASI program (a preview 1 command, a preview 1
+//! reactor exporting `run`, or a command component) made a tool by its
+//! `NAME.tool.toml` manifest (see `manifest`).
+//!
+//! Such a tool is registered like a component tool and every call goes
+//! through the whole pipeline (lookup, validation, policy, guards,
+//! approval, durable intent, sandbox, output checks, ordered commit); only
+//! the body differs. This module owns that body: arguments become argv and
+//! stdin as the manifest says, the program runs in a fresh store under the
+//! call's mode and limits (the manifest's cap the host's), and its exit
+//! status and bounded stdout and stderr become the result. It decides
+//! nothing about whether a call may run.
+//!
+//! The canonical result is `{exit_code, stdout, stderr, stdout_truncated,
+//! stderr_truncated}`; the content is what the model should read: stdout,
+//! and stderr with the exit status when the status is not 0. A non-zero
+//! exit is the tool's own error (`TOOL_ERROR`, with that canonical and
+//! content), not a failure of the host.
+
+use crate::manifest::{Manifest, ManifestCode, ManifestError};
+use crate::runtime::{BodyOutcome, Program, Receipt, Runtime, StoreBuilder, race};
+use crate::sandbox::{CommandSpec, GUEST_WORKSPACE, SandboxSpec};
+use crate::state::Interrupt;
+use crate::tool::ContentItem;
+use serde_json::json;
+use sha2::Digest;
+use std::path::Path;
+use std::time::Instant;
+use toolhost_core::{ErrorCode, SandboxMode};
+use wasmtime_wasi::I32Exit;
+
+/// A program-backed tool: its manifest and its program, compiled (through
+/// the compile cache) and linked.
+pub struct ProgramTool {
+    /// The checked manifest.
+    pub manifest: Manifest,
+    /// Where the program came from (its path).
+    pub source: String,
+    /// SHA-256 of the program's bytes (hex).
+    pub sha256: String,
+    program: Program,
+}
+
+impl std::fmt::Debug for ProgramTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgramTool")
+            .field("name", &self.manifest.descriptor.name)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProgramTool {
+    /// Reads the manifest at `path`, then compiles (or loads from the
+    /// cache) and links the program it names. Blocking: compiling a large
+    /// program takes a while.
+    pub(crate) fn load(runtime: &Runtime, path: &Path) -> Result<ProgramTool, ManifestError> {
+        let manifest = Manifest::load(path)?;
+        let error = |code, detail: String| ManifestError {
+            code,
+            path: path.display().to_string(),
+            detail,
+        };
+        let source = manifest.wasm.display().to_string();
+        let bytes = std::fs::read(&manifest.wasm).map_err(|e| {
+            error(
+                ManifestCode::WasmMissing,
+                format!("cannot read {source}: {e}"),
+            )
+        })?;
+        let program = runtime
+            .link_tool_program(&source, &bytes)
+            .map_err(|e| error(ManifestCode::NotProgram, e.to_string()))?;
+        let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+        Ok(ProgramTool {
+            manifest,
+            source,
+            sha256,
+            program,
+        })
+    }
+
+    /// Runs the program once for a call whose `args` were validated, under
+    /// `spec` (its mode, workspace, limits and network grant), each limit
+    /// the tighter of the spec's and the manifest's.
+    pub(crate) async fn run(
+        &self,
+        runtime: &Runtime,
+        args: &serde_json::Value,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+    ) -> (BodyOutcome, Receipt) {
+        let started = Instant::now();
+        let m = &self.manifest;
+        let refuse = |code, message: String| {
+            (
+                BodyOutcome::Err { code, message },
+                Receipt {
+                    mode: Some(spec.mode),
+                    ..Receipt::default()
+                },
+            )
+        };
+        let argv = match m.argv(args) {
+            Ok(a) => a,
+            Err(e) => return refuse(ErrorCode::InvalidArgs, e),
+        };
+        // The manifest's limits cap the host's: the tighter of the two holds.
+        let mut spec = spec.clone();
+        let limits = &m.limits;
+        let l = &mut spec.limits;
+        if let Some(t) = limits.timeout {
+            l.deadline = l.deadline.min(t);
+        }
+        if let Some(f) = limits.fuel {
+            l.fuel = Some(l.fuel.map_or(f, |h| h.min(f)));
+        }
+        if let Some(mem) = limits.memory {
+            l.max_memory = l.max_memory.min(mem);
+        }
+        if let Some(out) = limits.output {
+            l.max_stdio = l.max_stdio.min(out);
+        }
+        // The program's output becomes the result: it must fit in it.
+        spec.limits.max_output = spec
+            .limits
+            .max_output
+            .max(spec.limits.max_stdio.saturating_mul(2) + 1024);
+        let command = CommandSpec {
+            args: argv,
+            env: m.env.clone(),
+            stdin: m.stdin(args),
+            // Mode `none` mounts nothing, so there is nowhere to mount.
+            mount: if spec.mode == SandboxMode::None {
+                GUEST_WORKSPACE.to_string()
+            } else {
+                m.workspace.clone()
+            },
+            capture: true,
+            read_only_dirs: m
+                .preopens
+                .iter()
+                .map(|p| (p.host.clone(), p.guest.clone()))
+                .collect(),
+        };
+        let mut builder = StoreBuilder::new(&spec);
+        builder.interrupt(interrupt).command(&command);
+        let mut run = match runtime.store(&builder) {
+            Ok(r) => r,
+            Err((code, message)) => return refuse(code, message),
+        };
+        let (deadline, interrupt) = run.deadline();
+        let raced = race(self.program.run(&mut run.store), deadline, &interrupt).await;
+        // An explicit exit (`proc_exit`, `exit-with-code`) is a normal end.
+        let raced = match raced {
+            Some(Err(e)) => match e.downcast_ref::<I32Exit>() {
+                Some(exit) => Some(Ok(u8::try_from(exit.0).unwrap_or(u8::MAX))),
+                None => Some(Err(e)),
+            },
+            other => other,
+        };
+        let ended = run.finish(raced);
+        let mut receipt = run.receipt();
+        receipt.wall_us = started.elapsed().as_micros() as u64;
+        let status = match ended {
+            Ok(status) => status,
+            Err((code, message)) => return (BodyOutcome::Err { code, message }, receipt),
+        };
+        // A program that failed after a memory growth was refused failed
+        // for the limit (an interpreter turns the refusal into its own
+        // error, `MemoryError`, and exits 1).
+        if status != 0
+            && let Some(refused) = run.memory_refused()
+        {
+            let message = format!("{refused}; the program then exited with status {status}");
+            return (
+                BodyOutcome::Err {
+                    code: ErrorCode::MemoryLimit,
+                    message,
+                },
+                receipt,
+            );
+        }
+        let state = run.store.data();
+        let (stdout, out_dropped) = state.stdout.snapshot();
+        let (stderr, err_dropped) = state.stderr.snapshot();
+        let content = model_text(status, &stdout, out_dropped, &stderr, err_dropped);
+        let canonical = json!({
+            "exit_code": status,
+            "stdout": stdout,
+            "stderr": stderr,
+            "stdout_truncated": out_dropped > 0,
+            "stderr_truncated": err_dropped > 0,
+        });
+        (
+            BodyOutcome::Ok {
+                canonical,
+                content: vec![ContentItem::text(content)],
+                meta: None,
+            },
+            receipt,
+        )
+    }
+}
+
+/// The exit status a program tool's canonical result records, if it is one.
+pub(crate) fn exit_status(canonical: &serde_json::Value) -> Option<u64> {
+    canonical.get("exit_code").and_then(|c| c.as_u64())
+}
+
+/// What the model reads of a program's run: its stdout; and when it exited
+/// with a status other than 0, its stderr and that status too. A cut stream
+/// says how much of it was dropped.
+fn model_text(
+    status: u8,
+    stdout: &str,
+    out_dropped: u64,
+    stderr: &str,
+    err_dropped: u64,
+) -> String {
+    let mut text = stdout.to_string();
+    if out_dropped > 0 {
+        text.push_str(&format!(
+            "\n[stdout cut: {out_dropped} more bytes not kept]"
+        ));
+    }
+    if status != 0 {
+        if !stderr.is_empty() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(stderr);
+        }
+        if err_dropped > 0 {
+            text.push_str(&format!(
+                "\n[stderr cut: {err_dropped} more bytes not kept]"
+            ));
+        }
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("[exit status {status}]"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_reads_stderr_and_the_status_only_on_failure() {
+        assert_eq!(model_text(0, "out\n", 0, "noise", 0), "out\n");
+        assert_eq!(
+            model_text(3, "out", 0, "boom\n", 0),
+            "out\nboom\n[exit status 3]"
+        );
+        assert_eq!(
+            model_text(0, "abc", 5, "", 0),
+            "abc\n[stdout cut: 5 more bytes not kept]"
+        );
+    }
+}
