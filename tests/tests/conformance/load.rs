@@ -197,12 +197,11 @@ async fn load_wit_0_1_0() {
         panic!("one tool expected");
     };
     assert!(
-        tool.component
-            .imports
+        tool.imports()
             .iter()
             .any(|i| i == "toolhost:tool/host@0.1.0"),
         "built against 0.1.0: {:?}",
-        tool.component.imports
+        tool.imports()
     );
     let r = host
         .call(

@@ -18,4 +18,6 @@ mod escape;
 mod exec;
 mod load;
 mod mode;
+mod program_tool;
+mod python_tool;
 mod runtime;
