@@ -25,6 +25,7 @@ use crate::tool::ContentItem;
 use serde_json::json;
 use sha2::Digest;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
 use wasmtime_wasi::I32Exit;
@@ -83,7 +84,45 @@ impl ProgramTool {
     /// Runs the program once for a call whose `args` were validated, under
     /// `spec` (its mode, workspace, limits and network grant), each limit
     /// the tighter of the spec's and the manifest's.
+    ///
+    /// The body runs on a blocking thread of its own, where its file
+    /// operations are done in place instead of each being handed to
+    /// tokio's blocking pool (an interpreter reads hundreds of files from
+    /// its standard library on every start). The deadline and cancellation
+    /// are raced there as everywhere else; unlike a component tool's body,
+    /// one stuck in a host system call that never returns (a FIFO without
+    /// a writer) is not abandoned: the call waits for it.
     pub(crate) async fn run(
+        self: &Arc<Self>,
+        runtime: &Arc<Runtime>,
+        args: &serde_json::Value,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+    ) -> (BodyOutcome, Receipt) {
+        let (tool, runtime, args, body_spec) =
+            (self.clone(), runtime.clone(), args.clone(), spec.clone());
+        let handle = tokio::runtime::Handle::current();
+        let joined = tokio::task::spawn_blocking(move || {
+            handle.block_on(tool.run_here(&runtime, &args, &body_spec, interrupt))
+        })
+        .await;
+        joined.unwrap_or_else(|e| {
+            (
+                BodyOutcome::Err {
+                    code: ErrorCode::Trap,
+                    message: format!("the thread running the program failed: {e}"),
+                },
+                Receipt {
+                    mode: Some(spec.mode),
+                    ..Receipt::default()
+                },
+            )
+        })
+    }
+
+    /// [`ProgramTool::run`] on the current thread, whose file operations
+    /// it blocks.
+    async fn run_here(
         &self,
         runtime: &Runtime,
         args: &serde_json::Value,
@@ -144,7 +183,10 @@ impl ProgramTool {
                 .collect(),
         };
         let mut builder = StoreBuilder::new(&spec);
-        builder.interrupt(interrupt).command(&command);
+        builder
+            .interrupt(interrupt)
+            .command(&command)
+            .blocking(true);
         let mut run = match runtime.store(&builder) {
             Ok(r) => r,
             Err((code, message)) => return refuse(code, message),
