@@ -93,7 +93,12 @@ async fn python_tool_interpreter() {
     assert_eq!(snapshot(ws.path()), before);
 
     // A huge allocation: MEMORY_LIMIT. Then the host still serves.
-    let r = python(&host, "b = bytearray(1536 * 1024**2)", SandboxMode::ReadOnly).await;
+    let r = python(
+        &host,
+        "b = bytearray(1536 * 1024**2)",
+        SandboxMode::ReadOnly,
+    )
+    .await;
     assert_eq!(r.code(), Some(ErrorCode::MemoryLimit), "{r:?}");
     let r = python(&host, "print('still here')", SandboxMode::ReadOnly).await;
     assert_eq!(r.canonical["stdout"], "still here\n", "{r:?}");
