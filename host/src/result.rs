@@ -40,7 +40,8 @@ pub struct CallResult {
     pub status: Status,
     /// Why the call failed; `null` when `ok`.
     pub error: Option<CallError>,
-    /// The structured result (`null` on error).
+    /// The structured result (`null` on error, except a program-backed
+    /// tool's non-zero exit, which keeps the program's record).
     pub canonical: serde_json::Value,
     /// What the model reads. On error, one text block naming the code.
     pub content: Vec<ContentItem>,
