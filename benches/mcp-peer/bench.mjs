@@ -27,7 +27,9 @@ const FILE = "file4k.txt";
 
 const require = createRequire(import.meta.url);
 const referenceEntry = require.resolve("@modelcontextprotocol/server-filesystem/dist/index.js");
-const version = (name) => require(`${name}/package.json`).version;
+import { readFileSync } from "node:fs";
+const version = (name) =>
+  JSON.parse(readFileSync(new URL(`./node_modules/${name}/package.json`, import.meta.url))).version;
 
 const servers = [
   {
