@@ -200,3 +200,23 @@ pub enum SandboxError {
         detail: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durability_follows_every_kind_of_grant() {
+        let network = ["https://example.com".to_string()];
+        for mode in [SandboxMode::None, SandboxMode::ReadOnly] {
+            assert!(!writable_preopens(mode), "{mode}");
+            assert!(!needs_durable_intent(mode, &[], false), "{mode}");
+            assert!(needs_durable_intent(mode, &network, false), "{mode}");
+            assert!(needs_durable_intent(mode, &[], true), "{mode}");
+        }
+        for mode in [SandboxMode::WorkspaceWrite, SandboxMode::DangerFullAccess] {
+            assert!(writable_preopens(mode), "{mode}");
+            assert!(needs_durable_intent(mode, &[], false), "{mode}");
+        }
+    }
+}
