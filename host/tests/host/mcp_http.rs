@@ -841,13 +841,19 @@ async fn http_rate_limits_follow_the_token_not_the_session() {
         .await;
     let r = bravo.rpc(1, "tools/call", read.clone()).await;
     assert_eq!(r["result"]["isError"], false, "{r}");
-    // Logged like any refusal.
-    let refused = s
-        .events()
-        .iter()
-        .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
-        .count();
-    assert_eq!(refused, 3);
+    // Logged like any refusal (lazily: read from another process once the
+    // server has flushed, within its flush delay of the response).
+    let refused = |events: Vec<Value>| {
+        events
+            .iter()
+            .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while refused(s.events()) < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(refused(s.events()), 3);
 
     // Without tokens, sessions from one address share the client.
     let s = Server::start(&["--policy", policy.to_str().unwrap()]);
