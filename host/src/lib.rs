@@ -87,7 +87,9 @@ pub use crate::runtime::{BodyOutcome, LoadedComponent};
 pub use crate::runtime::{
     DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, Receipt, Runtime, RuntimeOptions, STUCK_GRACE,
 };
-pub use crate::sandbox::{GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError};
+pub use crate::sandbox::{
+    GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, needs_durable_intent, writable_preopens,
+};
 pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink};
 pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};
 pub use toolhost_core::{ErrorCode, SandboxMode};

@@ -1,7 +1,8 @@
 //! [`Recorder`]: the pipeline's view of the session log: which events a call writes,
 //! with which durability. The only durable (fsynced) write on a call's
-//! critical path is the intent; everything else rides on the next durable
-//! commit.
+//! critical path is the intent of a call granted an effect outside the host
+//! (the checkpoint decides: `sandbox::needs_durable_intent`); everything else
+//! rides on the next durable commit.
 //!
 //! A call's `tool/call` record costs no commit of its own: it is held here
 //! and written in the same commit as the call's next event (its approval
@@ -85,15 +86,27 @@ impl Recorder {
     }
 
     /// Commits the intents of one or more calls (and their held `tool/call`
-    /// events) in one durable commit.
-    pub(crate) fn intents(&self, intents: &[(String, serde_json::Value)]) -> Result<(), String> {
+    /// events) in one commit: durable (synced before it returns) or lazy
+    /// (riding on the next durable commit), as the checkpoint decided.
+    pub(crate) fn intents(
+        &self,
+        intents: &[(String, serde_json::Value)],
+        durability: Durability,
+    ) -> Result<(), String> {
         let ids: Vec<&str> = intents.iter().map(|(id, _)| id.as_str()).collect();
         let calls = self.take(&ids);
         let events: Vec<NewEvent> = intents
             .iter()
             .map(|(id, p)| NewEvent::new(id.clone(), EventKind::ToolIntent, p.clone()))
             .collect();
-        match self.log.record_intents_after(&calls, &events) {
+        let written = match durability {
+            Durability::Durable => self.log.record_intents_after(&calls, &events),
+            Durability::Lazy => {
+                let all: Vec<NewEvent> = calls.iter().chain(&events).cloned().collect();
+                self.log.append(&all, Durability::Lazy)
+            }
+        };
+        match written {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.restore(calls);

@@ -71,6 +71,42 @@ pub struct SandboxSpec {
     pub network: NetworkGrant,
 }
 
+/// Whether `mode` preopens a directory the guest may write (the workspace in
+/// `workspace-write` with its scratch directory, the host root in
+/// `danger-full-access`). Mirrors the preopens `runtime::wasi` builds per mode.
+pub fn writable_preopens(mode: SandboxMode) -> bool {
+    // No wildcard: a new mode must decide here.
+    match mode {
+        SandboxMode::None | SandboxMode::ReadOnly => false,
+        SandboxMode::WorkspaceWrite | SandboxMode::DangerFullAccess => true,
+    }
+}
+
+/// Whether a call must have its intent durable before its body runs,
+/// decided from what the call is *granted* (its enforced mode, its network
+/// grants, whether a preopen is writable), never from what the tool
+/// declares about itself.
+///
+/// A call in mode `none` or `read-only`, with no network grant and no
+/// writable preopen, cannot change anything outside the host, whatever its
+/// body does: its intent is committed lazily and becomes durable with the
+/// next durable commit or flush. A crash may then lose it, and nothing
+/// happened that recovery would need to report. Every other call (any write
+/// or network grant) keeps the durable checkpoint of DESIGN.md §1: its
+/// intent is synced before its body starts, and a crash before its result
+/// leaves it `TOOL_OUTCOME_UNKNOWN` on recovery.
+pub fn needs_durable_intent(
+    mode: SandboxMode,
+    network_grants: &[String],
+    writable_preopens: bool,
+) -> bool {
+    let mode_has_effects = match mode {
+        SandboxMode::None | SandboxMode::ReadOnly => false,
+        SandboxMode::WorkspaceWrite | SandboxMode::DangerFullAccess => true,
+    };
+    mode_has_effects || writable_preopens || !network_grants.is_empty()
+}
+
 /// What a command program (`toolhost exec`) is given besides its mode and
 /// limits: the only arguments, environment and standard input it sees, and
 /// where the workspace appears inside it. Nothing comes from the host
@@ -173,4 +209,24 @@ pub enum SandboxError {
         /// What failed.
         detail: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durability_follows_every_kind_of_grant() {
+        let network = ["https://example.com".to_string()];
+        for mode in [SandboxMode::None, SandboxMode::ReadOnly] {
+            assert!(!writable_preopens(mode), "{mode}");
+            assert!(!needs_durable_intent(mode, &[], false), "{mode}");
+            assert!(needs_durable_intent(mode, &network, false), "{mode}");
+            assert!(needs_durable_intent(mode, &[], true), "{mode}");
+        }
+        for mode in [SandboxMode::WorkspaceWrite, SandboxMode::DangerFullAccess] {
+            assert!(writable_preopens(mode), "{mode}");
+            assert!(needs_durable_intent(mode, &[], false), "{mode}");
+        }
+    }
 }

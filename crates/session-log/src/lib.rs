@@ -27,8 +27,8 @@
 //! - [`EventKind`], [`NewEvent`], [`Event`]: what is stored.
 //! - [`Storage`] and its implementations: where the bytes go. [`FileStorage`] is the real
 //!   file; with the `test-storage` feature (tests and benchmarks only, never a release
-//!   build), `MemStorage`, `CountingStorage` and `FailingStorage` count fsyncs, inject
-//!   faults and simulate power loss.
+//!   build), `MemStorage`, `CountingStorage`, `FailingStorage` and `GatedStorage` count
+//!   fsyncs, inject faults, simulate power loss and make concurrent appends meet.
 //! - [`LogError`]: every way opening or writing can fail.
 
 mod engine;
@@ -61,7 +61,8 @@ pub use crate::pg_schema::PG_SCHEMA_VERSION;
 pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};
 #[cfg(feature = "test-storage")]
 pub use crate::storage::{
-    CountingStorage, FailingStorage, FaultHandle, MemStorage, Op, SyncCounter,
+    CountingStorage, FailingStorage, FaultHandle, GatedStorage, MemStorage, Op, SyncCounter,
+    SyncGate,
 };
 pub use crate::storage::{FileStorage, Storage};
 pub use crate::tables::FORMAT_VERSION;

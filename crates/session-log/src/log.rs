@@ -30,8 +30,10 @@ pub const SESSION_CALL_ID: &str = "";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// Durable on return: synced to storage. In the WAL mode of
-    /// [`SessionLog::open`], one WAL record and one `fdatasync` (a log that gets no
-    /// lazy appends may also pay for a rare checkpoint); without a WAL, one redb
+    /// [`SessionLog::open`], one WAL record and at most one `fdatasync`: durable appends
+    /// from several threads that arrive together share one (group commit), so under
+    /// load there are fewer fsyncs than appends (a log that gets no lazy appends may
+    /// also pay for a rare checkpoint); without a WAL, one redb
     /// commit and its `fdatasync`, plus one more in the rare commit that grows the file
     /// (redb grows it geometrically).
     Durable,

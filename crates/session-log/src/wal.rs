@@ -26,6 +26,7 @@
 //! WAL there. Sequence numbers inside a record are consecutive.
 
 use std::io;
+use std::sync::Arc;
 
 use crate::event::EventKind;
 use crate::storage::Storage;
@@ -197,7 +198,7 @@ fn parse_payload(payload: &[u8]) -> Option<Vec<(u64, &[u8])>> {
 
 /// The intent WAL file: where the next record goes, and how far the file is zero-filled.
 pub(crate) struct IntentWal {
-    storage: Box<dyn Storage>,
+    storage: Arc<dyn Storage>,
     /// The end of the records of the current round.
     len: u64,
     /// The length of the file (every byte after `len` is zero or a stale record).
@@ -218,7 +219,7 @@ impl IntentWal {
     pub(crate) fn new(storage: Box<dyn Storage>) -> io::Result<IntentWal> {
         let capacity = storage.len()?;
         Ok(IntentWal {
-            storage,
+            storage: Arc::from(storage),
             len: 0,
             capacity,
         })
@@ -241,9 +242,11 @@ impl IntentWal {
         self.len = end.min(self.capacity);
     }
 
-    /// Appends one record and syncs it: one `fdatasync` (the file is grown first when the
-    /// record does not fit, which that same sync makes durable).
-    pub(crate) fn append(&mut self, record: &[u8]) -> io::Result<()> {
+    /// Writes one record after the current round's records, without syncing it: it is
+    /// durable once a later [`Storage::sync_data`] of the storage (see
+    /// [`IntentWal::storage`]) returns (the file is grown first when the record does not
+    /// fit, which that same sync makes durable).
+    pub(crate) fn write_record(&mut self, record: &[u8]) -> io::Result<()> {
         let end = self
             .len
             .checked_add(record.len() as u64)
@@ -252,9 +255,14 @@ impl IntentWal {
             self.grow(end)?;
         }
         self.storage.write(self.len, record)?;
-        self.storage.sync_data()?;
         self.len = end;
         Ok(())
+    }
+
+    /// The WAL's storage, so that it can be synced without holding the WAL (group
+    /// commit: `wal_mode.rs`). Only `sync_data` may be called through it.
+    pub(crate) fn storage(&self) -> Arc<dyn Storage> {
+        Arc::clone(&self.storage)
     }
 
     /// Grows the file with written zeros to hold at least `needed` bytes.

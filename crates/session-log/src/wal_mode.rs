@@ -10,8 +10,9 @@
 //! # How an event moves
 //!
 //! - **Durable append:** the events (after any lazily appended events not yet in the WAL)
-//!   go to the WAL in one record and one `fdatasync`. They are then *unapplied*: in
-//!   the WAL and in memory, not yet in redb.
+//!   go to the WAL in one record, then the append waits for an `fdatasync` that covers
+//!   it (group commit, below). They are then *unapplied*: in the WAL and in memory, not
+//!   yet in redb.
 //! - **Lazy append:** the events are *unsynced* (in memory only) and unapplied. The next
 //!   durable append or [`SessionLog::flush`] carries them into the WAL.
 //! - **Reads** (in this process) hold the state's lock, read redb and add the unapplied
@@ -29,10 +30,27 @@
 //!   database's last: otherwise the files do not belong together and opening fails
 //!   ([`LogError::Corrupt`](crate::LogError::Corrupt)), leaving both untouched.
 //!
+//! # Group commit
+//!
+//! A record is written under the state's lock, but synced after the lock is released,
+//! so that durable appends from several threads arriving together share one
+//! `fdatasync`. Each written record gets a ticket (the count of records written so far).
+//! An append whose record is written then waits on [`SyncProgress`]: if a sync that
+//! started after its record was written has finished, it returns without syncing (a
+//! follower); if no sync is running, it becomes the leader: it notes how many records
+//! are written, syncs, and wakes every waiter whose ticket that covers; otherwise it
+//! waits for the running sync and checks again. One thread appending alone pays exactly
+//! one `fdatasync` per durable append, as before; N threads appending together pay as
+//! few as two (the one running when they arrived, and one for all of them).
+//!
+//! A failed sync breaks the log, like a failed write: every waiter it should have
+//! covered gets the error, and later appends are refused.
+//!
 //! [`SessionLog::open`]: crate::SessionLog::open
 //! [`SessionLog::flush`]: crate::SessionLog::flush
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use redb::ReadableDatabase;
 
@@ -46,6 +64,10 @@ use crate::redb_engine::{
 use crate::storage::Storage;
 use crate::tables::EVENTS;
 use crate::wal::{IntentWal, Staged, encode_record};
+
+/// A record's place in the write order: the count of WAL records written up to and
+/// including it (never reset, across rounds).
+type Ticket = u64;
 
 /// A checkpoint runs once the WAL's current round holds this many bytes.
 pub(crate) const CHECKPOINT_BYTES: u64 = 768 * 1024;
@@ -68,8 +90,90 @@ pub(crate) struct WalState {
     broken: Option<String>,
 }
 
-/// The lock of the WAL state.
-pub(crate) type WalMutex = Mutex<WalState>;
+/// How far the WAL is synced (group commit, see the module documentation).
+#[derive(Debug, Default)]
+struct SyncProgress {
+    /// Every record with a ticket up to this one is durable.
+    synced: Ticket,
+    /// Whether a leader is syncing now (without the state's lock).
+    syncing: bool,
+    /// Set when a sync failed: the records it should have covered are of unknown fate.
+    failed: Option<String>,
+}
+
+/// The WAL of a log in WAL mode: its state under one lock, and what group commit
+/// needs to sync outside that lock.
+pub(crate) struct WalMutex {
+    state: Mutex<WalState>,
+    /// The ticket of the last record written; set under the state's lock, after the
+    /// write.
+    written: AtomicU64,
+    progress: Mutex<SyncProgress>,
+    /// Signalled when a sync ends.
+    synced: Condvar,
+    /// The WAL's storage, for `sync_data` only (writes go through [`WalState::wal`]).
+    storage: Arc<dyn Storage>,
+}
+
+impl std::fmt::Debug for WalMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalMutex")
+            .field("state", &self.state)
+            .field("written", &self.written)
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WalMutex {
+    /// The lock of the WAL state, whatever a panic left behind.
+    fn lock(&self) -> Result<MutexGuard<'_, WalState>, LogError> {
+        self.state
+            .lock()
+            .map_err(|_| LogError::Storage("the session log was poisoned by a panic".to_string()))
+    }
+
+    /// Waits until the record with `ticket` is durable, syncing it (and every record
+    /// written before the sync starts) if no running sync covers it. See the module
+    /// documentation.
+    fn wait_synced(&self, ticket: Ticket) -> Result<(), LogError> {
+        let poisoned = || LogError::Storage("the session log was poisoned by a panic".to_string());
+        let mut progress = self.progress.lock().map_err(|_| poisoned())?;
+        loop {
+            if progress.synced >= ticket {
+                return Ok(());
+            }
+            if let Some(why) = &progress.failed {
+                return Err(LogError::Storage(format!("intent WAL: {why}")));
+            }
+            if progress.syncing {
+                progress = self.synced.wait(progress).map_err(|_| poisoned())?;
+                continue;
+            }
+            // The leader: every record written before this load is covered by the sync.
+            progress.syncing = true;
+            let target = self.written.load(Ordering::SeqCst);
+            drop(progress);
+            let result = self.storage.sync_data();
+            progress = self.progress.lock().map_err(|_| poisoned())?;
+            progress.syncing = false;
+            match &result {
+                Ok(()) => progress.synced = progress.synced.max(target),
+                Err(e) => progress.failed = Some(e.to_string()),
+            }
+            self.synced.notify_all();
+            if let Err(e) = result {
+                drop(progress);
+                // Lock order: the state, then the progress; never the other way.
+                let e = storage_error("intent WAL", &e);
+                if let Ok(mut state) = self.state.lock() {
+                    state.broken.get_or_insert_with(|| e.to_string());
+                }
+                return Err(e);
+            }
+        }
+    }
+}
 
 fn storage_error(what: &str, e: &dyn std::fmt::Display) -> LogError {
     LogError::Storage(format!("{what}: {e}"))
@@ -135,21 +239,26 @@ impl RedbLog {
         wal.set_round_end(end);
         wal.reset().map_err(wal_error)?;
         wal.prepare().map_err(wal_error)?;
-        self.wal = Some(Mutex::new(WalState {
-            wal,
-            next_seq,
-            unapplied: Vec::new(),
-            unsynced: Vec::new(),
-            broken: None,
-        }));
+        let storage = wal.storage();
+        self.wal = Some(WalMutex {
+            state: Mutex::new(WalState {
+                wal,
+                next_seq,
+                unapplied: Vec::new(),
+                unsynced: Vec::new(),
+                broken: None,
+            }),
+            written: AtomicU64::new(0),
+            progress: Mutex::new(SyncProgress::default()),
+            synced: Condvar::new(),
+            storage,
+        });
         Ok(())
     }
 
     /// Locks the WAL state, refusing a log that a storage failure broke.
-    fn state<'a>(wal: &'a WalMutex) -> Result<MutexGuard<'a, WalState>, LogError> {
-        let state = wal.lock().map_err(|_| {
-            LogError::Storage("the session log was poisoned by a panic".to_string())
-        })?;
+    fn state(wal: &WalMutex) -> Result<MutexGuard<'_, WalState>, LogError> {
+        let state = wal.lock()?;
         if let Some(why) = &state.broken {
             return Err(LogError::Storage(format!(
                 "an earlier write failed ({why}); reopen the log to continue from its last \
@@ -170,15 +279,18 @@ impl RedbLog {
         let after = advance(state.next_seq, events.len())?;
         let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
         let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
-        match durability {
+        let ticket = match durability {
             Durability::Durable => {
                 if staged.is_empty() && state.unsynced.is_empty() {
                     return Ok(seqs);
                 }
-                wal_record(&mut state, &staged)?;
+                Some(wal_record(wal, &mut state, &staged)?)
             }
-            Durability::Lazy => state.unsynced.extend(staged.iter().cloned()),
-        }
+            Durability::Lazy => {
+                state.unsynced.extend(staged.iter().cloned());
+                None
+            }
+        };
         state.next_seq = after;
         state.unapplied.extend(staged);
         // A checkpoint costs a durable redb commit: it runs on a lazy append
@@ -195,6 +307,10 @@ impl RedbLog {
         {
             self.checkpoint(&mut state)?;
         }
+        drop(state);
+        if let Some(ticket) = ticket {
+            wal.wait_synced(ticket)?;
+        }
         Ok(seqs)
     }
 
@@ -205,7 +321,9 @@ impl RedbLog {
         if state.unsynced.is_empty() {
             return Ok(());
         }
-        wal_record(&mut state, &[])
+        let ticket = wal_record(wal, &mut state, &[])?;
+        drop(state);
+        wal.wait_synced(ticket)
     }
 
     /// Every event: the database's, then the unapplied ones from memory. Writes nothing.
@@ -246,7 +364,9 @@ impl RedbLog {
         if recovered.is_empty() {
             return Ok(Recovery::default());
         }
-        append_locked(&mut state, &recovery_events(&recovered))?;
+        let ticket = append_locked(wal, &mut state, &recovery_events(&recovered))?;
+        drop(state);
+        wal.wait_synced(ticket)?;
         Ok(Recovery { recovered })
     }
 
@@ -274,7 +394,7 @@ impl RedbLog {
     /// anyway). The WAL's storage is released when it is dropped, after the database
     /// (see [`RedbLog`]).
     pub(crate) fn close_wal(&self, wal: &WalMutex) {
-        if let Ok(mut state) = wal.lock() {
+        if let Ok(mut state) = wal.state.lock() {
             let clean =
                 state.wal.len() == 0 && state.unsynced.is_empty() && state.unapplied.is_empty();
             if state.broken.is_none() && !clean {
@@ -284,15 +404,19 @@ impl RedbLog {
     }
 }
 
-/// Appends `events` durably while holding the state (recovery reads and writes under
-/// one lock).
-fn append_locked(state: &mut WalState, events: &[NewEvent]) -> Result<(), LogError> {
+/// Writes `events` to the WAL while holding the state (recovery reads and writes under
+/// one lock); durable once [`WalMutex::wait_synced`] returns for the ticket.
+fn append_locked(
+    wal: &WalMutex,
+    state: &mut WalState,
+    events: &[NewEvent],
+) -> Result<Ticket, LogError> {
     let after = advance(state.next_seq, events.len())?;
     let staged = shared(stage(events, state.next_seq, now_unix_ms())?);
-    wal_record(state, &staged)?;
+    let ticket = wal_record(wal, state, &staged)?;
     state.next_seq = after;
     state.unapplied.extend(staged);
-    Ok(())
+    Ok(ticket)
 }
 
 /// The events not yet in the database, in order.
@@ -300,20 +424,28 @@ fn unapplied(state: &WalState) -> impl Iterator<Item = &Staged> {
     state.unapplied.iter().map(|s| &**s)
 }
 
-/// Writes the unsynced events and then `staged` as one WAL record (one `fdatasync`).
-/// A record that cannot be encoded is refused ([`LogError::Invalid`], nothing written).
-/// On a storage failure the log is broken: the record may or may not have reached the
-/// storage.
-fn wal_record(state: &mut WalState, staged: &[Arc<Staged>]) -> Result<(), LogError> {
+/// Writes the unsynced events and then `staged` as one WAL record, not yet synced, and
+/// returns its ticket: the record is durable once [`WalMutex::wait_synced`] returns for
+/// it. A record that cannot be encoded is refused ([`LogError::Invalid`], nothing
+/// written). On a storage failure the log is broken: the record may or may not have
+/// reached the storage.
+fn wal_record(
+    wal: &WalMutex,
+    state: &mut WalState,
+    staged: &[Arc<Staged>],
+) -> Result<Ticket, LogError> {
     let events: Vec<&Staged> = state.unsynced.iter().chain(staged).map(|s| &**s).collect();
     let record = encode_record(&events).map_err(|e| LogError::Invalid(e.to_string()))?;
-    if let Err(e) = state.wal.append(&record) {
+    if let Err(e) = state.wal.write_record(&record) {
         let e = storage_error("intent WAL", &e);
         state.broken = Some(e.to_string());
         return Err(e);
     }
     state.unsynced.clear();
-    Ok(())
+    // Only written under the state's lock: tickets follow the write order.
+    let ticket = wal.written.load(Ordering::SeqCst) + 1;
+    wal.written.store(ticket, Ordering::SeqCst);
+    Ok(ticket)
 }
 
 /// Staged events, shared between the unapplied and unsynced lists.

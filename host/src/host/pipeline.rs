@@ -6,7 +6,8 @@
 //! - validation comes before policy, guards before approval, approval before
 //!   the checkpoint, the checkpoint before the body;
 //! - every path except `allowed-once` after `ask` refuses;
-//! - no body runs unless its intent is durable;
+//! - no body runs unless its intent is committed, and durable when the call
+//!   is granted any effect outside the host (`sandbox::needs_durable_intent`);
 //! - policy and guards run for every call, whatever scope it comes from.
 
 use super::{CallRequest, Host};
@@ -16,7 +17,7 @@ use crate::hooks::PostAction;
 use crate::registry::{RegisteredTool, ToolBody};
 use crate::result::CallResult;
 use crate::runtime::{BodyOutcome, Receipt};
-use crate::sandbox::SandboxSpec;
+use crate::sandbox::{SandboxSpec, needs_durable_intent, writable_preopens};
 use crate::state::{Interrupt, cut};
 use crate::tool::ContentItem;
 use futures::FutureExt;
@@ -24,7 +25,7 @@ use serde_json::json;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
-use toolhost_log::EventKind;
+use toolhost_log::{Durability, EventKind};
 use toolhost_policy::{
     AppliedPatch, ApprovalSetting, CallFacts, Decision, LOCAL_PRINCIPAL, Policy, PostVerdict,
     Subject,
@@ -105,19 +106,32 @@ impl Host {
         self.dispatch(admitted).await
     }
 
-    /// Phase 6, the checkpoint: the intents of `admitted` in one durable
-    /// commit (the calls of a batch share it). On an error no body may run:
-    /// every call ends [`aborted`].
+    /// Phase 6, the checkpoint: the intents of `admitted` in one commit
+    /// (the calls of a batch share it), durable when any of the calls is
+    /// granted an effect outside the host ([`needs_durable_intent`]), lazy
+    /// otherwise. On an error no body may run: every call ends [`aborted`].
     pub(crate) fn checkpoint(&self, admitted: &[&Admitted<'_>]) -> Result<(), String> {
         if admitted.is_empty() {
             return Ok(());
         }
+        let mut durable = false;
         let intents: Vec<_> = admitted
             .iter()
-            .map(|a| (a.call_id.clone(), intent_payload(a)))
+            .map(|a| {
+                let network = a.network.reachable();
+                durable |= needs_durable_intent(a.mode, &network, writable_preopens(a.mode));
+                (a.call_id.clone(), intent_payload(a, network))
+            })
             .collect();
         crate::crashpoint::reached("before-intent");
-        self.recorder.intents(&intents)?;
+        if durable {
+            // The fsync blocks this thread: on a multi-threaded runtime, let
+            // the worker's other tasks move on meanwhile, so that concurrent
+            // durable calls reach the log together and share one fsync.
+            blocking(|| self.recorder.intents(&intents, Durability::Durable))?;
+        } else {
+            self.recorder.intents(&intents, Durability::Lazy)?;
+        }
         crate::crashpoint::reached("after-intent");
         Ok(())
     }
@@ -713,6 +727,18 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
 
 /// The result of an admitted call whose intent could not be made durable
 /// (not committed yet).
+/// Runs `f`, which blocks (an fsync), without holding up the other tasks of
+/// a multi-threaded runtime's worker; elsewhere (a current-thread runtime,
+/// no runtime) it just runs.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 pub(crate) fn aborted(a: &Admitted<'_>, error: &str) -> CallResult {
     CallResult::error(
         a.call_id.clone(),
@@ -723,9 +749,8 @@ pub(crate) fn aborted(a: &Admitted<'_>, error: &str) -> CallResult {
     )
 }
 
-fn intent_payload(a: &Admitted<'_>) -> serde_json::Value {
+fn intent_payload(a: &Admitted<'_>, reachable: Vec<String>) -> serde_json::Value {
     let mut intent = json!({ "tool": a.tool.descriptor.name, "args": a.args, "mode": a.mode, "component": a.tool.sha256() });
-    let reachable = a.network.reachable();
     if !reachable.is_empty()
         && let Some(o) = intent.as_object_mut()
     {

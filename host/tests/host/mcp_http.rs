@@ -403,8 +403,16 @@ async fn http_refuses_bad_origin_and_host_before_dispatch() {
         )
         .await;
     assert_eq!(ok["result"]["isError"], false, "{ok}");
-    let events = s.events();
-    assert!(has_tool_events(&events), "the admitted calls are logged");
+    // Read-only calls are committed lazily: another process sees them once
+    // the server has flushed, within its flush delay of the response.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !has_tool_events(&s.events()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the admitted calls are logged"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[tokio::test]
@@ -833,13 +841,19 @@ async fn http_rate_limits_follow_the_token_not_the_session() {
         .await;
     let r = bravo.rpc(1, "tools/call", read.clone()).await;
     assert_eq!(r["result"]["isError"], false, "{r}");
-    // Logged like any refusal.
-    let refused = s
-        .events()
-        .iter()
-        .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
-        .count();
-    assert_eq!(refused, 3);
+    // Logged like any refusal (lazily: read from another process once the
+    // server has flushed, within its flush delay of the response).
+    let refused = |events: Vec<Value>| {
+        events
+            .iter()
+            .filter(|e| e["payload"]["error"]["code"] == "RATE_LIMITED")
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while refused(s.events()) < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(refused(s.events()), 3);
 
     // Without tokens, sessions from one address share the client.
     let s = Server::start(&["--policy", policy.to_str().unwrap()]);

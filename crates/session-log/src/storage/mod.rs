@@ -1,7 +1,7 @@
 //! Where the log's bytes live: the [`Storage`] trait, the real file ([`FileStorage`]),
 //! and, with the `test-storage` feature only, storages for tests that count fsyncs
-//! (`CountingStorage`), inject faults (`FailingStorage`) or simulate power loss
-//! (`MemStorage`).
+//! (`CountingStorage`), inject faults (`FailingStorage`), simulate power loss
+//! (`MemStorage`) or hold syncs back until writes arrive (`GatedStorage`).
 //!
 //! This module owns the only code that touches the file system, and the private adapter
 //! to redb's `StorageBackend`. It must not interpret the bytes: that is redb's job.
@@ -12,6 +12,8 @@ mod counting;
 #[cfg(feature = "test-storage")]
 mod failing;
 mod file;
+#[cfg(feature = "test-storage")]
+mod gated;
 #[cfg(feature = "test-storage")]
 mod mem;
 
@@ -24,6 +26,8 @@ pub use counting::{CountingStorage, SyncCounter};
 #[cfg(feature = "test-storage")]
 pub use failing::{FailingStorage, FaultHandle, Op};
 pub use file::FileStorage;
+#[cfg(feature = "test-storage")]
+pub use gated::{GatedStorage, SyncGate};
 #[cfg(feature = "test-storage")]
 pub use mem::MemStorage;
 

@@ -132,7 +132,17 @@ fn assert_refused_naming_holder(sb: &Sandbox, args: &[&str], pid: u32, program: 
 #[test]
 fn a_log_held_by_another_process_is_read_beside_it_and_refused_to_writers() {
     let sb = Sandbox::new();
-    let mut cmd = sb.command(&["run", "sleep", "--args", r#"{"ms":0}"#, "--json"]);
+    // In `workspace-write` (a writable preopen) the intent is durable before
+    // the body; a read-only call's would ride on the next commit.
+    let mut cmd = sb.command(&[
+        "run",
+        "sleep",
+        "--args",
+        r#"{"ms":0}"#,
+        "--mode",
+        "workspace-write",
+        "--json",
+    ]);
     cmd.env("TOOLHOST_TEST_PAUSE_AT", "after-intent");
     let mut first = Running::spawn(cmd);
     first.wait_marker("after-intent", Duration::from_secs(120));
@@ -193,9 +203,11 @@ struct McpServer {
 }
 
 impl McpServer {
+    /// A server whose calls run in `workspace-write`, so that each intent
+    /// is durable before its body (and readers see it at once).
     fn start(sb: &Sandbox) -> McpServer {
         let mut child = sb
-            .command(&["serve", "--mcp"])
+            .command(&["serve", "--mcp", "--mode", "workspace-write"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

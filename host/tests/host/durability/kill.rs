@@ -77,6 +77,17 @@ const WRITE: &[&str] = &[
     "--json",
 ];
 
+/// A call granted nothing outside the host (read-only, no network).
+const READ_ONLY_SLEEP: &[&str] = &[
+    "run",
+    "sleep",
+    "--args",
+    r#"{"ms":10000}"#,
+    "--mode",
+    "read-only",
+    "--json",
+];
+
 /// One call, killed at every point of its pipeline.
 #[test]
 fn kill_a_single_call_at_each_crash_point() {
@@ -103,13 +114,43 @@ fn kill_a_single_call_at_each_crash_point() {
         ),
         (
             "during-body",
-            &["run", "sleep", "--args", r#"{"ms":10000}"#, "--json"],
+            &[
+                "run",
+                "sleep",
+                "--args",
+                r#"{"ms":10000}"#,
+                "--mode",
+                "workspace-write",
+                "--json",
+            ],
             Expect {
                 fates: &[Fate::IntentOnly],
                 intents: 1,
                 files: &[],
             },
             Via::HostBuild,
+        ),
+        // A read-only call cannot change anything: its intent is lazy, and
+        // a crash before the next durable commit leaves no trace of it.
+        (
+            "during-body",
+            READ_ONLY_SLEEP,
+            Expect {
+                fates: &[],
+                intents: 0,
+                files: &[],
+            },
+            Via::Cli,
+        ),
+        (
+            "after-intent",
+            READ_ONLY_SLEEP,
+            Expect {
+                fates: &[],
+                intents: 0,
+                files: &[],
+            },
+            Via::Library,
         ),
         (
             "after-body",

@@ -6,8 +6,8 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolhost::log::{
-    CountingStorage, EventKind, FailingStorage, FileStorage, MemStorage, Op, SessionLog,
-    SyncCounter,
+    CountingStorage, EventKind, FailingStorage, FileStorage, GatedStorage, MemStorage, Op,
+    SessionLog, SyncCounter,
 };
 use toolhost::policy::Policy;
 use toolhost::{
@@ -52,27 +52,56 @@ async fn cost<T>(c: &Counters, f: impl std::future::Future<Output = T>) -> (T, u
 }
 
 #[tokio::test]
-async fn one_fdatasync_on_the_critical_path_of_a_call() {
+async fn one_fdatasync_for_a_write_call_and_none_for_a_read_only_call() {
     let sb = Sandbox::new();
     std::fs::create_dir(sb.state()).unwrap();
     std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
     let (host, counters) = counted_host(&sb.ws(), &sb.state()).await;
-    for i in 0..200 {
+    for i in 0..100 {
+        // A read-only call cannot change anything: its intent rides on the
+        // next durable commit.
         let (r, db, journal) = cost(&counters, host.call(read("a.txt"))).await;
         assert!(r.is_ok(), "{r:?}");
-        // One durable write (the intent, in the journal); the call record
-        // and the previous result ride on it, and the database is synced
-        // only at checkpoints, far apart.
+        assert_eq!(
+            (db, journal),
+            (0, 0),
+            "read {i}: (database, journal) fsyncs"
+        );
+        // A call granted a writable workspace: one durable write (the
+        // intent, in the journal), which also carries the read's events;
+        // the database is synced only at checkpoints, far apart.
+        let (r, db, journal) = cost(&counters, host.call(write("out.txt", "x"))).await;
+        assert!(r.is_ok(), "{r:?}");
         assert_eq!(
             (db, journal),
             (0, 1),
-            "call {i}: (database, journal) fsyncs"
+            "write {i}: (database, journal) fsyncs"
         );
     }
     // A refusal before dispatch writes no intent: no fsync at all.
     let (r, db, journal) = cost(&counters, host.call(read("a.txt").mode(SandboxMode::None))).await;
     assert_eq!(r.code(), Some(ErrorCode::SandboxUnavailable), "{r:?}");
     assert_eq!((db, journal), (0, 0));
+}
+
+/// The rule follows the grant, not the tool: the same read in
+/// `workspace-write` (a writable preopen) is durable before its body.
+#[tokio::test]
+async fn durability_follows_the_enforced_grant_not_the_tool() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.state()).unwrap();
+    std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
+    let (host, counters) = counted_host(&sb.ws(), &sb.state()).await;
+    let (r, _, journal) = cost(&counters, host.call(read("a.txt"))).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(journal, 0, "read_file in read-only");
+    let (r, _, journal) = cost(
+        &counters,
+        host.call(read("a.txt").mode(SandboxMode::WorkspaceWrite)),
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(journal, 1, "read_file in workspace-write");
 }
 
 #[tokio::test]
@@ -84,9 +113,15 @@ async fn a_batch_of_16_reads_commits_its_intents_once() {
     let batch: Vec<_> = (0..16).map(|_| read("a.txt")).collect();
     let (results, db, journal) = cost(&counters, host.call_batch(batch)).await;
     assert!(results.iter().all(CallResult::is_ok), "{results:?}");
-    eprintln!("batch of 16 reads: {db} database + {journal} journal fsyncs");
+    assert_eq!((db, journal), (0, 0), "a read-only batch syncs nothing");
+    // One write in the batch makes its one commit durable.
+    let mut batch: Vec<_> = (0..15).map(|_| read("a.txt")).collect();
+    batch.push(write("out.txt", "x"));
+    let (results, db, journal) = cost(&counters, host.call_batch(batch)).await;
+    assert!(results.iter().all(CallResult::is_ok), "{results:?}");
+    eprintln!("batch of 15 reads and a write: {db} database + {journal} journal fsyncs");
     assert_eq!((db, journal), (0, 1), "one group commit for the batch");
-    // One durable commit holds all 16 intents: they are adjacent in the log.
+    // One commit holds all 16 intents: they are adjacent in the log.
     let events = host.log().events().unwrap();
     let ids: Vec<_> = results.iter().map(|r| r.call_id.as_str()).collect();
     let intents: Vec<_> = events
@@ -104,6 +139,48 @@ async fn a_batch_of_16_reads_commits_its_intents_once() {
             .iter()
             .all(|e| e.at_unix_ms == intents[0].at_unix_ms)
     );
+}
+
+/// Durable calls from concurrent callers share fsyncs (group commit in the
+/// session log): the journal's syncs are held until all 8 intents are
+/// written, so the calls meet whatever the scheduling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 10)]
+async fn eight_concurrent_write_calls_share_fsyncs() {
+    const CALLS: u64 = 8;
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.state()).unwrap();
+    let state = sb.state();
+    let db = CountingStorage::new(FileStorage::open(&state.join("session.redb")).unwrap());
+    let journal = CountingStorage::new(FileStorage::open(&state.join("session.wal")).unwrap());
+    let counters = Counters {
+        db: db.counter(),
+        journal: journal.counter(),
+    };
+    let journal = GatedStorage::new(journal);
+    let gate = journal.gate();
+    let log = Arc::new(SessionLog::open_with_journal(db, journal).unwrap());
+    let host = Arc::new(builder(&sb.ws()).session_log(log).build().await.unwrap());
+    let before = counters.journal.fsyncs();
+    gate.hold_syncs_until_writes(CALLS, Duration::from_secs(60));
+    let calls: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let host = Arc::clone(&host);
+            tokio::spawn(async move { host.call(write(&format!("f{i}.txt"), "x")).await })
+        })
+        .collect();
+    for c in calls {
+        let r = c.await.unwrap();
+        assert!(r.is_ok(), "{r:?}");
+    }
+    let fsyncs = counters.journal.fsyncs() - before;
+    eprintln!("{CALLS} concurrent write calls: {fsyncs} journal fsyncs");
+    assert!(
+        fsyncs * 2 <= CALLS,
+        "{fsyncs} fsyncs for {CALLS} concurrent durable calls (more than 0.5 per call)"
+    );
+    for i in 0..CALLS {
+        assert!(sb.ws().join(format!("f{i}.txt")).exists());
+    }
 }
 
 /// Which storage of the log fails.
