@@ -688,6 +688,7 @@ pub async fn serve_http_until(
     let approvals = Approvals {
         fallback: options.fallback_approver.clone(),
         timeout: options.approval_timeout,
+        states: options.approval_states.clone(),
     };
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
     let host = factory(HostParts {
