@@ -960,9 +960,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
 
 /// The sealer of MRTR approval states: its key in --approval-key FILE, else
 /// in the state directory; none for a PostgreSQL state without a key file.
-fn approval_states(
-    a: &ServeArgs,
-) -> Result<Option<std::sync::Arc<toolhost::mcp::ApprovalStates>>> {
+fn approval_states(a: &ServeArgs) -> Result<Option<std::sync::Arc<toolhost::mcp::ApprovalStates>>> {
     let file = match (&a.approval_key, postgres_url(&a.host.state)) {
         (Some(f), _) => toolhost::mcp::KeyFile(f.clone()),
         (None, Some(_)) => {

@@ -93,10 +93,7 @@ impl Host {
     /// Runs one call through the whole pipeline and returns its result.
     /// Refusals and failures are results (`status: error`), never panics.
     pub async fn call(&self, mut request: CallRequest) -> CallResult {
-        let call_id = request
-            .call_id
-            .take()
-            .unwrap_or_else(|| self.new_call_id());
+        let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let admitted = match self.admit(call_id.clone(), request).await {
             Ok(admitted) => admitted,
@@ -449,7 +446,8 @@ impl Host {
             .ok()
             .flatten();
         let durable_use = used.is_some();
-        let mut decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
+        let mut decided =
+            json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
         if let Some(grant) = used {
             decided["single_use"] = grant;
         }

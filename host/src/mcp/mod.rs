@@ -56,8 +56,8 @@ pub use mrtr::{
 };
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
-pub use tasks::TASK_POLL_INTERVAL_MS;
 pub use protocol::{STDIO_CLIENT, to_mcp_result};
+pub use tasks::TASK_POLL_INTERVAL_MS;
 
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};

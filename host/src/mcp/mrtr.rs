@@ -31,7 +31,7 @@
 use super::approval::{elicitation_params, map_elicitation};
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use rmcp::model::{
-    ElicitResult, InputRequest, InputRequiredResult, InputRequests, InputResponses,
+    ElicitResult, InputRequest, InputRequests, InputRequiredResult, InputResponses,
     RequestStateCodec, RequestStateError, SealOptions,
 };
 use serde::{Deserialize, Serialize};
@@ -119,7 +119,8 @@ impl ApprovalKeyStore for KeyFile {
                 ));
             }
         }
-        let key = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let key =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         if key.len() < KEY_BYTES {
             return Err(format!(
                 "{} holds {} bytes; a key has at least {KEY_BYTES}",
@@ -238,7 +239,9 @@ impl ApprovalStates {
                 ),
                 other => (
                     ErrorCode::ApprovalStateInvalid,
-                    format!("the approval state was not issued by this server to this caller ({other})"),
+                    format!(
+                        "the approval state was not issued by this server to this caller ({other})"
+                    ),
                 ),
             })?;
         if bound.tool != tool || bound.args != args_digest(args) {
@@ -473,13 +476,27 @@ mod tests {
         let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
         let args = r#"{"path":"a"}"#;
         let state = issue(&s, args);
-        let ok = s.redeem(&state, "write_file", args, "anonymous", Some(&accept()), &log);
+        let ok = s.redeem(
+            &state,
+            "write_file",
+            args,
+            "anonymous",
+            Some(&accept()),
+            &log,
+        );
         let ok = ok.unwrap_or_else(|(c, m)| panic!("{c}: {m}"));
         assert_eq!(ok.call_id, "call-s-1-mrtr");
         assert_eq!(ok.approver.outcome, ApprovalOutcome::AllowedOnce);
         assert!(ok.approver.single_use().is_some());
         assert_eq!(
-            code(s.redeem(&state, "write_file", args, "anonymous", Some(&accept()), &log)),
+            code(s.redeem(
+                &state,
+                "write_file",
+                args,
+                "anonymous",
+                Some(&accept()),
+                &log
+            )),
             Some(ErrorCode::ApprovalStateReplayed)
         );
     }

@@ -24,8 +24,8 @@ use super::approval::McpApprover;
 use super::http::Caller;
 use super::logging::{self, SessionLevel};
 use super::mrtr::{ApprovalStates, AskThroughResult};
-use super::tasks::Tasks;
 use super::progress::ProgressForwarder;
+use super::tasks::Tasks;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
 use crate::host::{CallRequest, Host};
@@ -35,10 +35,10 @@ use crate::state::Interrupt;
 use crate::tool::ContentItem;
 use rmcp::Peer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult, JsonObject, ProtocolVersion,
-    ServerCapabilities, TASKS_EXTENSION_ID, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams,
+    InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, TASKS_EXTENSION_ID, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -406,7 +406,9 @@ pub(super) fn to_mcp_result_json(payload: &Value) -> JsonObject {
         }
         Some(e) => CallToolResult::error(vec![ContentBlock::text(format!(
             "{}: {}",
-            e.get("code").and_then(Value::as_str).unwrap_or("TOOL_ERROR"),
+            e.get("code")
+                .and_then(Value::as_str)
+                .unwrap_or("TOOL_ERROR"),
             e.get("message").and_then(Value::as_str).unwrap_or_default()
         ))]),
     };

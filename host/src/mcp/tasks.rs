@@ -77,7 +77,10 @@ impl Tasks {
                 *last = Some(p.clone());
             }
         });
-        (task(call_id, TaskStatus::Working, created_ms, created_ms), sink)
+        (
+            task(call_id, TaskStatus::Working, created_ms, created_ms),
+            sink,
+        )
     }
 
     /// The task's call has committed its result: the log answers for it now.
@@ -124,7 +127,9 @@ fn from_log(id: &str, principal: &str, log: &SessionLog) -> Result<DetailedTask,
         .events_for_call(id)
         .map_err(|e| McpError::internal_error(format!("the session log: {e}"), None))?;
     let call = events.iter().find(|e| e.kind == EventKind::ToolCall);
-    let owner = call.and_then(|c| c.payload.get("principal")).and_then(Value::as_str);
+    let owner = call
+        .and_then(|c| c.payload.get("principal"))
+        .and_then(Value::as_str);
     let (Some(call), Some(owner)) = (call, owner) else {
         return Err(no_task(id));
     };
@@ -232,7 +237,10 @@ mod tests {
     #[test]
     fn a_task_not_running_here_is_what_the_log_says() {
         let tasks = Tasks::default();
-        let call = (EventKind::ToolCall, json!({"tool": "t", "principal": "alice"}));
+        let call = (
+            EventKind::ToolCall,
+            json!({"tool": "t", "principal": "alice"}),
+        );
         let intent = (EventKind::ToolIntent, json!({}));
         let unknown = (
             EventKind::ToolResult,
@@ -248,7 +256,7 @@ mod tests {
         };
         assert_eq!(result.get("isError"), Some(&json!(true)));
         assert_eq!(
-            result.pointer("/_meta/toolhost/code"),
+            Value::Object(result.clone()).pointer("/_meta/toolhost/code"),
             Some(&json!("TOOL_OUTCOME_UNKNOWN"))
         );
         // Another principal is told there is no such task.

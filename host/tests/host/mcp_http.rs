@@ -1214,7 +1214,10 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
     assert_eq!(done["isError"], false, "{done}");
     let path = s.ws.path().join("b.txt");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "approved\n");
-    let call_id = done["_meta"]["toolhost"]["call_id"].as_str().unwrap().to_string();
+    let call_id = done["_meta"]["toolhost"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(call_id.ends_with("-mrtr"), "{done}");
 
     std::fs::remove_file(&path).unwrap();
@@ -1228,7 +1231,10 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
     ]);
     let after = retry(&s, 4, write_args(), approve(), &state).await;
     assert_eq!(code(&after), "APPROVAL_STATE_REPLAYED", "{after}");
-    assert!(!path.exists(), "a replayed state ran the tool after a restart");
+    assert!(
+        !path.exists(),
+        "a replayed state ran the tool after a restart"
+    );
 
     let events = s.events();
     let retried = events_of(&events, &call_id);
@@ -1248,7 +1254,9 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
     // Both replays were logged as refusals.
     let replays = events
         .iter()
-        .filter(|e| e["kind"] == "tool/result" && e["payload"]["error"]["code"] == "APPROVAL_STATE_REPLAYED")
+        .filter(|e| {
+            e["kind"] == "tool/result" && e["payload"]["error"]["code"] == "APPROVAL_STATE_REPLAYED"
+        })
         .count();
     assert_eq!(replays, 2, "{events:?}");
 }
@@ -1262,7 +1270,10 @@ async fn mrtr_rejection_is_durable_and_cannot_be_turned_into_approval() {
     let state = ask_for_write(&s, 1).await;
     let no = retry(&s, 2, write_args(), json!({"action": "decline"}), &state).await;
     assert_eq!(code(&no), "APPROVAL_REJECTED", "{no}");
-    s.kill_and_restart(&["--policy", policy.path().join("policy.toml").to_str().unwrap()]);
+    s.kill_and_restart(&[
+        "--policy",
+        policy.path().join("policy.toml").to_str().unwrap(),
+    ]);
     let yes = retry(&s, 3, write_args(), approve(), &state).await;
     assert_eq!(code(&yes), "APPROVAL_STATE_REPLAYED", "{yes}");
     assert!(!s.ws.path().join("b.txt").exists());
@@ -1339,7 +1350,10 @@ async fn mrtr_key_is_private_and_survives_a_restart() {
         assert_eq!(mode, 0o600);
     }
     let before = std::fs::read(&key).unwrap();
-    s.kill_and_restart(&["--policy", policy.path().join("policy.toml").to_str().unwrap()]);
+    s.kill_and_restart(&[
+        "--policy",
+        policy.path().join("policy.toml").to_str().unwrap(),
+    ]);
     let done = retry(&s, 2, write_args(), approve(), &state).await;
     assert_eq!(done["isError"], false, "{done}");
     assert_eq!(std::fs::read(&key).unwrap(), before);
@@ -1351,7 +1365,13 @@ async fn mrtr_key_is_private_and_survives_a_restart() {
 async fn mrtr_is_not_offered_to_a_2025_session() {
     let (s, _policy) = ask_server(&[]);
     let c = s.client().initialize(json!({})).await;
-    let r = c.rpc(1, "tools/call", json!({"name": "write_file", "arguments": write_args()})).await;
+    let r = c
+        .rpc(
+            1,
+            "tools/call",
+            json!({"name": "write_file", "arguments": write_args()}),
+        )
+        .await;
     assert!(r["result"]["resultType"].is_null(), "{r}");
     assert_eq!(code(&r["result"]), "APPROVAL_UNAVAILABLE", "{r}");
 }
@@ -1371,7 +1391,8 @@ async fn rpc_tasks(s: &Server, id: u64, method: &str, mut params: Value) -> Valu
         .client()
         .with("mcp-protocol-version", "2026-07-28")
         .with("mcp-method", method);
-    let c = match params["name"].as_str() {
+    // `Mcp-Name`: the tool of a call, the task of `tasks/*`.
+    let c = match params["name"].as_str().or(params["taskId"].as_str()) {
         Some(name) => c.with("mcp-name", name),
         None => c,
     };
@@ -1437,7 +1458,10 @@ async fn tasks_complete_with_the_calls_result() {
     let id = refused["result"]["taskId"].as_str().unwrap().to_string();
     let done = poll_task(&s, &id).await;
     assert_eq!(done["status"], "completed", "{done}");
-    assert_eq!(done["result"]["_meta"]["toolhost"]["code"], "INVALID_ARGS", "{done}");
+    assert_eq!(
+        done["result"]["_meta"]["toolhost"]["code"], "INVALID_ARGS",
+        "{done}"
+    );
 
     // An unknown task is an error, not a guess.
     let unknown = rpc_tasks(&s, 4, "tasks/get", json!({"taskId": "call-nope-1"})).await;
