@@ -1516,3 +1516,43 @@ async fn tasks_after_a_restart_report_tool_outcome_unknown() {
         .count();
     assert_eq!(results, 1);
 }
+
+/// A running task reports the tool's progress through `tasks/get`, and
+/// `tasks/cancel` interrupts its body: the task completes with `CANCELLED`.
+#[tokio::test]
+async fn tasks_report_progress_and_cancel() {
+    let s = Server::start(&[]);
+    let started = rpc_tasks(
+        &s,
+        1,
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 600_000}}),
+    )
+    .await;
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    // The sleep tool reports progress about every 100 ms: poll (bounded)
+    // until a report shows.
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut n = 10;
+    loop {
+        n += 1;
+        let got = rpc_tasks(&s, n, "tasks/get", json!({"taskId": id})).await;
+        assert_eq!(got["result"]["status"], "working", "{got}");
+        if got["result"]["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("/600000"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress: {got}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ack = rpc_tasks(&s, 2, "tasks/cancel", json!({"taskId": id})).await;
+    assert!(ack["result"].is_object(), "{ack}");
+    let done = poll_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["_meta"]["toolhost"]["code"], "CANCELLED",
+        "{done}"
+    );
+}
