@@ -3,7 +3,11 @@
 //! responses; the `Host`/`Origin`/token checks refusing before anything is
 //! dispatched (the session log stays empty); oversized bodies; elicitations
 //! reaching only the session whose call asks; stopping on SIGTERM, idle and
-//! with a call in flight. Loopback only; every wait is bounded.
+//! with a call in flight; 2026-07-28 approvals as multi-round-trip requests
+//! (approve, reject, replay also across a SIGKILL and restart, altered,
+//! mismatched and expired states); tasks (result, progress, cancel, and
+//! `TOOL_OUTCOME_UNKNOWN` after a SIGKILL and restart). Loopback only;
+//! every wait is bounded.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
