@@ -252,7 +252,11 @@ mod tests {
             ErrorCode::ToolOutcomeUnknown.as_str(),
             "TOOL_OUTCOME_UNKNOWN"
         );
-        assert_eq!(ErrorCode::ALL.len(), 21);
+        assert_eq!(ErrorCode::ALL.len(), 25);
         assert_eq!(ErrorCode::RateLimited.as_str(), "RATE_LIMITED");
+        assert_eq!(
+            ErrorCode::ApprovalStateReplayed.as_str(),
+            "APPROVAL_STATE_REPLAYED"
+        );
     }
 }
