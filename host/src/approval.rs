@@ -78,6 +78,15 @@ pub trait Approver: Send + Sync {
     fn durable_request(&self) -> bool {
         false
     }
+    /// The single-use grant a decision of this approver consumes (an MCP
+    /// approval's `requestState`), if any. The pipeline records it in the
+    /// `approval/decided` event and makes that event durable before the
+    /// call goes any further, whatever the outcome: the log then holds the
+    /// grant's use, and a later attempt to use it again can be refused.
+    /// Default: none.
+    fn single_use(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// Decides one request. `detail` of the returned pair explains failures.
     fn decide<'a>(
         &'a self,

@@ -337,8 +337,27 @@ struct ServeArgs {
     /// How often --tools DIR is polled for changes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     poll_ms: u64,
+    /// The key that seals the approval states of 2026-07-28 clients
+    /// (created at random if missing, mode 0600). Default: mcp-approval.key
+    /// in the state directory; with a PostgreSQL --state, give one file
+    /// that every replica reads (without it, those clients are asked like
+    /// any other).
+    #[arg(long, value_name = "FILE")]
+    approval_key: Option<PathBuf>,
+    /// Seconds an approval state of a 2026-07-28 client stays good
+    /// (fractions allowed).
+    #[arg(long, value_name = "SECS", default_value_t = 600.0, value_parser = parse_seconds)]
+    approval_state_ttl: f64,
     #[command(flatten)]
     host: HostArgs,
+}
+
+/// Non-negative seconds, fractions allowed.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1e9).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds")),
+    }
 }
 
 #[derive(Args)]
@@ -911,6 +930,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
             a.http
                 .map(|_| toolhost::policy::ANONYMOUS_PRINCIPAL.to_string())
         }),
+        approval_states: approval_states(&a)?,
     };
     let http = match a.http {
         None => None,
@@ -963,6 +983,25 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
     }
     .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sealer of MRTR approval states: its key in --approval-key FILE, else
+/// in the state directory; none for a PostgreSQL state without a key file.
+fn approval_states(a: &ServeArgs) -> Result<Option<std::sync::Arc<toolhost::mcp::ApprovalStates>>> {
+    let file = match (&a.approval_key, postgres_url(&a.host.state)) {
+        (Some(f), _) => toolhost::mcp::KeyFile(f.clone()),
+        (None, Some(_)) => {
+            tracing::warn!(
+                "no --approval-key for a PostgreSQL state: 2026-07-28 clients are asked like any other"
+            );
+            return Ok(None);
+        }
+        (None, None) => toolhost::mcp::KeyFile::in_state_dir(&state_dir_of(&a.host.state)?),
+    };
+    let ttl = Duration::from_secs_f64(a.approval_state_ttl);
+    toolhost::mcp::ApprovalStates::new(&file, ttl)
+        .map(|s| Some(std::sync::Arc::new(s)))
+        .map_err(|e| anyhow!("the approval-state key: {e}"))
 }
 
 /// `IP:PORT`, or `localhost:PORT` (the IPv4 loopback).

@@ -203,6 +203,17 @@ error_codes! {
     /// The client (or the client on this tool) made more calls than the
     /// policy's `[rate_limits]` allow; refused before validation.
     RateLimited => "RATE_LIMITED",
+    /// An MCP approval's `requestState` is not one this server issued to this
+    /// caller (malformed, forged or altered); nothing was decided.
+    ApprovalStateInvalid => "APPROVAL_STATE_INVALID",
+    /// An MCP approval's `requestState` is past its expiry.
+    ApprovalStateExpired => "APPROVAL_STATE_EXPIRED",
+    /// An MCP approval's `requestState` was already used (the session log
+    /// holds its use): each one decides one call, once.
+    ApprovalStateReplayed => "APPROVAL_STATE_REPLAYED",
+    /// An MCP approval's `requestState` was issued for another tool,
+    /// other arguments or another mode than the call that carries it.
+    ApprovalStateMismatch => "APPROVAL_STATE_MISMATCH",
 }
 
 impl fmt::Display for ErrorCode {
@@ -241,7 +252,11 @@ mod tests {
             ErrorCode::ToolOutcomeUnknown.as_str(),
             "TOOL_OUTCOME_UNKNOWN"
         );
-        assert_eq!(ErrorCode::ALL.len(), 21);
+        assert_eq!(ErrorCode::ALL.len(), 25);
         assert_eq!(ErrorCode::RateLimited.as_str(), "RATE_LIMITED");
+        assert_eq!(
+            ErrorCode::ApprovalStateReplayed.as_str(),
+            "APPROVAL_STATE_REPLAYED"
+        );
     }
 }

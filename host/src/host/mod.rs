@@ -72,6 +72,12 @@ pub struct CallRequest {
     /// names what it can verify (the stdio session; over HTTP the bearer
     /// token, else the remote address); `None` is [`LIBRARY_CLIENT`].
     pub client: Option<String>,
+    /// The call's id, when the caller must know it before the call runs
+    /// (the MCP server names the retry of a multi-round-trip approval after
+    /// the call that asked, so that the log shows the state's use under a
+    /// name it can look up); `None`: the host picks one. A caller that sets
+    /// it must never reuse an id the log holds.
+    pub call_id: Option<String>,
 }
 
 impl std::fmt::Debug for CallRequest {

@@ -93,8 +93,8 @@ fn hidden_refusal(
 impl Host {
     /// Runs one call through the whole pipeline and returns its result.
     /// Refusals and failures are results (`status: error`), never panics.
-    pub async fn call(&self, request: CallRequest) -> CallResult {
-        let call_id = self.new_call_id();
+    pub async fn call(&self, mut request: CallRequest) -> CallResult {
+        let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let admitted = match self.admit(call_id.clone(), request).await {
             Ok(admitted) => admitted,
@@ -453,11 +453,29 @@ impl Host {
                 ),
             },
         };
-        let decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
-        if let Err(e) = self
+        // A decision that consumes a single-use grant is durable before the
+        // call goes on (and so before any body): its use is what refuses
+        // the grant's next use, also after a restart.
+        let used = std::panic::catch_unwind(AssertUnwindSafe(|| approver.single_use()))
+            .ok()
+            .flatten();
+        let durable_use = used.is_some();
+        let mut decided =
+            json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
+        if let Some(grant) = used {
+            decided["single_use"] = grant;
+        }
+        let recorded = self
             .recorder
             .lazy(call_id, EventKind::ApprovalDecided, decided)
-        {
+            .and_then(|()| {
+                if durable_use {
+                    self.recorder.log().flush().map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = recorded {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval decision could not be recorded: {e}"),
@@ -657,6 +675,26 @@ impl Host {
     }
 
     /// A refusal before dispatch: recorded and observed like any result.
+    /// Refuses a call before the pipeline looks at it (an MCP approval
+    /// state that does not verify): its call record and the refusal go to
+    /// the log under a new call id.
+    pub(crate) fn refuse_unheard(
+        &self,
+        tool: &str,
+        args: &str,
+        principal: Option<&str>,
+        code: ErrorCode,
+        message: String,
+    ) -> CallResult {
+        let call_id = self.new_call_id();
+        self.recorder.call(
+            &call_id,
+            json!({ "tool": tool, "args": cut(args, 4096),
+                    "principal": principal.unwrap_or(LOCAL_PRINCIPAL) }),
+        );
+        self.refuse(&call_id, tool, code, message)
+    }
+
     pub(crate) fn refuse(
         &self,
         call_id: &str,

@@ -109,7 +109,9 @@ impl Approver for McpApprover {
     }
 }
 
-fn elicitation_params(request: &ApprovalRequest) -> Result<ElicitRequestParams, serde_json::Error> {
+pub(super) fn elicitation_params(
+    request: &ApprovalRequest,
+) -> Result<ElicitRequestParams, serde_json::Error> {
     let args = serde_json::to_string(&request.args).unwrap_or_default();
     let mut message = format!(
         "toolhost asks for approval.\ntool: {}\nargs: {}\nreason: {}\nmode: {}",
@@ -139,7 +141,7 @@ fn elicitation_params(request: &ApprovalRequest) -> Result<ElicitRequestParams, 
     }))
 }
 
-fn map_elicitation(answer: &ElicitResult) -> (ApprovalOutcome, Option<String>) {
+pub(super) fn map_elicitation(answer: &ElicitResult) -> (ApprovalOutcome, Option<String>) {
     match answer.action {
         ElicitationAction::Accept => match answer
             .content

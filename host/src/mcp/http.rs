@@ -688,6 +688,7 @@ pub async fn serve_http_until(
     let approvals = Approvals {
         fallback: options.fallback_approver.clone(),
         timeout: options.approval_timeout,
+        states: options.approval_states.clone(),
     };
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
     let host = factory(HostParts {
@@ -782,6 +783,12 @@ pub async fn serve_http_until(
                 continue;
             }
         };
+        // A response is several small writes (head, SSE events, the last
+        // chunk): with Nagle's algorithm each waits for the client's
+        // delayed ACK, about 40 ms per call.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
         let front = front.clone();
         let service = hyper::service::service_fn(move |request| {
             let front = front.clone();

@@ -14,9 +14,11 @@
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
 //! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
+//! | `mrtr` | approvals of 2026-07-28 clients as multi-round-trip requests: sealed, single-use `requestState` ([`ApprovalStates`]) |
 //! | `operator` | `/approvals` on the HTTP server: an owner lists and decides queued approvals |
 //! | `logging` | a tool's `host.log` records as `notifications/message`, at the level the session set |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
+//! | `tasks` | the tasks extension: a call as a task, `tasks/get` and `tasks/cancel` answered from the running calls and the session log |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
 //! `protocol`, `approval`, `progress` and `reload` know nothing about the
@@ -36,19 +38,26 @@ mod approval;
 mod framing;
 mod http;
 mod logging;
+mod mrtr;
 mod operator;
 mod progress;
 mod protocol;
 mod reload;
+mod tasks;
 
 pub use approval::McpApprover;
 pub use http::{
     DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
     MCP_PATH, Tokens, serve_http, serve_http_until,
 };
+pub use mrtr::{
+    APPROVAL_INPUT, APPROVAL_KEY_FILE, ApprovalKeyStore, ApprovalStates,
+    DEFAULT_APPROVAL_STATE_TTL, KeyFile,
+};
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::{STDIO_CLIENT, to_mcp_result};
+pub use tasks::TASK_POLL_INTERVAL_MS;
 
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};
@@ -147,6 +156,11 @@ pub struct ServeOptions {
     /// over stdio, the client's profile (`None`: the local principal, an
     /// owner); over HTTP with tokens, each token's principal overrides it.
     pub principal: Option<String>,
+    /// Seals and redeems the `requestState` of approvals asked through
+    /// multi-round-trip requests (2026-07-28 clients that elicit); `None`:
+    /// those clients are asked like any other (elicitation in a session,
+    /// else the fallback).
+    pub approval_states: Option<Arc<ApprovalStates>>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -159,6 +173,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("fallback_approver", &self.fallback_approver.name())
             .field("approval_timeout", &self.approval_timeout)
             .field("principal", &self.principal)
+            .field("approval_states", &self.approval_states)
             .finish()
     }
 }
@@ -203,6 +218,7 @@ where
     let approvals = Approvals {
         fallback: options.fallback_approver.clone(),
         timeout: options.approval_timeout,
+        states: options.approval_states.clone(),
     };
     let server = Server::new(
         host,

@@ -23,7 +23,9 @@ use super::annotations::Enforced;
 use super::approval::McpApprover;
 use super::http::Caller;
 use super::logging::{self, SessionLevel};
+use super::mrtr::{ApprovalStates, AskThroughResult};
 use super::progress::ProgressForwarder;
+use super::tasks::Tasks;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
 use crate::host::{CallRequest, Host};
@@ -33,9 +35,10 @@ use crate::state::Interrupt;
 use crate::tool::ContentItem;
 use rmcp::Peer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams,
+    InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, TASKS_EXTENSION_ID, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -43,8 +46,9 @@ use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use toolhost_core::{ErrorCode, SandboxMode};
+use toolhost_policy::LOCAL_PRINCIPAL;
 
 /// The client name of the stdio session, for the policy's `[rate_limits]`
 /// (over HTTP the client is what the front door verified: the bearer token,
@@ -54,10 +58,15 @@ pub const STDIO_CLIENT: &str = "mcp-stdio";
 
 /// How a call's approval is asked: the client of the call's session if it
 /// elicits, else `fallback`, waiting at most `timeout` for the client.
+///
+/// A client of the 2026-07-28 revision that declares elicitation in the
+/// request is asked through a multi-round-trip request instead, when the
+/// server has `states` (see [`super::mrtr`]).
 #[derive(Clone)]
 pub(super) struct Approvals {
     pub(super) fallback: Arc<dyn Approver>,
     pub(super) timeout: Duration,
+    pub(super) states: Option<Arc<ApprovalStates>>,
 }
 
 /// The protocol handler of one session. Clones share the session's state;
@@ -87,6 +96,8 @@ pub(super) struct Server {
     client: Arc<str>,
     /// The log level this session's client set (`logging/setLevel`).
     log_level: SessionLevel,
+    /// The tasks running in this server (all sessions).
+    tasks: Arc<Tasks>,
 }
 
 impl Server {
@@ -114,6 +125,7 @@ impl Server {
             flush_queued: Arc::default(),
             client: Arc::from(STDIO_CLIENT),
             log_level: SessionLevel::default(),
+            tasks: Arc::default(),
         }
     }
 
@@ -229,6 +241,52 @@ impl Server {
 /// the latest (they are flushed at exit in any case).
 pub(super) const FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
+impl Server {
+    /// Runs a call as a task: its id is the call's, its state the session
+    /// log's (see [`super::tasks`]). The call holds `permit` until its
+    /// result is committed.
+    fn start_task(
+        &self,
+        host: Arc<Host>,
+        tool: &str,
+        args: String,
+        principal: Option<String>,
+        permit: OwnedSemaphorePermit,
+        context: &RequestContext<RoleServer>,
+    ) -> CreateTaskResult {
+        let call_id = host.new_call_id();
+        let interrupt = Interrupt::default();
+        let owner = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
+        let (seed, progress) = self.tasks.start(&call_id, owner, interrupt.clone());
+        let request = CallRequest {
+            tool: tool.to_string(),
+            args,
+            scope: self.scope.clone(),
+            mode: self.mode,
+            principal,
+            interrupt: Some(interrupt),
+            progress: Some(progress),
+            approver: Some(Arc::new(McpApprover::for_peer(
+                context.peer.clone(),
+                self.approvals.fallback.clone(),
+                self.approvals.timeout,
+            ))),
+            client: Some(client_of(context, &self.client)),
+            call_id: Some(call_id.clone()),
+            ..CallRequest::default()
+        };
+        let server = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            // The result goes to the log, where `tasks/get` reads it.
+            let _ = host.call(request).await;
+            server.tasks.finish(&call_id);
+            server.flush_soon(&host);
+        });
+        CreateTaskResult::new(seed)
+    }
+}
+
 /// The answer to a `tools/call` while the server stops: refused before the
 /// pipeline, like [`too_many_calls`].
 fn stopping(tool: &str) -> CallResult {
@@ -338,11 +396,63 @@ pub fn to_mcp_result(r: &CallResult) -> CallToolResult {
     out
 }
 
+/// The MCP view of a result as the session log holds it (a
+/// [`CallResult`]'s JSON, or recovery's `TOOL_OUTCOME_UNKNOWN`): the shape
+/// [`to_mcp_result`] gives, as a JSON object.
+pub(super) fn to_mcp_result_json(payload: &Value) -> JsonObject {
+    let error = payload.get("error").filter(|e| !e.is_null());
+    let mut out = match error {
+        None => {
+            let content = payload
+                .get("content")
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .map(|c| {
+                            serde_json::from_value(c.clone())
+                                .unwrap_or_else(|_| ContentBlock::text(c.to_string()))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut out = CallToolResult::success(content);
+            if let Some(canonical) = payload.get("canonical").filter(|c| c.is_object()) {
+                out.structured_content = Some(canonical.clone());
+            }
+            out
+        }
+        Some(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+            "{}: {}",
+            e.get("code")
+                .and_then(Value::as_str)
+                .unwrap_or("TOOL_ERROR"),
+            e.get("message").and_then(Value::as_str).unwrap_or_default()
+        ))]),
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "toolhost".into(),
+        json!({
+            "call_id": payload.get("call_id"),
+            "code": error.and_then(|e| e.get("code")),
+            "meta": payload.get("meta"),
+            "receipt": payload.get("receipt"),
+        }),
+    );
+    out.meta = Some(MetaObject(meta));
+    match serde_json::to_value(out) {
+        Ok(Value::Object(o)) => o,
+        _ => JsonObject::new(),
+    }
+}
+
 impl ServerHandler for Server {
     fn get_info(&self) -> InitializeResult {
         let mut caps = ServerCapabilities::default();
         caps.tools = Some(json_default_tools_capability());
         caps.logging = Some(Default::default());
+        caps.extensions = Some([(TASKS_EXTENSION_ID.to_string(), JsonObject::new())].into());
         InitializeResult::new(caps)
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -376,6 +486,29 @@ impl ServerHandler for Server {
         Ok(())
     }
 
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let principal = self.principal_of(&context);
+        let principal = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
+        self.tasks
+            .get(&request.task_id, principal, self.host().log())
+            .map(GetTaskResult::new)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal_of(&context);
+        let principal = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
+        self.tasks
+            .cancel(&request.task_id, principal, self.host().log())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -400,7 +533,7 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, McpError> {
         // A client could otherwise keep any number of calls waiting (on an
         // approval, say), each holding its arguments and a task.
-        let Ok(_in_flight) = self.calls.clone().try_acquire_owned() else {
+        let Ok(in_flight) = self.calls.clone().try_acquire_owned() else {
             tracing::warn!("refused a call: {MAX_CALLS_IN_FLIGHT} calls already in flight");
             return Ok(to_mcp_result(&too_many_calls(&request.name)).into());
         };
@@ -415,6 +548,71 @@ impl ServerHandler for Server {
         let args = match request.arguments {
             Some(o) => Value::Object(o).to_string(),
             None => "{}".into(),
+        };
+        let principal = self.principal_of(&context);
+        // A client that declared the tasks extension gets a task handle at
+        // once (a retry of an approval is answered in the request).
+        if request.request_state.is_none() && wants_task(&context) {
+            let task = self.start_task(host, &request.name, args, principal, in_flight, &context);
+            return Ok(task.into());
+        }
+        // Approvals: through a multi-round-trip request for a 2026-07-28
+        // client that elicits (a retry carries its answer and state), else
+        // through the client's session (elicitation/create) or --approver.
+        let mrtr = self
+            .approvals
+            .states
+            .clone()
+            .filter(|_| asks_through_results(&context));
+        let mut call_id = None;
+        let mut ask_through_result = None;
+        let approver: Arc<dyn Approver> = match (&request.request_state, &mrtr) {
+            (Some(sealed), _) => {
+                let redeemed = match &mrtr {
+                    None => Err((
+                        ErrorCode::ApprovalStateInvalid,
+                        "this server issued no approval state to this client (a requestState needs a 2026-07-28 request that declares elicitation)".to_string(),
+                    )),
+                    Some(states) => states.redeem(
+                        sealed,
+                        &request.name,
+                        &args,
+                        principal.as_deref().unwrap_or(LOCAL_PRINCIPAL),
+                        request.input_responses.as_ref(),
+                        host.log(),
+                    ),
+                };
+                match redeemed {
+                    Ok(r) => {
+                        call_id = Some(r.call_id);
+                        Arc::new(r.approver)
+                    }
+                    Err((code, message)) => {
+                        tracing::warn!(%code, "refused an approval state: {message}");
+                        let refused = host.refuse_unheard(
+                            &request.name,
+                            &args,
+                            principal.as_deref(),
+                            code,
+                            message,
+                        );
+                        self.flush_soon(&host);
+                        return Ok(to_mcp_result(&refused).into());
+                    }
+                }
+            }
+            (None, Some(_)) => {
+                let ask = Arc::new(AskThroughResult::default());
+                ask_through_result = Some(ask.clone());
+                ask
+            }
+            // The client of this request's session is asked, never the
+            // client of another session on the same host.
+            (None, None) => Arc::new(McpApprover::for_peer(
+                context.peer.clone(),
+                self.approvals.fallback.clone(),
+                self.approvals.timeout,
+            )),
         };
         let interrupt = Interrupt::default();
         let watcher = {
@@ -435,20 +633,15 @@ impl ServerHandler for Server {
         let result = host
             .call(CallRequest {
                 tool: request.name.to_string(),
-                args,
+                args: args.clone(),
                 scope: self.scope.clone(),
                 mode: self.mode,
-                principal: self.principal_of(&context),
+                principal: principal.clone(),
                 interrupt: Some(interrupt),
                 progress,
-                // The client of this request's session is asked, never
-                // the client of another session on the same host.
-                approver: Some(Arc::new(McpApprover::for_peer(
-                    context.peer.clone(),
-                    self.approvals.fallback.clone(),
-                    self.approvals.timeout,
-                ))),
+                approver: Some(approver),
                 client: Some(client_of(&context, &self.client)),
+                call_id,
                 ..CallRequest::default()
             })
             .await;
@@ -466,8 +659,42 @@ impl ServerHandler for Server {
             forwarder.finish().await;
         }
         self.flush_soon(&host);
+        // The question of a first round goes back as the result; the call
+        // itself ended unapproved (nothing ran).
+        if let (Some(ask), Some(states)) = (ask_through_result, &mrtr)
+            && result.error.as_ref().map(|e| e.code) == Some(ErrorCode::ApprovalUnavailable)
+            && let Some(asked) = ask.asked()
+        {
+            let principal = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
+            return match states.input_required(&asked, &args, principal) {
+                Ok(input) => Ok(input.into()),
+                Err(e) => {
+                    tracing::warn!("could not issue an approval state: {e}");
+                    Ok(to_mcp_result(&result).into())
+                }
+            };
+        }
         Ok(to_mcp_result(&result).into())
     }
+}
+
+/// Whether this request declares the tasks extension.
+fn wants_task(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .is_some_and(|c| c.supports_tasks())
+}
+
+/// Whether this request's approvals go through multi-round-trip requests:
+/// its protocol is 2026-07-28 or later and it declares elicitation.
+fn asks_through_results(context: &RequestContext<RoleServer>) -> bool {
+    let v2026 = context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    v2026
+        && context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some())
 }
 
 fn json_default_tools_capability() -> rmcp::model::ToolsCapability {

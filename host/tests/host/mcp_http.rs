@@ -3,7 +3,11 @@
 //! responses; the `Host`/`Origin`/token checks refusing before anything is
 //! dispatched (the session log stays empty); oversized bodies; elicitations
 //! reaching only the session whose call asks; stopping on SIGTERM, idle and
-//! with a call in flight. Loopback only; every wait is bounded.
+//! with a call in flight; 2026-07-28 approvals as multi-round-trip requests
+//! (approve, reject, replay also across a SIGKILL and restart, altered,
+//! mismatched and expired states); tasks (result, progress, cancel, and
+//! `TOOL_OUTCOME_UNKNOWN` after a SIGKILL and restart). Loopback only;
+//! every wait is bounded.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -26,51 +30,82 @@ struct Server {
     ws: tempfile::TempDir,
     state: tempfile::TempDir,
     /// stderr lines after the address line.
-    _stderr: Receiver<String>,
+    stderr: Receiver<String>,
+}
+
+/// Starts `toolhost serve --http` on a free port; the child, its address
+/// and its stderr lines after the address line.
+fn launch(
+    ws: &std::path::Path,
+    state: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, SocketAddr, Receiver<String>) {
+    let mut child = Command::new(crate::support::bin())
+        .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+        .arg(ws)
+        .arg("--state")
+        .arg(state)
+        .args(extra)
+        .envs(env.iter().copied())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let marker = "serving MCP over Streamable HTTP at http://";
+    let addr = loop {
+        let line = lines
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
+        if let Some(rest) = line.split(marker).nth(1) {
+            break rest.trim_end_matches("/mcp").parse().unwrap();
+        }
+    };
+    (child, addr, lines)
 }
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
+        Server::start_with(extra, &[])
+    }
+
+    /// [`Server::start`] with `env` set for the server.
+    fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let ws = crate::support::tempdir();
         let state = crate::support::tempdir();
-        let mut child = Command::new(crate::support::bin())
-            .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
-            .arg(ws.path())
-            .arg("--state")
-            .arg(state.path())
-            .args(extra)
-            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let marker = "serving MCP over Streamable HTTP at http://";
-        let addr = loop {
-            let line = lines
-                .recv_timeout(WAIT)
-                .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
-            if let Some(rest) = line.split(marker).nth(1) {
-                break rest.trim_end_matches("/mcp").parse().unwrap();
-            }
-        };
+        let (child, addr, lines) = launch(ws.path(), state.path(), extra, env);
         Server {
             child: Some(child),
             addr,
             ws,
             state,
-            _stderr: lines,
+            stderr: lines,
         }
+    }
+
+    /// Kills the server (SIGKILL: nothing is flushed or shut down) and
+    /// starts another on the same workspace and state.
+    fn kill_and_restart(&mut self, extra: &[&str]) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        let (child, addr, lines) = launch(self.ws.path(), self.state.path(), extra, &[]);
+        self.child = Some(child);
+        self.addr = addr;
+        self.stderr = lines;
     }
 
     fn host(&self) -> String {
@@ -1074,10 +1109,10 @@ async fn rpc_2026(s: &Server, id: u64, method: &str, mut params: Value) -> Value
     c.rpc(id, method, params).await
 }
 
-/// What works today for a client of the 2026-07-28 revision over HTTP
-/// (rmcp's stateless lifecycle): `server/discover` and `tools/call` without
-/// `initialize`. Approvals through multi-round-trip requests are not built
-/// yet: an `ask` goes to `--approver` (here `none`: refused, never run).
+/// A client of the 2026-07-28 revision over HTTP (rmcp's stateless
+/// lifecycle): `server/discover` and `tools/call` without `initialize`; an
+/// `ask` comes back as an input-required result (see the `mrtr_` tests),
+/// and nothing runs until a retry carries the answer.
 #[tokio::test]
 async fn http_2026_07_28_discover_and_call_without_initialize() {
     let policy_dir = crate::support::tempdir();
@@ -1112,9 +1147,430 @@ async fn http_2026_07_28_discover_and_call_without_initialize() {
         json!({"name": "write_file", "arguments": {"path": "b.txt", "content": "x"}}),
     )
     .await;
-    assert_eq!(
-        write["result"]["_meta"]["toolhost"]["code"], "APPROVAL_UNAVAILABLE",
-        "{write}"
-    );
+    assert_eq!(write["result"]["resultType"], "input_required", "{write}");
     assert!(!s.ws.path().join("b.txt").exists());
+}
+
+// --- approvals of 2026-07-28 clients: multi-round-trip requests ---
+
+fn write_args() -> Value {
+    json!({"path": "b.txt", "content": "approved\n"})
+}
+
+/// A server whose policy asks about every `write_file`.
+fn ask_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
+    let policy_dir = crate::support::tempdir();
+    let policy = policy_dir.path().join("policy.toml");
+    std::fs::write(&policy, ASK_WRITES).unwrap();
+    let mut args = vec!["--policy", policy.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    (Server::start(&args), policy_dir)
+}
+
+/// The first round of a `write_file` call: the input-required result, whose
+/// state is returned.
+async fn ask_for_write(s: &Server, id: u64) -> String {
+    let first = rpc_2026(
+        s,
+        id,
+        "tools/call",
+        json!({"name": "write_file", "arguments": write_args()}),
+    )
+    .await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    assert_eq!(
+        result["inputRequests"]["approval"]["method"], "elicitation/create",
+        "{first}"
+    );
+    let message = result["inputRequests"]["approval"]["params"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("write_file") && message.contains("writes need a human"),
+        "{first}"
+    );
+    assert!(!s.ws.path().join("b.txt").exists(), "ran before an answer");
+    result["requestState"].as_str().unwrap().to_string()
+}
+
+/// The retry: the same call with an answer and a state.
+async fn retry(s: &Server, id: u64, args: Value, answer: Value, state: &str) -> Value {
+    let r = rpc_2026(
+        s,
+        id,
+        "tools/call",
+        json!({"name": "write_file", "arguments": args,
+               "inputResponses": {"approval": answer}, "requestState": state}),
+    )
+    .await;
+    r["result"].clone()
+}
+
+fn approve() -> Value {
+    json!({"action": "accept", "content": {"approve": true}})
+}
+
+fn code(result: &Value) -> Value {
+    result["_meta"]["toolhost"]["code"].clone()
+}
+
+/// The events of `call_id`, in order.
+fn events_of<'a>(events: &'a [Value], call_id: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["call_id"] == call_id).collect()
+}
+
+/// Approve: the retry runs, and its `approval/decided` (with the state's
+/// use) precedes its intent. Replayed (with the same answer) it is refused,
+/// in the same process and after a SIGKILL and restart on the same state,
+/// and nothing runs again.
+#[tokio::test]
+async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
+    let (mut s, _policy) = ask_server(&[]);
+    let state = ask_for_write(&s, 1).await;
+    let done = retry(&s, 2, write_args(), approve(), &state).await;
+    assert_eq!(done["isError"], false, "{done}");
+    let path = s.ws.path().join("b.txt");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "approved\n");
+    let call_id = done["_meta"]["toolhost"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(call_id.ends_with("-mrtr"), "{done}");
+
+    std::fs::remove_file(&path).unwrap();
+    let again = retry(&s, 3, write_args(), approve(), &state).await;
+    assert_eq!(code(&again), "APPROVAL_STATE_REPLAYED", "{again}");
+    assert!(!path.exists(), "a replayed state ran the tool");
+
+    s.kill_and_restart(&[
+        "--policy",
+        _policy.path().join("policy.toml").to_str().unwrap(),
+    ]);
+    let after = retry(&s, 4, write_args(), approve(), &state).await;
+    assert_eq!(code(&after), "APPROVAL_STATE_REPLAYED", "{after}");
+    assert!(
+        !path.exists(),
+        "a replayed state ran the tool after a restart"
+    );
+
+    let events = s.events();
+    let retried = events_of(&events, &call_id);
+    let kinds: Vec<&str> = retried.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let decided = kinds.iter().position(|k| *k == "approval/decided");
+    let intent = kinds.iter().position(|k| *k == "tool/intent");
+    assert!(
+        matches!((decided, intent), (Some(d), Some(i)) if d < i),
+        "{kinds:?}"
+    );
+    let decided = retried[decided.unwrap()];
+    assert_eq!(decided["payload"]["outcome"], "allowed-once", "{decided}");
+    assert_eq!(
+        decided["payload"]["single_use"]["kind"], "mcp-request-state",
+        "{decided}"
+    );
+    // Both replays were logged as refusals.
+    let replays = events
+        .iter()
+        .filter(|e| {
+            e["kind"] == "tool/result" && e["payload"]["error"]["code"] == "APPROVAL_STATE_REPLAYED"
+        })
+        .count();
+    assert_eq!(replays, 2, "{events:?}");
+}
+
+/// Reject: the call is refused and its use is durable at once, so that a
+/// replay of the state with another answer ("approve", after a SIGKILL
+/// that flushed nothing) is refused too.
+#[tokio::test]
+async fn mrtr_rejection_is_durable_and_cannot_be_turned_into_approval() {
+    let (mut s, policy) = ask_server(&[]);
+    let state = ask_for_write(&s, 1).await;
+    let no = retry(&s, 2, write_args(), json!({"action": "decline"}), &state).await;
+    assert_eq!(code(&no), "APPROVAL_REJECTED", "{no}");
+    s.kill_and_restart(&[
+        "--policy",
+        policy.path().join("policy.toml").to_str().unwrap(),
+    ]);
+    let yes = retry(&s, 3, write_args(), approve(), &state).await;
+    assert_eq!(code(&yes), "APPROVAL_STATE_REPLAYED", "{yes}");
+    assert!(!s.ws.path().join("b.txt").exists());
+}
+
+/// Altered, foreign-argument, other-tool and expired states are refused
+/// with their codes, logged, and nothing runs; the state itself stays
+/// good for its own call.
+#[tokio::test]
+async fn mrtr_altered_mismatched_and_expired_states_are_refused() {
+    let (s, _policy) = ask_server(&[]);
+    let state = ask_for_write(&s, 1).await;
+    let mut altered = state.clone().into_bytes();
+    let i = altered.len() - 3;
+    altered[i] = if altered[i] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    let r = retry(&s, 2, write_args(), approve(), &altered).await;
+    assert_eq!(code(&r), "APPROVAL_STATE_INVALID", "{r}");
+    let r = retry(&s, 3, write_args(), approve(), "not-a-state").await;
+    assert_eq!(code(&r), "APPROVAL_STATE_INVALID", "{r}");
+    let other = json!({"path": "other.txt", "content": "approved\n"});
+    let r = retry(&s, 4, other, approve(), &state).await;
+    assert_eq!(code(&r), "APPROVAL_STATE_MISMATCH", "{r}");
+    assert!(!s.ws.path().join("other.txt").exists());
+    std::fs::write(s.ws.path().join("a.txt"), "x").unwrap();
+    let r = rpc_2026(
+        &s,
+        5,
+        "tools/call",
+        json!({"name": "read_file", "arguments": write_args(),
+               "inputResponses": {"approval": approve()}, "requestState": state}),
+    )
+    .await;
+    assert_eq!(code(&r["result"]), "APPROVAL_STATE_MISMATCH", "{r}");
+    assert!(!s.ws.path().join("b.txt").exists());
+    // Refusals are results in the log.
+    let events = s.events();
+    for c in ["APPROVAL_STATE_INVALID", "APPROVAL_STATE_MISMATCH"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["kind"] == "tool/result" && e["payload"]["error"]["code"] == c),
+            "{c} not logged"
+        );
+    }
+    // None of that used the state.
+    let ok = retry(&s, 6, write_args(), approve(), &state).await;
+    assert_eq!(ok["isError"], false, "{ok}");
+
+    // A state past its expiry (a TTL of zero: expired one millisecond
+    // after it was issued).
+    let (s, _policy) = ask_server(&["--approval-state-ttl", "0"]);
+    let state = ask_for_write(&s, 1).await;
+    let issued = std::time::Instant::now();
+    while issued.elapsed() < Duration::from_millis(2) {
+        std::thread::yield_now();
+    }
+    let r = retry(&s, 2, write_args(), approve(), &state).await;
+    assert_eq!(code(&r), "APPROVAL_STATE_EXPIRED", "{r}");
+    assert!(!s.ws.path().join("b.txt").exists());
+}
+
+/// The key is created once in the state directory, private, and kept
+/// across restarts: a state issued before a restart still verifies after.
+#[tokio::test]
+async fn mrtr_key_is_private_and_survives_a_restart() {
+    let (mut s, policy) = ask_server(&[]);
+    let state = ask_for_write(&s, 1).await;
+    let key = s.state.path().join("mcp-approval.key");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let before = std::fs::read(&key).unwrap();
+    s.kill_and_restart(&[
+        "--policy",
+        policy.path().join("policy.toml").to_str().unwrap(),
+    ]);
+    let done = retry(&s, 2, write_args(), approve(), &state).await;
+    assert_eq!(done["isError"], false, "{done}");
+    assert_eq!(std::fs::read(&key).unwrap(), before);
+}
+
+/// A 2025-11-25 session client keeps its elicitation approvals: no
+/// input-required result reaches it.
+#[tokio::test]
+async fn mrtr_is_not_offered_to_a_2025_session() {
+    let (s, _policy) = ask_server(&[]);
+    let c = s.client().initialize(json!({})).await;
+    let r = c
+        .rpc(
+            1,
+            "tools/call",
+            json!({"name": "write_file", "arguments": write_args()}),
+        )
+        .await;
+    assert!(r["result"]["resultType"].is_null(), "{r}");
+    assert_eq!(code(&r["result"]), "APPROVAL_UNAVAILABLE", "{r}");
+}
+
+// --- tasks (the io.modelcontextprotocol/tasks extension) ---
+
+/// A 2026-07-28 request that declares the tasks extension.
+async fn rpc_tasks(s: &Server, id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test-tasks", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+    });
+    let c = s
+        .client()
+        .with("mcp-protocol-version", "2026-07-28")
+        .with("mcp-method", method);
+    // `Mcp-Name`: the tool of a call, the task of `tasks/*`.
+    let c = match params["name"].as_str().or(params["taskId"].as_str()) {
+        Some(name) => c.with("mcp-name", name),
+        None => c,
+    };
+    c.rpc(id, method, params).await
+}
+
+/// Polls `tasks/get` (as the extension asks clients to) until the task is
+/// no longer working; bounded by [`WAIT`].
+async fn poll_task(s: &Server, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut n = 1000;
+    loop {
+        n += 1;
+        let got = rpc_tasks(s, n, "tasks/get", json!({"taskId": id})).await;
+        if got["result"]["status"] != "working" {
+            return got["result"].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{got}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A call from a client that declares tasks returns a task handle; the
+/// task completes with the call's result, which `tasks/get` returns; a
+/// refusal is a completed task whose result has the code.
+#[tokio::test]
+async fn tasks_complete_with_the_calls_result() {
+    let s = Server::start(&[]);
+    std::fs::write(s.ws.path().join("a.txt"), "task text\n").unwrap();
+    let discover = rpc_tasks(&s, 1, "server/discover", json!({})).await;
+    assert!(
+        discover["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"]
+            .is_object(),
+        "{discover}"
+    );
+    let started = rpc_tasks(
+        &s,
+        2,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+    )
+    .await;
+    assert_eq!(started["result"]["resultType"], "task", "{started}");
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    let done = poll_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("task text")),
+        "{done}"
+    );
+    assert_eq!(done["result"]["_meta"]["toolhost"]["call_id"], id.as_str());
+
+    let refused = rpc_tasks(
+        &s,
+        3,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"nope": 1}}),
+    )
+    .await;
+    let id = refused["result"]["taskId"].as_str().unwrap().to_string();
+    let done = poll_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["_meta"]["toolhost"]["code"], "INVALID_ARGS",
+        "{done}"
+    );
+
+    // An unknown task is an error, not a guess.
+    let unknown = rpc_tasks(&s, 4, "tasks/get", json!({"taskId": "call-nope-1"})).await;
+    assert!(unknown["error"].is_object(), "{unknown}");
+}
+
+/// A task whose intent was durable when the server was killed (SIGKILL,
+/// paused right after the intent commit) reports TOOL_OUTCOME_UNKNOWN
+/// after a restart on the same state, and its body is not run again.
+#[tokio::test]
+async fn tasks_after_a_restart_report_tool_outcome_unknown() {
+    let dir = crate::support::tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "version = 1\nmode = \"workspace-write\"\n").unwrap();
+    let args = ["--policy", policy.to_str().unwrap()];
+    // The first server pauses every call right after its intent is durable.
+    let mut s = Server::start_with(&args, &[("TOOLHOST_TEST_PAUSE_AT", "after-intent")]);
+    let started = rpc_tasks(
+        &s,
+        1,
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "t.txt", "content": "x"}}),
+    )
+    .await;
+    assert_eq!(started["result"]["resultType"], "task", "{started}");
+    assert_eq!(started["result"]["status"], "working", "{started}");
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    loop {
+        let line = s.stderr.recv_timeout(WAIT).expect("the call did not pause");
+        if line.contains("toolhost-paused:after-intent") {
+            break;
+        }
+    }
+    s.kill_and_restart(&args);
+    let got = rpc_tasks(&s, 2, "tasks/get", json!({"taskId": id})).await;
+    let task = &got["result"];
+    assert_eq!(task["status"], "completed", "{got}");
+    assert_eq!(task["result"]["isError"], true, "{got}");
+    assert_eq!(
+        task["result"]["_meta"]["toolhost"]["code"], "TOOL_OUTCOME_UNKNOWN",
+        "{got}"
+    );
+    assert!(!s.ws.path().join("t.txt").exists(), "the body ran");
+    // Asked again, the same answer (the log's, not a re-run).
+    let again = rpc_tasks(&s, 3, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(again["result"]["result"], task["result"], "{again}");
+    assert!(!s.ws.path().join("t.txt").exists(), "the body ran");
+    let results = s
+        .events()
+        .iter()
+        .filter(|e| e["call_id"] == id.as_str() && e["kind"] == "tool/result")
+        .count();
+    assert_eq!(results, 1);
+}
+
+/// A running task reports the tool's progress through `tasks/get`, and
+/// `tasks/cancel` interrupts its body: the task completes with `CANCELLED`.
+#[tokio::test]
+async fn tasks_report_progress_and_cancel() {
+    let s = Server::start(&[]);
+    let started = rpc_tasks(
+        &s,
+        1,
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 600_000}}),
+    )
+    .await;
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    // The sleep tool reports progress about every 100 ms: poll (bounded)
+    // until a report shows.
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut n = 10;
+    loop {
+        n += 1;
+        let got = rpc_tasks(&s, n, "tasks/get", json!({"taskId": id})).await;
+        assert_eq!(got["result"]["status"], "working", "{got}");
+        if got["result"]["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("/600000"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress: {got}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ack = rpc_tasks(&s, 2, "tasks/cancel", json!({"taskId": id})).await;
+    assert!(ack["result"].is_object(), "{ack}");
+    let done = poll_task(&s, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["_meta"]["toolhost"]["code"], "CANCELLED",
+        "{done}"
+    );
 }

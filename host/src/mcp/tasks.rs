@@ -1,0 +1,301 @@
+//! Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663, as rmcp
+//! implements it): a `tools/call` from a client that declares the extension
+//! returns a task handle at once; `tasks/get` reports progress and then the
+//! final result; `tasks/cancel` interrupts the body.
+//!
+//! A task's id is its call's id, and its state is the session log: this
+//! module holds in memory only the tasks running in this process (their
+//! interrupt and last progress report), each while its call holds one of the
+//! server's call permits. Once the call's result is committed the task is
+//! answered from the log, so after a restart a task is what the log says:
+//! its result; `TOOL_OUTCOME_UNKNOWN` when recovery found its intent durable
+//! and its result missing (never a guess, never run again); `working` while
+//! another live writer of a shared log holds its intent; `cancelled` when
+//! it never reached its intent (the body never started).
+//!
+//! A task is visible only to the principal that started it (others are told
+//! it does not exist). `tasks/update` is not offered: approvals of a task
+//! are asked like those of any call of its session.
+
+use super::protocol::to_mcp_result_json;
+use crate::state::{Interrupt, Progress, ProgressSink};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{DetailedTask, Task, TaskPayload, TaskStatus};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+use toolhost_log::{EventKind, SessionLog};
+
+/// How often a client should poll a running task.
+pub const TASK_POLL_INTERVAL_MS: u64 = 250;
+
+/// A task running in this process.
+struct Running {
+    principal: String,
+    created_ms: u64,
+    interrupt: Interrupt,
+    progress: Arc<Mutex<Option<Progress>>>,
+}
+
+/// The tasks of one server (shared by its sessions).
+#[derive(Default)]
+pub(super) struct Tasks {
+    running: Mutex<HashMap<String, Running>>,
+}
+
+impl Tasks {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        match self.running.lock() {
+            Ok(r) => r,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Registers the task of call `call_id` (started by `principal`, cut
+    /// off by `interrupt`); its seed state, and the sink its progress
+    /// reports go to.
+    pub(super) fn start(
+        &self,
+        call_id: &str,
+        principal: &str,
+        interrupt: Interrupt,
+    ) -> (Task, ProgressSink) {
+        let progress = Arc::new(Mutex::new(None));
+        let created_ms = now_ms();
+        self.running().insert(
+            call_id.to_string(),
+            Running {
+                principal: principal.to_string(),
+                created_ms,
+                interrupt,
+                progress: progress.clone(),
+            },
+        );
+        let sink: ProgressSink = Arc::new(move |p: &Progress| {
+            if let Ok(mut last) = progress.lock() {
+                *last = Some(p.clone());
+            }
+        });
+        (
+            task(call_id, TaskStatus::Working, created_ms, created_ms),
+            sink,
+        )
+    }
+
+    /// The task's call has committed its result: the log answers for it now.
+    pub(super) fn finish(&self, call_id: &str) {
+        self.running().remove(call_id);
+    }
+
+    /// `tasks/get`: the task's state, for `principal`.
+    pub(super) fn get(
+        &self,
+        id: &str,
+        principal: &str,
+        log: &SessionLog,
+    ) -> Result<DetailedTask, McpError> {
+        if let Some(r) = self.running().get(id).filter(|r| r.principal == principal) {
+            let mut t = task(id, TaskStatus::Working, r.created_ms, now_ms());
+            if let Some(p) = r.progress.lock().ok().and_then(|p| p.clone()) {
+                t = t.with_status_message(progress_text(&p));
+            }
+            return Ok(DetailedTask::new(t, TaskPayload::Working));
+        }
+        from_log(id, principal, log)
+    }
+
+    /// `tasks/cancel`: interrupts a running task of `principal`; a task
+    /// that has ended is left as it is.
+    pub(super) fn cancel(
+        &self,
+        id: &str,
+        principal: &str,
+        log: &SessionLog,
+    ) -> Result<(), McpError> {
+        if let Some(r) = self.running().get(id).filter(|r| r.principal == principal) {
+            r.interrupt.cancel();
+            return Ok(());
+        }
+        from_log(id, principal, log).map(|_| ())
+    }
+}
+
+/// A task that is not running here, as the session log tells it.
+fn from_log(id: &str, principal: &str, log: &SessionLog) -> Result<DetailedTask, McpError> {
+    let events = log
+        .events_for_call(id)
+        .map_err(|e| McpError::internal_error(format!("the session log: {e}"), None))?;
+    let call = events.iter().find(|e| e.kind == EventKind::ToolCall);
+    let owner = call
+        .and_then(|c| c.payload.get("principal"))
+        .and_then(Value::as_str);
+    let (Some(call), Some(owner)) = (call, owner) else {
+        return Err(no_task(id));
+    };
+    if owner != principal {
+        return Err(no_task(id));
+    }
+    let created = call.at_unix_ms;
+    let last = events.last().map_or(created, |e| e.at_unix_ms);
+    if let Some(result) = events.iter().find(|e| e.kind == EventKind::ToolResult) {
+        let mcp = to_mcp_result_json(&result.payload);
+        let t = task(id, TaskStatus::Completed, created, last);
+        return Ok(DetailedTask::new(t, TaskPayload::Completed { result: mcp }));
+    }
+    if events.iter().any(|e| e.kind == EventKind::ToolIntent) {
+        // Durable intent, no result, not running here: another live writer
+        // of a shared log runs it (recovery turns a dead writer's into
+        // TOOL_OUTCOME_UNKNOWN, which is then its result).
+        let t = task(id, TaskStatus::Working, created, last)
+            .with_status_message("running on another server of this log");
+        return Ok(DetailedTask::new(t, TaskPayload::Working));
+    }
+    let t = task(id, TaskStatus::Cancelled, created, last).with_status_message(
+        "the server stopped before the call was dispatched; the tool did not run",
+    );
+    Ok(DetailedTask::new(t, TaskPayload::Cancelled))
+}
+
+fn no_task(id: &str) -> McpError {
+    McpError::invalid_params(format!("no task {id:?}"), None)
+}
+
+fn task(id: &str, status: TaskStatus, created_ms: u64, updated_ms: u64) -> Task {
+    Task::new(id, status, iso8601(created_ms), iso8601(updated_ms))
+        .with_poll_interval_ms(TASK_POLL_INTERVAL_MS)
+}
+
+fn progress_text(p: &Progress) -> String {
+    let amount = match p.total {
+        Some(t) => format!("{}/{t}", p.done),
+        None => p.done.to_string(),
+    };
+    match &p.message {
+        Some(m) => format!("{amount}: {m}"),
+        None => amount,
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `ms` since the Unix epoch as ISO 8601 UTC (`2026-07-28T12:00:00.000Z`).
+fn iso8601(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolhost_log::NewEvent;
+
+    #[test]
+    fn iso8601_formats_utc() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(iso8601(1_785_240_000_000), "2026-07-28T12:00:00.000Z");
+    }
+
+    fn log_with(events: &[(EventKind, Value)]) -> SessionLog {
+        let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
+        let events: Vec<NewEvent> = events
+            .iter()
+            .map(|(k, p)| NewEvent::new("call-x-1", *k, p.clone()))
+            .collect();
+        log.append(&events, toolhost_log::Durability::Durable)
+            .unwrap_or_else(|e| panic!("{e}"));
+        log
+    }
+
+    fn status(r: Result<DetailedTask, McpError>) -> Option<TaskStatus> {
+        r.ok().map(|t| t.status())
+    }
+
+    #[test]
+    fn a_task_not_running_here_is_what_the_log_says() {
+        let tasks = Tasks::default();
+        let call = (
+            EventKind::ToolCall,
+            json!({"tool": "t", "principal": "alice"}),
+        );
+        let intent = (EventKind::ToolIntent, json!({}));
+        let unknown = (
+            EventKind::ToolResult,
+            json!({"status": "error", "error": {"code": "TOOL_OUTCOME_UNKNOWN", "message": "m"},
+                   "content": [{"type": "text", "text": "m"}], "recovered": true}),
+        );
+        let log = log_with(&[call.clone(), intent.clone(), unknown]);
+        let t = tasks.get("call-x-1", "alice", &log);
+        let t = t.unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(t.status(), TaskStatus::Completed);
+        let TaskPayload::Completed { result } = &t.payload else {
+            panic!("{t:?}")
+        };
+        assert_eq!(result.get("isError"), Some(&json!(true)));
+        assert_eq!(
+            Value::Object(result.clone()).pointer("/_meta/toolhost/code"),
+            Some(&json!("TOOL_OUTCOME_UNKNOWN"))
+        );
+        // Another principal is told there is no such task.
+        assert!(tasks.get("call-x-1", "mallory", &log).is_err());
+        assert!(tasks.get("call-x-2", "alice", &log).is_err());
+
+        let log = log_with(&[call.clone(), intent]);
+        assert_eq!(
+            status(tasks.get("call-x-1", "alice", &log)),
+            Some(TaskStatus::Working)
+        );
+        let log = log_with(&[call]);
+        assert_eq!(
+            status(tasks.get("call-x-1", "alice", &log)),
+            Some(TaskStatus::Cancelled)
+        );
+    }
+
+    #[test]
+    fn a_running_task_reports_progress_and_can_be_cancelled() {
+        let tasks = Tasks::default();
+        let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
+        let interrupt = Interrupt::default();
+        let (seed, sink) = tasks.start("call-y-1", "alice", interrupt.clone());
+        assert_eq!(seed.status, TaskStatus::Working);
+        sink(&Progress {
+            done: 3,
+            total: Some(10),
+            message: Some("reading".into()),
+        });
+        let t = tasks
+            .get("call-y-1", "alice", &log)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(t.task.status_message.as_deref(), Some("3/10: reading"));
+        assert!(tasks.cancel("call-y-1", "mallory", &log).is_err());
+        assert!(!interrupt.is_cancelled());
+        assert!(tasks.cancel("call-y-1", "alice", &log).is_ok());
+        assert!(interrupt.is_cancelled());
+        tasks.finish("call-y-1");
+        assert!(tasks.get("call-y-1", "alice", &log).is_err());
+    }
+}
