@@ -10,7 +10,9 @@
 //! - policy and guards run for every call, whatever scope it comes from.
 
 use super::{CallRequest, Host};
+use crate::announce::ApprovalAnnouncement;
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver};
+use crate::audit::CallStart;
 use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
 use crate::registry::RegisteredTool;
@@ -48,6 +50,8 @@ pub(crate) struct Admitted<'h> {
     pub progress: Option<crate::state::ProgressSink>,
     /// What the call may reach on the network.
     pub network: NetworkGrant,
+    /// When and for whom the call started (its after-call record).
+    pub start: CallStart,
 }
 
 type Refusal = (ErrorCode, String);
@@ -95,12 +99,15 @@ impl Host {
     pub async fn call(&self, request: CallRequest) -> CallResult {
         let call_id = self.new_call_id();
         let tool_name = request.tool.clone();
-        let admitted = match self.admit(call_id.clone(), request).await {
+        let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
+        let admitted = match self.admit(call_id.clone(), request, start.clone()).await {
             Ok(admitted) => admitted,
-            Err((code, message)) => return self.refuse(&call_id, &tool_name, code, message),
+            Err((code, message)) => {
+                return self.refuse(&call_id, &tool_name, code, message, &start);
+            }
         };
         if let Err(e) = self.checkpoint(&[&admitted]) {
-            return self.commit(aborted(&admitted, &e));
+            return self.commit(aborted(&admitted, &e), &admitted.start);
         }
         self.dispatch(admitted).await
     }
@@ -132,6 +139,7 @@ impl Host {
         &'h self,
         call_id: String,
         req: CallRequest,
+        start: CallStart,
     ) -> Result<Admitted<'h>, Refusal> {
         // The call record is written with the call's next event (approval,
         // intent or refusal): it costs no commit of its own.
@@ -166,7 +174,7 @@ impl Host {
                 network: a.ask_network.clone(),
             };
             let approver = req.approver.as_deref().unwrap_or(&*self.approver);
-            self.approve(approver, request, &interrupt, &a.approval)
+            self.approve(approver, request, &interrupt, &a.approval, &start.principal)
                 .await?;
         }
         if interrupt.is_cancelled() {
@@ -188,6 +196,7 @@ impl Host {
             // Reaching this point with `ask` grants named means the
             // approval above returned `allowed-once`.
             network: NetworkGrant::new(self.egress.clone(), !a.ask_network.is_empty()),
+            start,
         })
     }
 
@@ -384,6 +393,7 @@ impl Host {
         request: ApprovalRequest,
         interrupt: &Interrupt,
         never_by: &Option<String>,
+        principal: &str,
     ) -> Result<(), Refusal> {
         if let Some(layer) = never_by {
             return Err((
@@ -402,7 +412,7 @@ impl Host {
         if let Err(e) = self.recorder.lazy(
             call_id,
             EventKind::ApprovalAsked,
-            json!({ "approver": approver_name, "request": asked }),
+            json!({ "approver": approver_name.clone(), "request": asked }),
         ) {
             return Err((
                 ErrorCode::ApprovalUnavailable,
@@ -410,15 +420,26 @@ impl Host {
             ));
         }
         // An approver that tells another party (who may look the request up
-        // in the log) gets it only once `approval/asked` is durable.
+        // in the log) gets it only once `approval/asked` is durable; so do
+        // the listeners of announcements, when there are any.
         let durable = std::panic::catch_unwind(AssertUnwindSafe(|| approver.durable_request()))
-            .unwrap_or(true);
+            .unwrap_or(true)
+            || self.announcer.has_listeners();
         if durable && let Err(e) = self.recorder.log().flush() {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval request could not be made durable: {e}"),
             ));
         }
+        // Listeners hear of the request once the log holds it (durably,
+        // for an approver that tells another party).
+        self.announcer.announce(ApprovalAnnouncement::Pending {
+            approval_id: approval_id.clone(),
+            call_id: call_id.to_string(),
+            principal: principal.to_string(),
+            request: request.clone(),
+            approver: approver_name,
+        });
         // A panic is `unavailable`, whether `decide` panics before returning
         // its future or while it runs; cancelling the call cancels the wait.
         let panicked = || {
@@ -440,10 +461,23 @@ impl Host {
             },
         };
         let decided = json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
-        if let Err(e) = self
+        let written = self
             .recorder
-            .lazy(call_id, EventKind::ApprovalDecided, decided)
-        {
+            .lazy(call_id, EventKind::ApprovalDecided, decided);
+        // Announced whether or not it could be written: the wait is over
+        // either way (a failed write refuses the call below).
+        self.announcer.announce(ApprovalAnnouncement::Decided {
+            approval_id,
+            call_id: call_id.to_string(),
+            principal: principal.to_string(),
+            outcome: if written.is_ok() {
+                outcome
+            } else {
+                ApprovalOutcome::Unavailable
+            },
+            detail: detail.clone(),
+        });
+        if let Err(e) = written {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval decision could not be recorded: {e}"),
@@ -471,7 +505,7 @@ impl Host {
     pub(crate) async fn dispatch(&self, admitted: Admitted<'_>) -> CallResult {
         let result = self.execute(&admitted).await;
         crate::crashpoint::reached("after-body");
-        let result = self.commit(result);
+        let result = self.commit(result, &admitted.start);
         crate::crashpoint::reached("after-result");
         result
     }
@@ -602,23 +636,41 @@ impl Host {
         Ok(())
     }
 
-    /// Phase 9: commit the result to the log, then show it to observers.
-    /// Every secret of the policy's credentials is redacted from the result
-    /// first (a server may echo a credential back, and the tool may pass
-    /// it on): it is never recorded, observed or shown.
-    pub(crate) fn commit(&self, mut result: CallResult) -> CallResult {
+    /// Phase 9: commit the result to the log with its after-call record
+    /// (the `audit` of `tool/result`: duration, principal, scope), then hand
+    /// the record to observers (queued, never waited for). Every path of a
+    /// call ends here exactly once. Every secret of the policy's
+    /// credentials is redacted from the result first (a server may echo a
+    /// credential back, and the tool may pass it on): it is never recorded,
+    /// observed or shown.
+    pub(crate) fn commit(&self, mut result: CallResult, start: &CallStart) -> CallResult {
         if let Some(egress) = &self.egress {
             redact_secrets(&mut result, &egress.credentials);
         }
-        if let Err(e) = self.recorder.result(&result) {
+        let duration = start.at.elapsed();
+        if let Err(e) = self.recorder.result(&result, start.audit_json(duration)) {
             // The body has run; the result stays unrecorded and recovery will
             // report the call as TOOL_OUTCOME_UNKNOWN. Say so.
             tracing::error!(call_id = %result.call_id, error = %e, "the result could not be written to the session log");
         }
-        for observer in &self.observers {
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| observer.observe(&result)));
+        if self.observers.any() {
+            self.observers.deliver(start.record(&result, duration));
         }
         result
+    }
+
+    /// A call refused before it entered the pipeline (the MCP server's cap
+    /// on calls in flight, a stopping server): kept out of the session log
+    /// on purpose, but its after-call record goes to the observers.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        expect(dead_code, reason = "only the MCP server refuses before the pipeline")
+    )]
+    pub(crate) fn observe_unadmitted(&self, result: &CallResult, start: &CallStart) {
+        if self.observers.any() {
+            self.observers
+                .deliver(start.record(result, start.at.elapsed()));
+        }
     }
 
     /// A refusal before dispatch: recorded and observed like any result.
@@ -628,14 +680,18 @@ impl Host {
         tool: &str,
         code: ErrorCode,
         message: String,
+        start: &CallStart,
     ) -> CallResult {
-        self.commit(CallResult::error(
-            call_id.to_string(),
-            tool.to_string(),
-            code,
-            message,
-            Receipt::default(),
-        ))
+        self.commit(
+            CallResult::error(
+                call_id.to_string(),
+                tool.to_string(),
+                code,
+                message,
+                Receipt::default(),
+            ),
+            start,
+        )
     }
 }
 

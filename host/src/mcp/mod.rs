@@ -16,6 +16,7 @@
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `operator` | `/approvals` on the HTTP server: an owner lists and decides queued approvals |
 //! | `logging` | a tool's `host.log` records as `notifications/message`, at the level the session set |
+//! | `announce` | approval requests, pending and decided, as `notifications/message` (logger [`APPROVALS_LOGGER`]) to the sessions allowed to see them |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
@@ -32,6 +33,7 @@
 //! flight are capped, and log flushes after calls are coalesced.
 
 mod annotations;
+mod announce;
 mod approval;
 mod framing;
 mod http;
@@ -41,6 +43,7 @@ mod progress;
 mod protocol;
 mod reload;
 
+pub use announce::APPROVALS_LOGGER;
 pub use approval::McpApprover;
 pub use http::{
     DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
@@ -224,6 +227,7 @@ where
         }
     };
     let _ = peer.set(running.peer().clone());
+    let announcer = announce::spawn(server.clone());
 
     let reloader = options.watch.clone().map(|dir| {
         let server = server.clone();
@@ -262,6 +266,7 @@ where
     let quit = running.waiting().await;
     tracing::info!(?quit, "the MCP session ended");
     signals.abort();
+    announcer.abort();
     if let Some(r) = reloader {
         r.abort();
     }
