@@ -1,8 +1,9 @@
 //! Library extension points: argument hooks before policy (rewrite or
 //! block a call's arguments), and after the body post-execute hooks
 //! (inspect, replace `content` or `canonical`, or block) and observers
-//! (read-only).
+//! (read-only, after the commit, off the call's path: see `audit.rs`).
 
+use crate::audit::AfterCall;
 use crate::result::CallResult;
 use crate::tool::{ContentItem, Descriptor};
 
@@ -54,9 +55,24 @@ pub trait ArgsHook: Send + Sync {
     fn before_call(&self, tool: &Descriptor, args: &serde_json::Value) -> ArgsAction;
 }
 
-/// Sees every final result, read-only. An observer that fails or panics
-/// changes nothing about the result.
-pub trait Observer: Send + Sync {
-    /// Called once per call, after the result is final.
-    fn observe(&self, result: &CallResult);
+/// Sees every call's after-call record, read-only: exactly one per call,
+/// on every path (success, each refusal, abort, the body's errors), after
+/// its result is committed.
+///
+/// Fire-and-forget: records reach an observer on its own thread through a
+/// bounded queue. An observer that is slow, stuck or panics changes no
+/// result and delays no call; records it has no room for are dropped and
+/// counted ([`Host::observer_drops`](crate::Host::observer_drops)). Implement
+/// either method.
+pub trait Observer: Send + Sync + 'static {
+    /// Called once per call with its final result (what
+    /// [`after_call`](Observer::after_call) calls by default).
+    fn observe(&self, result: &CallResult) {
+        let _ = result;
+    }
+    /// Called once per call with its after-call record (duration,
+    /// principal, scope, code and the result).
+    fn after_call(&self, record: &AfterCall) {
+        self.observe(&record.result);
+    }
 }

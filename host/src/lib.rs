@@ -30,8 +30,10 @@
 //! # Ok(()) }
 //! ```
 
+mod announce;
 mod approval;
 mod approval_queue;
+mod audit;
 mod bindings;
 mod cache;
 mod crashpoint;
@@ -53,6 +55,7 @@ mod sandbox;
 mod state;
 mod tool;
 
+pub use crate::announce::{ANNOUNCE_CAPACITY, ApprovalAnnouncement, ApprovalListener};
 pub use crate::approval::{
     ApprovalOutcome, ApprovalRequest, Approver, BoxFuture, CommandApprover, FixedApprover,
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
@@ -61,6 +64,7 @@ pub use crate::approval_queue::{
     ApprovalDecision, DecideError, GRACE as APPROVAL_GRACE, QueueApprover, approvals_dir,
     decide_approval, pending_approvals, recover_pending_approvals,
 };
+pub use crate::audit::{AfterCall, DEFAULT_OBSERVER_QUEUE};
 pub use crate::cache::{CacheStats, default_cache_dir};
 pub use crate::egress::{NetworkGrant, SharedResolver};
 #[doc(hidden)]

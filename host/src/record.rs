@@ -115,8 +115,17 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn result(&self, result: &CallResult) -> Result<(), String> {
-        let payload = serde_json::to_value(result).unwrap_or(serde_json::Value::Null);
+    /// Writes a call's `tool/result` event: the result, and as `audit` its
+    /// after-call record (duration, principal, scope).
+    pub(crate) fn result(
+        &self,
+        result: &CallResult,
+        audit: serde_json::Value,
+    ) -> Result<(), String> {
+        let mut payload = serde_json::to_value(result).unwrap_or(serde_json::Value::Null);
+        if let Some(o) = payload.as_object_mut() {
+            o.insert("audit".into(), audit);
+        }
         self.lazy(&result.call_id, EventKind::ToolResult, payload)
     }
 }

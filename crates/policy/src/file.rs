@@ -41,6 +41,14 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     pub(crate) patches: Vec<Spanned<RawPatch>>,
     pub(crate) rate_limits: Option<Spanned<crate::rate_limit::RawRateLimits>>,
+    pub(crate) subagents: Option<Spanned<RawSubagents>>,
+}
+
+/// `[subagents]`: the tools a subagent scope does not get by default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSubagents {
+    pub(crate) withheld: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -129,6 +137,9 @@ pub(crate) struct RawLayer {
     pub(crate) rules: Vec<Spanned<RawRule>>,
     #[serde(default)]
     pub(crate) guards: Vec<Spanned<RawGuard>>,
+    /// Subagent layers only: withheld tools this layer gives back.
+    #[serde(default)]
+    pub(crate) open: Vec<Spanned<String>>,
 }
 
 /// One `[[patches]]` entry: a controlled rewrite of one argument.

@@ -18,6 +18,13 @@
 //! * guards accumulate and can only deny;
 //! * `approval = "never"` in any layer means nobody is asked.
 //!
+//! Subagents are narrowed by default: a call from a scope that has a parent
+//! does not see the session and orchestration tools ([`DEFAULT_SUBAGENT_WITHHELD`],
+//! or the file's `[subagents] withheld`), unless a subagent layer that
+//! applies to it lists them in `open`. `open` gives back only what this
+//! default withheld: a tool another layer hides, or that owner-only keeps
+//! from the principal, stays hidden, and `open` changes no decision.
+//!
 //! Profile and global are decided together, exactly as the single policy
 //! file always was ([`Policy::evaluate`]): the strictest matching rule of the
 //! preset and the file, else the file's default.
@@ -40,6 +47,20 @@ use std::fmt;
 use std::str::FromStr;
 use toml::Spanned;
 use toolhost_core::SandboxMode;
+
+/// The tools a subagent scope does not get unless a subagent layer opens
+/// them, when the policy has no `[subagents] withheld`: tools that list,
+/// read or drive sessions and that spawn or steer other agents, by the
+/// names such tools go by. A policy names its own with `withheld`
+/// (`withheld = []` withholds nothing).
+pub const DEFAULT_SUBAGENT_WITHHELD: [&str; 6] = [
+    "session_*",
+    "sessions_*",
+    "subagent_*",
+    "subagents_*",
+    "spawn_*",
+    "agents_*",
+];
 
 /// The kinds of layer, in the order they apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -177,6 +198,8 @@ pub(crate) struct Layer {
     approval: Option<ApprovalSetting>,
     rules: Vec<Rule>,
     guards: Vec<PolicyGuard>,
+    /// Subagent layers: withheld tools given back.
+    open: Vec<ToolPattern>,
     /// Its position among the file's `[[layers]]`.
     index: usize,
 }
@@ -254,13 +277,35 @@ impl Layer {
     }
 }
 
-/// Principals, layers and patches of a policy; empty for a file that has
-/// none of these sections.
-#[derive(Debug, Clone, Default)]
+/// Principals, layers, patches and the subagent default of a policy;
+/// empty (but for the built-in subagent default) for a file that has none
+/// of these sections.
+#[derive(Debug, Clone)]
 pub(crate) struct Stack {
     pub(crate) principals: Principals,
     pub(crate) layers: Vec<Layer>,
     pub(crate) patches: Vec<Patch>,
+    /// What subagents do not get by default, each pattern with its line
+    /// (`None`: built in).
+    pub(crate) withheld: Vec<(ToolPattern, Option<usize>)>,
+}
+
+impl Default for Stack {
+    fn default() -> Self {
+        Stack {
+            principals: Principals::default(),
+            layers: Vec::new(),
+            patches: Vec::new(),
+            withheld: built_in_withheld(),
+        }
+    }
+}
+
+fn built_in_withheld() -> Vec<(ToolPattern, Option<usize>)> {
+    DEFAULT_SUBAGENT_WITHHELD
+        .iter()
+        .filter_map(|p| ToolPattern::new(p).ok().map(|p| (p, None)))
+        .collect()
 }
 
 impl Policy {
@@ -276,6 +321,16 @@ impl Policy {
         !self.stack.layers.is_empty() || !self.stack.principals.owner_only.is_empty()
     }
 
+    /// The patterns of the tools a subagent does not get unless a subagent
+    /// layer opens them (see [`DEFAULT_SUBAGENT_WITHHELD`]).
+    pub fn subagent_withheld(&self) -> Vec<&str> {
+        self.stack
+            .withheld
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect()
+    }
+
     /// Whether `tool` is visible to `subject` in `mode`: `None` when it is,
     /// else the first layer (and its rule) that hides it. Listing and lookup
     /// both use this; hidden tools are also refused.
@@ -285,6 +340,49 @@ impl Policy {
         }
         self.applying(subject, mode)
             .find_map(|l| l.hides(tool).map(|rule| blame(&l.label(), rule)))
+            .or_else(|| self.subagent_withholds(tool, subject, mode))
+    }
+
+    /// The subagent default: `Some` when `subject` is a subagent, `tool` is
+    /// withheld and no subagent layer that applies opens it.
+    fn subagent_withholds(
+        &self,
+        tool: &str,
+        subject: &Subject<'_>,
+        mode: SandboxMode,
+    ) -> Option<Blame> {
+        if !subject.is_subagent() {
+            return None;
+        }
+        let (i, line) = self
+            .stack
+            .withheld
+            .iter()
+            .enumerate()
+            .find(|(_, (p, _))| p.matches(tool))
+            .map(|(i, (_, line))| (i, *line))?;
+        let opened = self
+            .applying(subject, mode)
+            .any(|l| l.kind == LayerKind::Subagent && l.open.iter().any(|p| p.matches(tool)));
+        if opened {
+            return None;
+        }
+        let rule = match line {
+            Some(line) => format!("subagents.withheld[{i}] (line {line})"),
+            None => format!(
+                "the built-in subagent default {:?}",
+                DEFAULT_SUBAGENT_WITHHELD
+                    .get(i)
+                    .copied()
+                    .unwrap_or_default()
+            ),
+        };
+        Some(blame(
+            "subagent",
+            format!(
+                "{rule}: a subagent gets no session or orchestration tool unless a subagent layer opens it"
+            ),
+        ))
     }
 
     fn owner_only_hides(&self, tool: &str, subject: &Subject<'_>) -> Option<Blame> {
@@ -405,6 +503,20 @@ impl Policy {
                 approval: layer.approval,
             });
         }
+        // The subagent default, after every layer: only what no layer hid.
+        if let Some(b) = self.subagent_withholds(facts.tool, subject, facts.mode) {
+            steps.push(LayerStep {
+                layer: b.layer.clone(),
+                hidden_by: Some(b.rule.clone()),
+                decision: None,
+                rule: None,
+                guard: None,
+                approval: None,
+            });
+            if hidden.is_none() {
+                hidden = Some(b);
+            }
+        }
         Trace {
             steps,
             hidden,
@@ -448,10 +560,31 @@ pub(crate) fn compile(raw: &RawPolicy, src: &str, mode: SandboxMode) -> LoadResu
     // Sorted into the fixed order; stable, so file order within a kind.
     layers.sort_by_key(|l| l.kind);
     let patches = crate::patch::compile(&raw.patches, src)?;
+    let withheld = match raw
+        .subagents
+        .as_ref()
+        .and_then(|s| s.get_ref().withheld.as_ref())
+    {
+        None => built_in_withheld(),
+        Some(list) => list
+            .get_ref()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let p = at(
+                    t.span(),
+                    ToolPattern::new(t.get_ref()),
+                    &format!("subagents.withheld[{i}]"),
+                )?;
+                Ok((p, Some(line_col(src, t.span().start).0)))
+            })
+            .collect::<LoadResult<Vec<_>>>()?,
+    };
     Ok(Stack {
         principals,
         layers,
         patches,
+        withheld,
     })
 }
 
@@ -599,6 +732,23 @@ fn compile_layer(
         .as_ref()
         .map(|a| name::<ApprovalSetting>(a, &format!("{key}.approval")))
         .transpose()?;
+    if kind != LayerKind::Subagent
+        && let Some(first) = l.open.first()
+    {
+        return Err(LoadError::new(
+            first.span(),
+            format!(
+                "{key}.open: only a subagent layer opens tools (what subagents are withheld by default); \
+                 a {kind} layer can only narrow"
+            ),
+        ));
+    }
+    let open = l
+        .open
+        .iter()
+        .enumerate()
+        .map(|(j, s)| pattern(s, &format!("{key}.open[{j}]")).map(|(p, _)| p))
+        .collect::<LoadResult<Vec<_>>>()?;
     let prefix = format!("{key}.");
     let example_mode = mode.unwrap_or(policy_mode);
     let mut rules = Vec::new();
@@ -624,6 +774,7 @@ fn compile_layer(
         approval,
         rules,
         guards,
+        open,
         index,
     })
 }

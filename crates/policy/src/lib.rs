@@ -47,7 +47,7 @@ pub use decision::{ApprovalSetting, Decision, DecisionKind, Evaluation};
 pub use error::{PolicyError, UnknownName};
 pub use facts::CallFacts;
 pub use guard::{Guard, GuardDenial, GuardVerdict, Guards};
-pub use layer::{Blame, LayerKind, LayerStep, Trace};
+pub use layer::{Blame, DEFAULT_SUBAGENT_WITHHELD, LayerKind, LayerStep, Trace};
 pub use patch::{AppliedPatch, PatchError, Patched};
 pub use policy::Policy;
 pub use policy_guard::PolicyGuard;

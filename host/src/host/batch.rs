@@ -10,13 +10,14 @@
 
 use super::pipeline::{Admitted, aborted};
 use super::{CallRequest, Host};
+use crate::audit::CallStart;
 use crate::result::CallResult;
 use futures::StreamExt;
 use toolhost_core::ErrorCode;
 
 enum Slot<'h> {
     /// Ended before dispatch (refused, or the checkpoint failed).
-    Done(CallResult),
+    Done(CallResult, CallStart),
     /// Its intent is durable; its body may run.
     Ready(Admitted<'h>),
 }
@@ -40,24 +41,32 @@ impl Host {
         for req in requests {
             let call_id = self.new_call_id();
             let tool = req.tool.clone();
-            slots.push(match self.admit(call_id.clone(), req).await {
-                Ok(a) => Slot::Ready(a),
-                Err((code, message)) => Slot::Done(refused(&call_id, &tool, code, message)),
-            });
+            let start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
+            slots.push(
+                match self.admit(call_id.clone(), req, start.clone()).await {
+                    Ok(a) => Slot::Ready(a),
+                    Err((code, message)) => {
+                        Slot::Done(refused(&call_id, &tool, code, message), start)
+                    }
+                },
+            );
         }
         // 6. one durable commit for every admitted intent.
         let ready: Vec<&Admitted<'_>> = slots
             .iter()
             .filter_map(|s| match s {
                 Slot::Ready(a) => Some(a),
-                Slot::Done(_) => None,
+                Slot::Done(..) => None,
             })
             .collect();
         if let Err(e) = self.checkpoint(&ready) {
             slots = slots
                 .into_iter()
                 .map(|s| match s {
-                    Slot::Ready(a) => Slot::Done(aborted(&a, &e)),
+                    Slot::Ready(a) => {
+                        let r = aborted(&a, &e);
+                        Slot::Done(r, a.start)
+                    }
                     done => done,
                 })
                 .collect();
@@ -81,10 +90,10 @@ impl Host {
             let mut done = futures::stream::iter(run)
                 .map(|slot| self.finish(slot))
                 .buffered(limit);
-            while let Some(r) = done.next().await {
+            while let Some((r, start)) = done.next().await {
                 // Committed here, not in `finish`: a later call that ends
                 // first waits for the ones before it.
-                results.push(self.commit(r));
+                results.push(self.commit(r, &start));
             }
         }
         crate::crashpoint::reached("after-result");
@@ -92,13 +101,13 @@ impl Host {
     }
 
     /// Phases 7-8 of one slot: the body, if it may run. Not committed.
-    async fn finish(&self, slot: Slot<'_>) -> CallResult {
+    async fn finish(&self, slot: Slot<'_>) -> (CallResult, CallStart) {
         match slot {
-            Slot::Done(r) => r,
+            Slot::Done(r, start) => (r, start),
             Slot::Ready(a) => {
                 let r = self.execute(&a).await;
                 crate::crashpoint::reached("after-body");
-                r
+                (r, a.start)
             }
         }
     }

@@ -45,6 +45,8 @@ pub struct HostBuilder {
     post_hooks: Vec<Box<dyn PostExecuteHook>>,
     args_hooks: Vec<Box<dyn crate::hooks::ArgsHook>>,
     observers: Vec<Box<dyn Observer>>,
+    observer_queue: usize,
+    announcer: Option<crate::announce::Announcer>,
     log: Option<Arc<SessionLog>>,
     state_dir: Option<PathBuf>,
     workspace: Option<PathBuf>,
@@ -77,6 +79,8 @@ impl HostBuilder {
             post_hooks: Vec::new(),
             args_hooks: Vec::new(),
             observers: Vec::new(),
+            observer_queue: crate::audit::DEFAULT_OBSERVER_QUEUE,
+            announcer: None,
             log: None,
             state_dir: None,
             workspace: None,
@@ -167,9 +171,18 @@ impl HostBuilder {
         self
     }
 
-    /// Adds an observer.
+    /// Adds an observer: it gets every call's after-call record on its own
+    /// thread (see [`Observer`]).
     pub fn observer(&mut self, observer: Box<dyn Observer>) -> &mut Self {
         self.observers.push(observer);
+        self
+    }
+
+    /// How many after-call records each observer's queue holds (default
+    /// [`DEFAULT_OBSERVER_QUEUE`](crate::DEFAULT_OBSERVER_QUEUE); at least
+    /// one). Records that find it full are dropped and counted.
+    pub fn observer_queue(&mut self, records: usize) -> &mut Self {
+        self.observer_queue = records;
         self
     }
 
@@ -228,6 +241,7 @@ impl HostBuilder {
         self.log = Some(previous.recorder.log().clone());
         self.gate = Some(previous.gate.clone());
         self.rate = Some(previous.rate.clone());
+        self.announcer = Some(previous.announcer.clone());
         self
     }
 
@@ -339,7 +353,11 @@ impl HostBuilder {
             approver: std::mem::replace(&mut self.approver, Box::new(NoApprover)),
             post_hooks: std::mem::take(&mut self.post_hooks),
             args_hooks: std::mem::take(&mut self.args_hooks),
-            observers: std::mem::take(&mut self.observers),
+            observers: crate::audit::Observers::start(
+                std::mem::take(&mut self.observers),
+                self.observer_queue,
+            ),
+            announcer: self.announcer.take().unwrap_or_default(),
             recorder: Recorder::new(log),
             workspace,
             limits: self.limits.clone(),

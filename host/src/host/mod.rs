@@ -23,7 +23,7 @@ pub use pipeline::MAX_ARGS_BYTES;
 pub use rate::LIBRARY_CLIENT;
 
 use crate::approval::Approver;
-use crate::hooks::{Observer, PostExecuteHook};
+use crate::hooks::PostExecuteHook;
 use crate::record::Recorder;
 use crate::registry::{RegisteredTool, Registry};
 use crate::runtime::{LoadError, Runtime};
@@ -189,7 +189,9 @@ pub struct Host {
     pub(crate) approver: Box<dyn Approver>,
     pub(crate) post_hooks: Vec<Box<dyn PostExecuteHook>>,
     pub(crate) args_hooks: Vec<Box<dyn crate::hooks::ArgsHook>>,
-    pub(crate) observers: Vec<Box<dyn Observer>>,
+    pub(crate) observers: crate::audit::Observers,
+    /// Where approval requests are announced (shared with successors).
+    pub(crate) announcer: crate::announce::Announcer,
     pub(crate) recorder: Recorder,
     pub(crate) workspace: PathBuf,
     pub(crate) limits: Limits,
@@ -247,6 +249,20 @@ impl Host {
                     .is_none()
             })
             .collect()
+    }
+
+    /// A listener for the approval announcements made from now on: each
+    /// request when it is pending and when it is decided (see
+    /// [`ApprovalAnnouncement`](crate::ApprovalAnnouncement)). Bounded: a
+    /// listener that lags loses the oldest and counts them.
+    pub fn approval_listener(&self) -> crate::ApprovalListener {
+        self.announcer.listen()
+    }
+
+    /// After-call records dropped so far because an observer's queue was
+    /// full (summed over observers; see [`Observer`](crate::Observer)).
+    pub fn observer_drops(&self) -> u64 {
+        self.observers.dropped()
     }
 
     /// The runtime.

@@ -11,7 +11,9 @@
 //! - policy and guards run for every call, whatever scope it comes from.
 
 use super::{CallRequest, Host};
+use crate::announce::ApprovalAnnouncement;
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver};
+use crate::audit::CallStart;
 use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
 use crate::registry::{RegisteredTool, ToolBody};
@@ -49,6 +51,8 @@ pub(crate) struct Admitted<'h> {
     pub progress: Option<crate::state::ProgressSink>,
     /// What the call may reach on the network.
     pub network: NetworkGrant,
+    /// When and for whom the call started (its after-call record).
+    pub start: CallStart,
 }
 
 type Refusal = (ErrorCode, String);
@@ -96,12 +100,15 @@ impl Host {
     pub async fn call(&self, mut request: CallRequest) -> CallResult {
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
-        let admitted = match self.admit(call_id.clone(), request).await {
+        let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
+        let admitted = match self.admit(call_id.clone(), request, start.clone()).await {
             Ok(admitted) => admitted,
-            Err((code, message)) => return self.refuse(&call_id, &tool_name, code, message),
+            Err((code, message)) => {
+                return self.refuse(&call_id, &tool_name, code, message, &start);
+            }
         };
         if let Err(e) = self.checkpoint(&[&admitted]) {
-            return self.commit(aborted(&admitted, &e));
+            return self.commit(aborted(&admitted, &e), &admitted.start);
         }
         self.dispatch(admitted).await
     }
@@ -146,6 +153,7 @@ impl Host {
         &'h self,
         call_id: String,
         req: CallRequest,
+        start: CallStart,
     ) -> Result<Admitted<'h>, Refusal> {
         // The call record is written with the call's next event (approval,
         // intent or refusal): it costs no commit of its own.
@@ -180,7 +188,7 @@ impl Host {
                 network: a.ask_network.clone(),
             };
             let approver = req.approver.as_deref().unwrap_or(&*self.approver);
-            self.approve(approver, request, &interrupt, &a.approval)
+            self.approve(approver, request, &interrupt, &a.approval, &start.principal)
                 .await?;
         }
         if interrupt.is_cancelled() {
@@ -202,6 +210,7 @@ impl Host {
             // Reaching this point with `ask` grants named means the
             // approval above returned `allowed-once`.
             network: NetworkGrant::new(self.egress.clone(), !a.ask_network.is_empty()),
+            start,
         })
     }
 
@@ -398,6 +407,7 @@ impl Host {
         request: ApprovalRequest,
         interrupt: &Interrupt,
         never_by: &Option<String>,
+        principal: &str,
     ) -> Result<(), Refusal> {
         if let Some(layer) = never_by {
             return Err((
@@ -416,7 +426,7 @@ impl Host {
         if let Err(e) = self.recorder.lazy(
             call_id,
             EventKind::ApprovalAsked,
-            json!({ "approver": approver_name, "request": asked }),
+            json!({ "approver": approver_name.clone(), "request": asked }),
         ) {
             return Err((
                 ErrorCode::ApprovalUnavailable,
@@ -424,15 +434,26 @@ impl Host {
             ));
         }
         // An approver that tells another party (who may look the request up
-        // in the log) gets it only once `approval/asked` is durable.
+        // in the log) gets it only once `approval/asked` is durable; so do
+        // the listeners of announcements, when there are any.
         let durable = std::panic::catch_unwind(AssertUnwindSafe(|| approver.durable_request()))
-            .unwrap_or(true);
+            .unwrap_or(true)
+            || self.announcer.has_listeners();
         if durable && let Err(e) = self.recorder.log().flush() {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval request could not be made durable: {e}"),
             ));
         }
+        // Listeners hear of the request once the log holds it (durably,
+        // for an approver that tells another party).
+        self.announcer.announce(ApprovalAnnouncement::Pending {
+            approval_id: approval_id.clone(),
+            call_id: call_id.to_string(),
+            principal: principal.to_string(),
+            request: request.clone(),
+            approver: approver_name,
+        });
         // A panic is `unavailable`, whether `decide` panics before returning
         // its future or while it runs; cancelling the call cancels the wait.
         let panicked = || {
@@ -465,7 +486,7 @@ impl Host {
         if let Some(grant) = used {
             decided["single_use"] = grant;
         }
-        let recorded = self
+        let written = self
             .recorder
             .lazy(call_id, EventKind::ApprovalDecided, decided)
             .and_then(|()| {
@@ -475,7 +496,20 @@ impl Host {
                     Ok(())
                 }
             });
-        if let Err(e) = recorded {
+        // Announced whether or not it could be written: the wait is over
+        // either way (a failed write refuses the call below).
+        self.announcer.announce(ApprovalAnnouncement::Decided {
+            approval_id,
+            call_id: call_id.to_string(),
+            principal: principal.to_string(),
+            outcome: if written.is_ok() {
+                outcome
+            } else {
+                ApprovalOutcome::Unavailable
+            },
+            detail: detail.clone(),
+        });
+        if let Err(e) = written {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval decision could not be recorded: {e}"),
@@ -503,7 +537,7 @@ impl Host {
     pub(crate) async fn dispatch(&self, admitted: Admitted<'_>) -> CallResult {
         let result = self.execute(&admitted).await;
         crate::crashpoint::reached("after-body");
-        let result = self.commit(result);
+        let result = self.commit(result, &admitted.start);
         crate::crashpoint::reached("after-result");
         result
     }
@@ -655,26 +689,43 @@ impl Host {
         Ok(())
     }
 
-    /// Phase 9: commit the result to the log, then show it to observers.
-    /// Every secret of the policy's credentials is redacted from the result
-    /// first (a server may echo a credential back, and the tool may pass
-    /// it on): it is never recorded, observed or shown.
-    pub(crate) fn commit(&self, mut result: CallResult) -> CallResult {
+    /// Phase 9: commit the result to the log with its after-call record
+    /// (the `audit` of `tool/result`: duration, principal, scope), then hand
+    /// the record to observers (queued, never waited for). Every path of a
+    /// call ends here exactly once. Every secret of the policy's
+    /// credentials is redacted from the result first (a server may echo a
+    /// credential back, and the tool may pass it on): it is never recorded,
+    /// observed or shown.
+    pub(crate) fn commit(&self, mut result: CallResult, start: &CallStart) -> CallResult {
         if let Some(egress) = &self.egress {
             redact_secrets(&mut result, &egress.credentials);
         }
-        if let Err(e) = self.recorder.result(&result) {
+        let duration = start.at.elapsed();
+        if let Err(e) = self.recorder.result(&result, start.audit_json(duration)) {
             // The body has run; the result stays unrecorded and recovery will
             // report the call as TOOL_OUTCOME_UNKNOWN. Say so.
             tracing::error!(call_id = %result.call_id, error = %e, "the result could not be written to the session log");
         }
-        for observer in &self.observers {
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| observer.observe(&result)));
+        if self.observers.any() {
+            self.observers.deliver(start.record(&result, duration));
         }
         result
     }
 
-    /// A refusal before dispatch: recorded and observed like any result.
+    /// A call refused before it entered the pipeline (the MCP server's cap
+    /// on calls in flight, a stopping server): kept out of the session log
+    /// on purpose, but its after-call record goes to the observers.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        expect(dead_code, reason = "only the MCP server refuses before the pipeline")
+    )]
+    pub(crate) fn observe_unadmitted(&self, result: &CallResult, start: &CallStart) {
+        if self.observers.any() {
+            self.observers
+                .deliver(start.record(result, start.at.elapsed()));
+        }
+    }
+
     /// Refuses a call before the pipeline looks at it (an MCP approval
     /// state that does not verify): its call record and the refusal go to
     /// the log under a new call id.
@@ -692,23 +743,29 @@ impl Host {
             json!({ "tool": tool, "args": cut(args, 4096),
                     "principal": principal.unwrap_or(LOCAL_PRINCIPAL) }),
         );
-        self.refuse(&call_id, tool, code, message)
+        let start = CallStart::new(principal, None);
+        self.refuse(&call_id, tool, code, message, &start)
     }
 
+    /// A refusal before dispatch: recorded and observed like any result.
     pub(crate) fn refuse(
         &self,
         call_id: &str,
         tool: &str,
         code: ErrorCode,
         message: String,
+        start: &CallStart,
     ) -> CallResult {
-        self.commit(CallResult::error(
-            call_id.to_string(),
-            tool.to_string(),
-            code,
-            message,
-            Receipt::default(),
-        ))
+        self.commit(
+            CallResult::error(
+                call_id.to_string(),
+                tool.to_string(),
+                code,
+                message,
+                Receipt::default(),
+            ),
+            start,
+        )
     }
 }
 

@@ -758,6 +758,7 @@ pub async fn serve_http_until(
         })
     });
 
+    let announcer = super::announce::spawn(server.clone());
     on_ready(bound);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -840,6 +841,7 @@ pub async fn serve_http_until(
     if let Some(r) = reloader {
         r.abort();
     }
+    announcer.abort();
     super::flush_log(&server.host()).await;
     Ok(())
 }

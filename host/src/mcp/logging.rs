@@ -33,7 +33,7 @@ impl SessionLevel {
         }
     }
 
-    fn get(&self) -> Option<LoggingLevel> {
+    pub(super) fn get(&self) -> Option<LoggingLevel> {
         match self.0.lock() {
             Ok(l) => *l,
             Err(poisoned) => *poisoned.into_inner(),
@@ -52,7 +52,7 @@ fn level_of(record: &LogRecord) -> LoggingLevel {
 }
 
 /// Severity rank, lowest first (RFC 5424 order, as MCP uses it).
-fn rank(level: LoggingLevel) -> u8 {
+pub(super) fn rank(level: LoggingLevel) -> u8 {
     match level {
         LoggingLevel::Debug => 0,
         LoggingLevel::Info => 1,

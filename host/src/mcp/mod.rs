@@ -17,6 +17,7 @@
 //! | `mrtr` | approvals of 2026-07-28 clients as multi-round-trip requests: sealed, single-use `requestState` ([`ApprovalStates`]) |
 //! | `operator` | `/approvals` on the HTTP server: an owner lists and decides queued approvals |
 //! | `logging` | a tool's `host.log` records as `notifications/message`, at the level the session set |
+//! | `announce` | approval requests, pending and decided, as `notifications/message` (logger [`APPROVALS_LOGGER`]) to the sessions allowed to see them |
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `tasks` | the tasks extension: a call as a task, `tasks/get` and `tasks/cancel` answered from the running calls and the session log |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
@@ -34,6 +35,7 @@
 //! flight are capped, and log flushes after calls are coalesced.
 
 mod annotations;
+mod announce;
 mod approval;
 mod framing;
 mod http;
@@ -45,6 +47,7 @@ mod protocol;
 mod reload;
 mod tasks;
 
+pub use announce::APPROVALS_LOGGER;
 pub use approval::McpApprover;
 pub use http::{
     DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
@@ -240,6 +243,7 @@ where
         }
     };
     let _ = peer.set(running.peer().clone());
+    let announcer = announce::spawn(server.clone());
 
     let reloader = options.watch.clone().map(|dir| {
         let server = server.clone();
@@ -278,6 +282,7 @@ where
     let quit = running.waiting().await;
     tracing::info!(?quit, "the MCP session ended");
     signals.abort();
+    announcer.abort();
     if let Some(r) = reloader {
         r.abort();
     }

@@ -28,6 +28,7 @@ use super::progress::ProgressForwarder;
 use super::tasks::Tasks;
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
+use crate::audit::CallStart;
 use crate::host::{CallRequest, Host};
 use crate::result::CallResult;
 use crate::runtime::Receipt;
@@ -69,6 +70,16 @@ pub(super) struct Approvals {
     pub(super) states: Option<Arc<ApprovalStates>>,
 }
 
+/// One open session as announcements see it.
+#[derive(Clone)]
+pub(super) struct SessionPeer {
+    pub(super) peer: Peer<RoleServer>,
+    /// Who initialized the session.
+    pub(super) principal: String,
+    /// The log level its client set.
+    pub(super) level: SessionLevel,
+}
+
 /// The protocol handler of one session. Clones share the session's state;
 /// [`Server::session`] makes the handler of another session that shares
 /// the host, the cap on calls and the log flushes, not the peer.
@@ -83,8 +94,9 @@ pub(super) struct Server {
     principal: Option<String>,
     approvals: Approvals,
     /// The clients of every session that initialized and is still open
-    /// (told about reloads); pruned when a session initializes.
-    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    /// (told about reloads and approvals), with who each is and the log
+    /// level it set; pruned when a session initializes.
+    peers: Arc<Mutex<Vec<SessionPeer>>>,
     /// The server is stopping: calls are refused.
     stopping: Arc<AtomicBool>,
     /// One permit per `tools/call` in flight.
@@ -158,21 +170,30 @@ impl Server {
 
     /// The clients of the sessions still open.
     pub(super) fn peers(&self) -> Vec<Peer<RoleServer>> {
+        self.sessions().into_iter().map(|s| s.peer).collect()
+    }
+
+    /// The sessions still open: client, principal, log level.
+    pub(super) fn sessions(&self) -> Vec<SessionPeer> {
         let mut peers = match self.peers.lock() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        peers.retain(|p| !p.is_transport_closed());
+        peers.retain(|p| !p.peer.is_transport_closed());
         peers.clone()
     }
 
-    fn add_peer(&self, peer: Peer<RoleServer>) {
+    fn add_peer(&self, peer: Peer<RoleServer>, principal: String) {
         let mut peers = match self.peers.lock() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        peers.retain(|p| !p.is_transport_closed());
-        peers.push(peer);
+        peers.retain(|p| !p.peer.is_transport_closed());
+        peers.push(SessionPeer {
+            peer,
+            principal,
+            level: self.log_level.clone(),
+        });
     }
 
     /// Who makes a request: the principal its bearer token maps to (HTTP
@@ -469,7 +490,10 @@ impl ServerHandler for Server {
     ) -> Result<InitializeResult, McpError> {
         context.peer.set_peer_info(request.clone());
         let _ = self.peer.set(context.peer.clone());
-        self.add_peer(context.peer.clone());
+        let principal = self
+            .principal_of(&context)
+            .unwrap_or_else(|| toolhost_policy::LOCAL_PRINCIPAL.to_string());
+        self.add_peer(context.peer.clone(), principal);
         self.negotiate_initialize(&request)
     }
 
@@ -533,14 +557,25 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, McpError> {
         // A client could otherwise keep any number of calls waiting (on an
         // approval, say), each holding its arguments and a task.
+        // These two refusals come before the pipeline and stay out of the
+        // session log (a flood of them must not grow it), but observers
+        // get their after-call record like any call's.
+        let start = CallStart::new(
+            self.principal_of(&context).as_deref(),
+            self.scope.as_deref(),
+        );
         let Ok(in_flight) = self.calls.clone().try_acquire_owned() else {
             tracing::warn!("refused a call: {MAX_CALLS_IN_FLIGHT} calls already in flight");
-            return Ok(to_mcp_result(&too_many_calls(&request.name)).into());
+            let r = too_many_calls(&request.name);
+            self.host().observe_unadmitted(&r, &start);
+            return Ok(to_mcp_result(&r).into());
         };
         // Checked with the permit held: a stopping server that saw no call
         // in flight sees no call start after it.
         if self.stopping.load(Ordering::SeqCst) {
-            return Ok(to_mcp_result(&stopping(&request.name)).into());
+            let r = stopping(&request.name);
+            self.host().observe_unadmitted(&r, &start);
+            return Ok(to_mcp_result(&r).into());
         }
         // The host this call starts on: a reload swaps in a new one, but
         // this call finishes on this one.

@@ -397,3 +397,66 @@ fn stdio_log_notifications_content_and_rate_limits() {
         "{r}"
     );
 }
+
+/// Over stdio, approvals are announced to the client as
+/// `notifications/message` (logger `toolhost/approvals`): pending, then
+/// decided, once the client set a log level.
+#[test]
+fn stdio_approvals_are_announced_pending_then_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n",
+    )
+    .unwrap();
+    let mut s = Server::start_with(
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--approver",
+            "auto-approve",
+        ],
+        json!({}),
+    );
+    s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "info"}}));
+    s.response(&json!(2));
+    s.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}}));
+    // The notifications travel apart from the response: take all three, in
+    // whatever order they come.
+    let (mut pending, mut decided, mut response) = (None, None, None);
+    while pending.is_none() || decided.is_none() || response.is_none() {
+        let v = s.next(Duration::from_secs(30)).expect("a message");
+        if v["id"] == 3 {
+            response = Some(v);
+        } else if v["method"] == "notifications/message"
+            && v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER
+        {
+            match v["params"]["data"]["state"].as_str() {
+                Some("pending") => pending = Some(v),
+                Some("decided") => {
+                    assert!(pending.is_some(), "decided before pending: {v}");
+                    decided = Some(v);
+                }
+                _ => panic!("{v}"),
+            }
+        }
+    }
+    let (pending, decided, r) = (pending.unwrap(), decided.unwrap(), response.unwrap());
+    let data = &pending["params"]["data"];
+    assert_eq!(pending["params"]["level"], "notice", "{pending}");
+    assert_eq!(data["request"]["tool"], "write_file", "{pending}");
+    assert_eq!(data["request"]["args"]["path"], "out.txt", "{pending}");
+    assert_eq!(data["principal"], "local", "{pending}");
+    assert_eq!(data["dropped"], 0, "{pending}");
+    assert_eq!(
+        decided["params"]["data"]["approval_id"], data["approval_id"],
+        "{decided}"
+    );
+    assert_eq!(
+        decided["params"]["data"]["outcome"], "allowed-once",
+        "{decided}"
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+}

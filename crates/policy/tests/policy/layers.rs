@@ -1,10 +1,12 @@
 //! Layers that only narrow: owner-only tools, the fixed order, which layer
-//! and rule a trace blames, and a property test over random layer stacks.
+//! and rule a trace blames, the subagent default, and property tests over
+//! random layer stacks.
 
 use crate::{assert_error, load};
 use serde_json::{Value, json};
 use toolhost_policy::{
-    ApprovalSetting, CallFacts, Decision, DecisionKind, Policy, SandboxMode, SideEffect, Subject,
+    ApprovalSetting, CallFacts, DEFAULT_SUBAGENT_WITHHELD, Decision, DecisionKind, Policy,
+    SandboxMode, SideEffect, Subject,
 };
 
 fn facts<'a>(tool: &'a str, args: &'a Value, mode: SandboxMode) -> CallFacts<'a> {
@@ -235,6 +237,171 @@ fn bad_layers_and_principals_are_located() {
     );
 }
 
+// ─────────────────────── the subagent default ───────────────────────
+
+fn chain(scopes: &[&str]) -> Vec<String> {
+    scopes.iter().map(|s| s.to_string()).collect()
+}
+
+/// Whether `tool` is hidden from `local` in `scopes`, checked through both
+/// `hidden` and `trace` (which must agree), with the blame.
+fn hidden_in(p: &Policy, tool: &str, scopes: &[&str]) -> Option<String> {
+    let scopes = chain(scopes);
+    let s = subject("local", &scopes);
+    let args = json!({});
+    let by_hidden = p.hidden(tool, &s, SandboxMode::ReadOnly);
+    let t = p.trace(&facts(tool, &args, SandboxMode::ReadOnly), &s);
+    assert_eq!(by_hidden, t.hidden, "hidden and trace disagree for {tool}");
+    by_hidden.map(|b| b.to_string())
+}
+
+#[test]
+fn subagents_do_not_get_orchestration_tools_by_default() {
+    // No file at all, and a file without [subagents]: the built-in set.
+    for p in [
+        Policy::default(),
+        load(
+            "version = 1
+",
+        ),
+    ] {
+        assert_eq!(p.subagent_withheld(), DEFAULT_SUBAGENT_WITHHELD.to_vec());
+        for tool in [
+            "sessions_list",
+            "session_send",
+            "spawn_agent",
+            "subagents_kill",
+        ] {
+            // The top scope and an agent scope keep them; a subagent does not.
+            assert_eq!(hidden_in(&p, tool, &[]), None);
+            assert_eq!(hidden_in(&p, tool, &["lead"]), None);
+            let blame = hidden_in(&p, tool, &["lead", "helper"]).expect("withheld");
+            assert!(
+                blame.starts_with("layer subagent, the built-in subagent default")
+                    && blame.contains("unless a subagent layer opens it"),
+                "{blame}"
+            );
+        }
+        // Every other tool stays visible to the subagent.
+        assert_eq!(hidden_in(&p, "read_file", &["lead", "helper"]), None);
+        assert_eq!(hidden_in(&p, "sessionless", &["lead", "helper"]), None);
+    }
+}
+
+#[test]
+fn a_subagent_layer_opens_withheld_tools_and_nothing_else() {
+    let p = load(
+        r#"
+version = 1
+[principals]
+owner_only = ["spawn_root"]
+
+[subagents]
+withheld = ["spawn_*", "sessions_*"]
+
+[[layers]]
+kind = "agent"
+name = "lead"
+deny = ["spawn_nuke"]
+
+[[layers]]
+kind = "subagent"
+name = "helper"
+open = ["spawn_*"]
+"#,
+    );
+    let helper = ["lead", "helper"];
+    let other = ["lead", "other"];
+    // Opened for the named subagent only.
+    assert_eq!(hidden_in(&p, "spawn_worker", &helper), None);
+    let blame = hidden_in(&p, "spawn_worker", &other).expect("withheld");
+    assert!(
+        blame.starts_with("layer subagent, subagents.withheld[0] (line 7)"),
+        "{blame}"
+    );
+    // What it does not open stays withheld.
+    let blame = hidden_in(&p, "sessions_list", &helper).expect("withheld");
+    assert!(blame.contains("subagents.withheld[1] (line 7)"), "{blame}");
+    // `open` gives back only the default: another layer's deny and
+    // owner-only still hide.
+    let blame = hidden_in(&p, "spawn_nuke", &helper).expect("denied by the agent layer");
+    assert!(
+        blame.starts_with("layer agent:lead, layers[0].deny[0]"),
+        "{blame}"
+    );
+    let scopes = chain(&helper);
+    assert!(
+        p.hidden(
+            "spawn_root",
+            &subject("bob", &scopes),
+            SandboxMode::ReadOnly
+        )
+        .is_some(),
+        "owner-only is not opened"
+    );
+    // The file's list replaces the built-in one.
+    assert_eq!(hidden_in(&p, "subagents_kill", &other), None);
+    // `withheld = []` withholds nothing.
+    let none = load(
+        "version = 1
+[subagents]
+withheld = []
+",
+    );
+    assert_eq!(hidden_in(&none, "spawn_worker", &other), None);
+}
+
+#[test]
+fn the_trace_shows_the_subagent_default_as_a_step() {
+    let p = load(
+        "version = 1
+",
+    );
+    let scopes = chain(&["lead", "helper"]);
+    let args = json!({});
+    let t = p.trace(
+        &facts("spawn_agent", &args, SandboxMode::ReadOnly),
+        &subject("local", &scopes),
+    );
+    let last = t.steps.last().expect("a step");
+    assert_eq!(last.layer, "subagent");
+    assert!(last.hidden_by.is_some());
+    assert_eq!(
+        t.hidden.as_ref().map(|b| b.layer.as_str()),
+        Some("subagent")
+    );
+    // A tool nobody withholds adds no step.
+    let t = p.trace(
+        &facts("read_file", &args, SandboxMode::ReadOnly),
+        &subject("local", &scopes),
+    );
+    assert!(
+        t.steps.iter().all(|s| s.layer != "subagent"),
+        "{:?}",
+        t.steps
+    );
+}
+
+#[test]
+fn open_outside_a_subagent_layer_and_bad_withheld_are_located() {
+    let head = "version = 1\n";
+    assert_error(
+        &format!("{head}[[layers]]\nkind = \"agent\"\nname = \"a\"\nopen = [\"spawn_*\"]\n"),
+        5,
+        &["layers[0].open", "only a subagent layer opens tools"],
+    );
+    assert_error(
+        &format!("{head}[subagents]\nwithheld = [\"ok\", \"\"]\n"),
+        3,
+        &["subagents.withheld[1]", "empty tool pattern"],
+    );
+    assert_error(
+        &format!("{head}[subagents]\nopen = [\"x\"]\n"),
+        3,
+        &["open"],
+    );
+}
+
 // ─────────────── property: adding a layer never widens ───────────────
 
 /// A small deterministic generator (xorshift64*), so a failure reproduces
@@ -259,8 +426,10 @@ impl Rng {
     }
 }
 
-const TOOLS: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
-const PATTERNS: [&str; 7] = ["alpha", "beta", "gamma", "*", "a*", "?eta", "[dg]*"];
+const TOOLS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "spawn_x"];
+const PATTERNS: [&str; 8] = [
+    "alpha", "beta", "gamma", "*", "a*", "?eta", "[dg]*", "spawn_*",
+];
 const DECISIONS: [&str; 3] = ["allow", "ask", "deny"];
 const PRINCIPALS: [&str; 3] = ["local", "bob", "eve"];
 const MODES: [SandboxMode; 2] = [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite];
@@ -291,7 +460,8 @@ fn patterns(rng: &mut Rng, max: usize) -> String {
     list.join(", ")
 }
 
-fn random_layer(rng: &mut Rng) -> String {
+/// A random layer; `open` lets a subagent layer open withheld tools.
+fn random_layer(rng: &mut Rng, open: bool) -> String {
     let (kind, name) = match rng.below(5) {
         0 => ("group", Some("crew")),
         1 => ("principal", Some(rng.pick(&PRINCIPALS))),
@@ -314,6 +484,9 @@ fn random_layer(rng: &mut Rng) -> String {
     }
     if rng.chance(15) {
         out += &format!("approval = \"{}\"\n", rng.pick(&["ask", "never"]));
+    }
+    if open && kind == "subagent" && rng.chance(50) {
+        out += &format!("open = [{}]\n", patterns(rng, 2));
     }
     out += &rules(rng, "layers.rules");
     if rng.chance(20) {
@@ -342,6 +515,10 @@ fn random_global(rng: &mut Rng) -> String {
         out += "owners = [\"eve\"]\n";
     }
     out += "[principals.groups]\ncrew = [\"bob\", \"eve\"]\n";
+    // The subagent default: built in (which withholds spawn_*), or a list.
+    if rng.chance(50) {
+        out += &format!("[subagents]\nwithheld = [{}]\n", patterns(rng, 2));
+    }
     out += &rules(rng, "rules");
     out
 }
@@ -373,8 +550,12 @@ fn adding_a_layer_never_widens_anything() {
     for seed in 1..=400u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let global = random_global(&mut rng);
-        let layers: Vec<String> = (0..rng.below(4)).map(|_| random_layer(&mut rng)).collect();
-        let extra = random_layer(&mut rng);
+        let layers: Vec<String> = (0..rng.below(4))
+            .map(|_| random_layer(&mut rng, true))
+            .collect();
+        // The added layer narrows only: it opens nothing (`open` is the
+        // next property's).
+        let extra = random_layer(&mut rng, false);
         let at = rng.below(layers.len() + 1);
         let mut wider = layers.clone();
         wider.insert(at, extra.clone());
@@ -406,5 +587,74 @@ fn adding_a_layer_never_widens_anything() {
             }
         }
     }
-    assert_eq!(checked, 400 * 216);
+    assert_eq!(checked, 400 * 270);
+}
+
+/// Where the subagent default removes its list from the global part:
+/// `[subagents] withheld = []` in place of whatever it said.
+fn without_default(global: &str) -> String {
+    let kept: Vec<&str> = global
+        .lines()
+        .filter(|l| !l.starts_with("[subagents]") && !l.starts_with("withheld"))
+        .collect();
+    format!("{}\n[subagents]\nwithheld = []\n", kept.join("\n"))
+}
+
+#[test]
+fn open_only_gives_back_what_the_subagent_default_withheld() {
+    let scope_chains: [Vec<String>; 3] = [
+        vec!["s1".into()],
+        vec!["s1".into(), "s2".into()],
+        vec!["s2".into(), "s3".into()],
+    ];
+    let mut checked = 0usize;
+    let mut opened = 0usize;
+    for seed in 1..=400u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+        let global = random_global(&mut rng);
+        let layers = (0..1 + rng.below(4))
+            .map(|_| random_layer(&mut rng, true))
+            .collect::<Vec<_>>()
+            .concat();
+        let with = load(&format!("{global}{layers}"));
+        // The same stack with nothing withheld: the widest `open` can go.
+        let bare_src = format!("{}{layers}", without_default(&global));
+        let bare = load(&bare_src);
+        for tool in TOOLS {
+            for path in PATHS {
+                let args = json!({ "path": path });
+                for mode in MODES {
+                    for principal in PRINCIPALS {
+                        for scopes in &scope_chains {
+                            let f = facts(tool, &args, mode);
+                            let s = subject(principal, scopes);
+                            let (h0, r0) = verdict(&bare, &f, &s);
+                            let (h1, r1) = verdict(&with, &f, &s);
+                            assert!(
+                                (!h0 || h1) && r1 >= r0,
+                                "seed {seed}: {tool} {args} for {principal} in {scopes:?} \
+                                 ({mode}) is wider with the subagent default than without: \
+                                 hidden {h0}->{h1}, rank {r0}->{r1}\n{global}{layers}"
+                            );
+                            // A subagent sees spawn_x although `spawn_*` is withheld:
+                            // some layer opened it.
+                            if s.is_subagent()
+                                && tool == "spawn_x"
+                                && !h1
+                                && with.subagent_withheld().contains(&"spawn_*")
+                            {
+                                opened += 1;
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 400 * 270);
+    assert!(
+        opened > 0,
+        "no stack opened a withheld tool: the property was not exercised"
+    );
 }

@@ -397,19 +397,34 @@ impl PostExecuteHook for CountingHook {
 #[derive(Clone, Default)]
 pub struct CountingObserver {
     pub count: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<String>>>,
+    seen: Arc<(Mutex<Vec<String>>, std::sync::Condvar)>,
 }
 
 impl CountingObserver {
-    pub fn seen(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
+    /// The ids seen once there are `n` (observers run on their own
+    /// threads); fails after 30 s.
+    pub fn wait_for(&self, n: usize) -> Vec<String> {
+        let (seen, grew) = &*self.seen;
+        let (seen, timeout) = grew
+            .wait_timeout_while(seen.lock().unwrap(), Duration::from_secs(30), |s| {
+                s.len() < n
+            })
+            .unwrap();
+        assert!(
+            !timeout.timed_out(),
+            "only {} of {n} records came",
+            seen.len()
+        );
+        seen.clone()
     }
 }
 
 impl Observer for CountingObserver {
     fn observe(&self, result: &CallResult) {
         self.count.fetch_add(1, Ordering::SeqCst);
-        self.seen.lock().unwrap().push(result.call_id.clone());
+        let (seen, grew) = &*self.seen;
+        seen.lock().unwrap().push(result.call_id.clone());
+        grew.notify_all();
     }
 }
 

@@ -147,13 +147,13 @@ reason = "the reader agent does not write"
 // ─────────────── explain agrees with what a real call does ───────────────
 
 /// One refusal path of the governance suite: a host and a call.
-struct Case {
-    name: &'static str,
+pub(super) struct Case {
+    pub(super) name: &'static str,
     policy: &'static str,
     approver: Option<ApprovalOutcome>,
     guard: bool,
     scope: bool,
-    request: CallRequest,
+    pub(super) request: CallRequest,
 }
 
 fn case(name: &'static str, policy: &'static str, request: CallRequest) -> Case {
@@ -199,7 +199,7 @@ pointer = "/path"
 force = 5
 "#;
 
-fn cases() -> Vec<Case> {
+pub(super) fn cases() -> Vec<Case> {
     let ask = |name, outcome, request| Case {
         approver: Some(outcome),
         ..case(name, ASK_WRITES, request)
@@ -313,6 +313,11 @@ fn cases() -> Vec<Case> {
 }
 
 async fn host_for(c: &Case, ws: &std::path::Path) -> Host {
+    builder_for(c, ws).build().await.unwrap()
+}
+
+/// The builder of `c`'s host, not built yet.
+pub(super) fn builder_for(c: &Case, ws: &std::path::Path) -> toolhost::HostBuilder {
     let mut b = builder(ws);
     b.policy(policy(c.policy));
     if let Some(outcome) = c.approver {
@@ -330,7 +335,7 @@ async fn host_for(c: &Case, ws: &std::path::Path) -> Host {
             },
         );
     }
-    b.build().await.unwrap()
+    b
 }
 
 #[tokio::test]
