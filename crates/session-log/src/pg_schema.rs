@@ -10,7 +10,7 @@
 /// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never written.
 ///
 /// History: 1, the first schema (`toolhost_logs`, `toolhost_events`, `toolhost_pending`,
-/// `toolhost_replicas`); 2, `toolhost_approvals` ([`CREATE_APPROVALS`], added to a
+/// `toolhost_replicas`); 2, `toolhost_approvals` (two-phase approvals, added to a
 /// version-1 database by the first writer of this build that opens it).
 pub const PG_SCHEMA_VERSION: u64 = 2;
 
