@@ -442,16 +442,19 @@ fn is_component_path(tool: &str) -> bool {
 }
 
 async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
-    build_host_with(h, component, true, |_| {}).await
+    build_host_with(h, component, true, false, |_| {}).await
 }
 
 /// `build_host`, optionally without the embedded tools, with a last say
 /// over the builder (the MCP server installs its approver and shares the
-/// runtime and log across reloads).
+/// runtime and log across reloads: `log_given`, and then no PostgreSQL log is
+/// opened here, since a second registration under this replica's identity
+/// would fence the log in use and recover its calls in flight).
 async fn build_host_with(
     h: &HostArgs,
     component: Option<&str>,
     embedded: bool,
+    log_given: bool,
     customize: impl FnOnce(&mut HostBuilder),
 ) -> Result<Host> {
     let mut b = HostBuilder::new();
@@ -490,6 +493,10 @@ async fn build_host_with(
     }
     b.runtime_options(options);
     if let Some(url) = postgres_url(&h.state) {
+        if log_given {
+            customize(&mut b);
+            return b.build().await.map_err(|e| anyhow!("{e}"));
+        }
         let log = open_postgres(&url, true)?;
         // Recovery on open, as for a state directory: this identity's unfinished calls
         // and those of replicas whose lease expired end as TOOL_OUTCOME_UNKNOWN.
@@ -929,7 +936,8 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         let h = host_args.clone();
         let first = first.clone();
         Box::pin(async move {
-            let host = build_host_with(&h, None, embedded, |b| parts.apply(b))
+            let log_given = parts.log.is_some();
+            let host = build_host_with(&h, None, embedded, log_given, |b| parts.apply(b))
                 .await
                 .map_err(|e| format!("{e:#}"))?;
             // Once, after the first build took the log: later builds are
@@ -973,7 +981,7 @@ fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 /// a server that holds the state directory.
 async fn explain(a: ExplainArgs) -> Result<ExitCode> {
     let log = toolhost::log::SessionLog::in_memory().map_err(|e| anyhow!("{e}"))?;
-    let host = build_host_with(&a.host, None, true, |b| {
+    let host = build_host_with(&a.host, None, true, true, |b| {
         b.session_log(std::sync::Arc::new(log));
     })
     .await?;

@@ -457,3 +457,87 @@ fn an_approval_asked_on_one_replica_is_decided_through_another_and_the_call_runs
     assert_eq!(events[2]["payload"]["outcome"], "allowed-once");
     assert_eq!(events[4]["payload"]["status"], "ok");
 }
+
+/// A replica that reloads its tools directory (`--tools`) keeps its one registration
+/// with the database: the reload shares the log, so it neither fences the log in use
+/// nor recovers its own calls; calls after the reload are served.
+#[test]
+fn a_replica_reloading_its_tools_keeps_serving_on_its_log() {
+    let Some(url) = super::replica::pg_url() else {
+        return;
+    };
+    let dir = crate::support::tempdir();
+    let ws = dir.path().join("ws");
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&tools).unwrap();
+    let cluster = Cluster {
+        url,
+        log: super::replica::unique("reload"),
+        ws: ws.clone(),
+        lease_ms: 10_000,
+        args: [
+            "--policy",
+            ask_writes_policy(dir.path()).to_str().unwrap(),
+            "--approver",
+            "auto-approve",
+            "--tools",
+            tools.to_str().unwrap(),
+            "--poll-ms",
+            "20",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    let mut r = Replica::start(&cluster, "reload-r");
+    let addr = r.wait_listening();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let write = |id: u64| {
+        rt.block_on(call(
+            addr,
+            id,
+            "write_file",
+            json!({"path": format!("f{id}.txt"), "content": "x"}),
+        ))
+        .unwrap()
+    };
+    assert_eq!(write(1)["result"]["isError"], false);
+    // A new component in the directory: the server reloads.
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm-tools/wasm32-wasip2/release/toolhost_mcp_fixtures.wasm");
+    std::fs::copy(&built, tools.join("fixtures.wasm")).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut n = 1;
+    loop {
+        n += 1;
+        let answer = rt
+            .block_on(call(addr, n, "test_simple_text", json!({})))
+            .unwrap();
+        if code_of(&answer) != "UNKNOWN_TOOL" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the tools were never reloaded");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..3 {
+        n += 1;
+        let answer = write(n);
+        assert_eq!(
+            answer["result"]["isError"],
+            false,
+            "{answer}\n{}",
+            r.stderr()
+        );
+    }
+    r.kill();
+    let events = cluster.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["payload"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"),
+        "{events:?}"
+    );
+}
