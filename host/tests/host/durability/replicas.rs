@@ -16,7 +16,7 @@
 //! A failure names the xorshift seed (`TOOLHOST_REPLICA_SEED` replays its choices).
 //!
 //! And approvals are valid on any replica: a request asked on one is decided through
-//! another, once.
+//! another, once; a replica reloading its tools keeps serving on its log.
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
