@@ -19,6 +19,15 @@
 //! `unavailable` (by `recovered`) by the next process that opens the state
 //! directory ([`recover_pending_approvals`]); its call never ran (no intent
 //! was written before the approval).
+//!
+//! With the session log in PostgreSQL (replicas of one log), the requests
+//! live in the database instead ([`ApprovalQueue::Postgres`], the table of
+//! `toolhost_log::PgApprovals`): a request asked on one replica is listed and
+//! decided through any replica or `toolhost approvals`, with the same
+//! exactly-one-decision rule. Nothing of it is kept per state directory or
+//! per process, so no replica holds a secret the others lack. A replica
+//! that starts decides `unavailable` only the requests of its own identity
+//! and of replicas whose lease expired, never those a live replica waits for.
 
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use serde::{Deserialize, Serialize};
@@ -65,20 +74,137 @@ pub enum DecideError {
     },
 }
 
-/// Waits for decisions made by another process through the state directory.
+/// Where the requests of a [`QueueApprover`] wait for their decisions.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ApprovalQueue {
+    /// In a state directory (`STATE/approvals`): one machine.
+    Dir(PathBuf),
+    /// In the PostgreSQL database of a log shared by replicas.
+    #[cfg(feature = "postgres")]
+    Postgres(std::sync::Arc<toolhost_log::PgApprovals>),
+}
+
+impl ApprovalQueue {
+    /// The requests still waiting for a decision, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// [`DecideError::Io`] when the queue cannot be read.
+    pub async fn pending(&self) -> Result<Vec<ApprovalRequest>, DecideError> {
+        match self {
+            ApprovalQueue::Dir(state) => pending_approvals(state),
+            #[cfg(feature = "postgres")]
+            ApprovalQueue::Postgres(pg) => {
+                let texts = pg.pending().await.map_err(|e| pg_io(pg, e))?;
+                Ok(texts
+                    .iter()
+                    .filter_map(|t| serde_json::from_str(t).ok())
+                    .collect())
+            }
+        }
+    }
+
+    /// Decides request `id` as `by`; see [`decide_approval`].
+    ///
+    /// # Errors
+    ///
+    /// As [`decide_approval`].
+    pub async fn decide(
+        &self,
+        id: &str,
+        outcome: ApprovalOutcome,
+        by: &str,
+    ) -> Result<(), DecideError> {
+        match self {
+            ApprovalQueue::Dir(state) => decide_approval(state, id, outcome, by),
+            #[cfg(feature = "postgres")]
+            ApprovalQueue::Postgres(pg) => {
+                if !check_id(id) {
+                    return Err(DecideError::Unknown(id.to_string()));
+                }
+                let decision = ApprovalDecision {
+                    outcome,
+                    by: by.to_string(),
+                };
+                match pg_publish(pg, id, &decision).await? {
+                    None => Ok(()),
+                    Some(Some(decision)) => Err(DecideError::AlreadyDecided {
+                        id: id.to_string(),
+                        decision,
+                    }),
+                    Some(None) => Err(DecideError::Unknown(id.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Decides `unavailable` (by `recovered`) the requests nobody waits for any more
+    /// (see [`recover_pending_approvals`]; in PostgreSQL only this replica's identity's
+    /// and those of replicas whose lease expired). Returns their ids.
+    ///
+    /// # Errors
+    ///
+    /// [`DecideError::Io`] when the queue cannot be read or written.
+    pub async fn recover(&self) -> Result<Vec<String>, DecideError> {
+        match self {
+            ApprovalQueue::Dir(state) => recover_pending_approvals(state),
+            #[cfg(feature = "postgres")]
+            ApprovalQueue::Postgres(pg) => {
+                let decision = ApprovalDecision {
+                    outcome: ApprovalOutcome::Unavailable,
+                    by: "recovered".into(),
+                };
+                let text = serde_json::to_string(&decision).map_err(|e| pg_io(pg, e))?;
+                pg.recover(&text, GRACE).await.map_err(|e| pg_io(pg, e))
+            }
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn pg_io(pg: &toolhost_log::PgApprovals, e: impl std::fmt::Display) -> DecideError {
+    DecideError::Io {
+        dir: format!("{pg:?}"),
+        detail: e.to_string(),
+    }
+}
+
+/// Publishes `decision` for `id` unless one exists: `None` when it stands, else
+/// `Some` of the one that does (`None` inside: no such request).
+#[cfg(feature = "postgres")]
+async fn pg_publish(
+    pg: &toolhost_log::PgApprovals,
+    id: &str,
+    decision: &ApprovalDecision,
+) -> Result<Option<Option<ApprovalDecision>>, DecideError> {
+    let text = serde_json::to_string(decision).map_err(|e| pg_io(pg, e))?;
+    match pg.decide(id, &text).await.map_err(|e| pg_io(pg, e))? {
+        toolhost_log::Decided::Stands => Ok(None),
+        toolhost_log::Decided::Already(d) => serde_json::from_str(&d)
+            .map(|d| Some(Some(d)))
+            .map_err(|e| pg_io(pg, format!("a decision of {id} cannot be read: {e}"))),
+        _ => Ok(Some(None)),
+    }
+}
+
+/// Waits for decisions made by another process through the state directory
+/// (or, for replicas of a PostgreSQL log, through the database).
 #[derive(Debug, Clone)]
 pub struct QueueApprover {
-    dir: PathBuf,
+    queue: ApprovalQueue,
     timeout: Duration,
 }
 
 impl QueueApprover {
     /// Requests go to `state_dir/approvals`; each waits at most `timeout`.
     pub fn new(state_dir: &Path, timeout: Duration) -> QueueApprover {
-        QueueApprover {
-            dir: approvals_dir(state_dir),
-            timeout,
-        }
+        QueueApprover::on(ApprovalQueue::Dir(state_dir.to_path_buf()), timeout)
+    }
+
+    /// Requests go to `queue`; each waits at most `timeout`.
+    pub fn on(queue: ApprovalQueue, timeout: Duration) -> QueueApprover {
+        QueueApprover { queue, timeout }
     }
 }
 
@@ -242,7 +368,51 @@ fn sweep(dir: &Path) {
 
 impl QueueApprover {
     async fn wait(&self, request: &ApprovalRequest) -> Result<ApprovalDecision, DecideError> {
-        let dir = &self.dir;
+        match &self.queue {
+            ApprovalQueue::Dir(state) => self.wait_in_dir(&approvals_dir(state), request).await,
+            #[cfg(feature = "postgres")]
+            ApprovalQueue::Postgres(pg) => self.wait_in_pg(pg, request).await,
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn wait_in_pg(
+        &self,
+        pg: &toolhost_log::PgApprovals,
+        request: &ApprovalRequest,
+    ) -> Result<ApprovalDecision, DecideError> {
+        let id = &request.approval_id;
+        if !check_id(id) {
+            return Err(pg_io(pg, format!("approval id {id:?} is not a plain name")));
+        }
+        let text = serde_json::to_string(request).map_err(|e| pg_io(pg, e))?;
+        pg.register(id, &text).await.map_err(|e| pg_io(pg, e))?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            if let Some(d) = pg.decision(id).await.map_err(|e| pg_io(pg, e))? {
+                return serde_json::from_str(&d).map_err(|e| pg_io(pg, e));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let timeout = ApprovalDecision {
+            outcome: ApprovalOutcome::Unavailable,
+            by: "timeout".into(),
+        };
+        match pg_publish(pg, id, &timeout).await? {
+            None => Ok(timeout),
+            Some(Some(d)) => Ok(d),
+            Some(None) => Err(pg_io(pg, format!("request {id} vanished while waiting"))),
+        }
+    }
+
+    async fn wait_in_dir(
+        &self,
+        dir: &Path,
+        request: &ApprovalRequest,
+    ) -> Result<ApprovalDecision, DecideError> {
         let id = &request.approval_id;
         if !check_id(id) {
             return Err(io(dir, format!("approval id {id:?} is not a file name")));

@@ -61,8 +61,8 @@ pub use crate::approval::{
     NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
 pub use crate::approval_queue::{
-    ApprovalDecision, DecideError, GRACE as APPROVAL_GRACE, QueueApprover, approvals_dir,
-    decide_approval, pending_approvals, recover_pending_approvals,
+    ApprovalDecision, ApprovalQueue, DecideError, GRACE as APPROVAL_GRACE, QueueApprover,
+    approvals_dir, decide_approval, pending_approvals, recover_pending_approvals,
 };
 pub use crate::audit::{AfterCall, DEFAULT_OBSERVER_QUEUE};
 pub use crate::cache::{CacheStats, default_cache_dir};

@@ -91,7 +91,8 @@ struct StateArgs {
     /// ~/.local/state/toolhost), outside the workspace so tools cannot edit it.
     /// A `postgres://` URL instead keeps the log in PostgreSQL, shared by replicas
     /// ($TOOLHOST_PG_LOG names the log, default `default`; $TOOLHOST_REPLICA_ID this
-    /// process's identity; $TOOLHOST_PG_LEASE_MS its lease, default 10000).
+    /// process's identity; $TOOLHOST_PG_LEASE_MS its lease, default 10000); the
+    /// requests of `--approver queue` then wait in the database, for any replica.
     #[arg(long, value_name = "DIR|URL")]
     state: Option<PathBuf>,
     /// The workspace the tools see (default: the current directory).
@@ -410,7 +411,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Serve(a) => serve(a).await.map_err(UsageError),
         Command::Conformance(a) => conformance(a).await.map_err(UsageError),
         Command::Explain(a) => explain(a).await.map_err(UsageError),
-        Command::Approvals(a) => approvals(a).map_err(UsageError),
+        Command::Approvals(a) => approvals(a).await.map_err(UsageError),
     }
 }
 
@@ -461,16 +462,19 @@ fn is_component_path(tool: &str) -> bool {
 }
 
 async fn build_host(h: &HostArgs, component: Option<&str>) -> Result<Host> {
-    build_host_with(h, component, true, |_| {}).await
+    build_host_with(h, component, true, false, |_| {}).await
 }
 
 /// `build_host`, optionally without the embedded tools, with a last say
 /// over the builder (the MCP server installs its approver and shares the
-/// runtime and log across reloads).
+/// runtime and log across reloads: `log_given`, and then no PostgreSQL log is
+/// opened here, since a second registration under this replica's identity
+/// would fence the log in use and recover its calls in flight).
 async fn build_host_with(
     h: &HostArgs,
     component: Option<&str>,
     embedded: bool,
+    log_given: bool,
     customize: impl FnOnce(&mut HostBuilder),
 ) -> Result<Host> {
     let mut b = HostBuilder::new();
@@ -507,6 +511,10 @@ async fn build_host_with(
     }
     b.runtime_options(options);
     if let Some(url) = postgres_url(&h.state) {
+        if log_given {
+            customize(&mut b);
+            return b.build().await.map_err(|e| anyhow!("{e}"));
+        }
         let log = open_postgres(&url, true)?;
         // Recovery on open, as for a state directory: this identity's unfinished calls
         // and those of replicas whose lease expired end as TOOL_OUTCOME_UNKNOWN.
@@ -534,23 +542,40 @@ fn load_policy(path: Option<&Path>) -> Result<toolhost::policy::Policy> {
 }
 
 /// `--approver`: the kinds of `approver_from_spec`, and `queue` (requests
-/// wait in the state directory for `toolhost approvals decide`).
+/// wait in the state directory, or in the PostgreSQL log's database, for
+/// `toolhost approvals decide`).
 fn approver_of(h: &HostArgs) -> Result<Box<dyn toolhost::Approver>> {
     let timeout = Duration::from_secs(h.approval_timeout);
     if h.approver == "queue" {
-        let state = state_dir_of(&h.state)?;
-        return Ok(Box::new(toolhost::QueueApprover::new(&state, timeout)));
+        return Ok(Box::new(toolhost::QueueApprover::on(
+            approval_queue_of(&h.state)?,
+            timeout,
+        )));
     }
     toolhost::approver_from_spec(&h.approver, timeout).map_err(|e| anyhow!("{e}; or queue"))
 }
 
+/// Where `--approver queue` requests wait: the state directory, or, for a
+/// PostgreSQL log, its database (shared by the log's replicas).
+fn approval_queue_of(state: &StateArgs) -> Result<toolhost::ApprovalQueue> {
+    if let Some(url) = postgres_url(state) {
+        let approvals =
+            toolhost::log::PgApprovals::new(&url, &pg_options()?).map_err(|e| anyhow!("{e}"))?;
+        return Ok(toolhost::ApprovalQueue::Postgres(std::sync::Arc::new(
+            approvals,
+        )));
+    }
+    Ok(toolhost::ApprovalQueue::Dir(state_dir_of(state)?))
+}
+
 /// Requests a process that died left pending are decided `unavailable`;
-/// called only once this process holds the state directory's log.
-fn recover_approvals(h: &HostArgs) {
-    let Ok(state) = state_dir_of(&h.state) else {
+/// called only once this process holds the state directory's log (for a
+/// PostgreSQL log: once it registered as a replica).
+async fn recover_approvals(h: &HostArgs) {
+    let Ok(queue) = approval_queue_of(&h.state) else {
         return;
     };
-    match toolhost::recover_pending_approvals(&state) {
+    match queue.recover().await {
         Ok(ids) if !ids.is_empty() => {
             tracing::warn!(
                 ?ids,
@@ -599,7 +624,7 @@ fn add_tools_dir(b: &mut HostBuilder, dir: &Path) -> Result<()> {
 async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
     let component = a.tool.as_deref().filter(|t| is_component_path(t));
     let host = build_host(&a.host, component).await.map_err(UsageError)?;
-    recover_approvals(&a.host);
+    recover_approvals(&a.host).await;
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -941,7 +966,7 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
             http.allowed_hosts = a.allowed_host.clone();
             http.shutdown_grace = Duration::from_secs(a.shutdown_grace);
             if a.host.approver == "queue" {
-                http.approvals = Some(state_dir_of(&a.host.state)?);
+                http.approvals = Some(approval_queue_of(&a.host.state)?);
             }
             if let Some(file) = &a.tokens {
                 http.tokens = Some(toolhost::mcp::Tokens::from_file(file).map_err(|e| anyhow!(e))?);
@@ -958,13 +983,14 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         let h = host_args.clone();
         let first = first.clone();
         Box::pin(async move {
-            let host = build_host_with(&h, None, embedded, |b| parts.apply(b))
+            let log_given = parts.log.is_some();
+            let host = build_host_with(&h, None, embedded, log_given, |b| parts.apply(b))
                 .await
                 .map_err(|e| format!("{e:#}"))?;
             // Once, after the first build took the log: later builds are
             // reloads, whose own requests may be pending.
             if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                recover_approvals(&h);
+                recover_approvals(&h).await;
             }
             Ok(host)
         })
@@ -1021,7 +1047,7 @@ fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 /// a server that holds the state directory.
 async fn explain(a: ExplainArgs) -> Result<ExitCode> {
     let log = toolhost::log::SessionLog::in_memory().map_err(|e| anyhow!("{e}"))?;
-    let host = build_host_with(&a.host, None, true, |b| {
+    let host = build_host_with(&a.host, None, true, true, |b| {
         b.session_log(std::sync::Arc::new(log));
     })
     .await?;
@@ -1086,11 +1112,11 @@ async fn explain(a: ExplainArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
+async fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
     match a {
         ApprovalsCommand::List { state, json } => {
-            let dir = state_dir_of(&state)?;
-            let pending = toolhost::pending_approvals(&dir).map_err(|e| anyhow!("{e}"))?;
+            let queue = approval_queue_of(&state)?;
+            let pending = queue.pending().await.map_err(|e| anyhow!("{e}"))?;
             if json {
                 println!("{}", serde_json::to_string(&pending)?);
             } else if pending.is_empty() {
@@ -1112,8 +1138,8 @@ fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
             state,
         } => {
             toolhost::policy::check_principal_name(&by).map_err(|e| anyhow!("--by: {e}"))?;
-            let dir = state_dir_of(&state)?;
-            match toolhost::decide_approval(&dir, &id, decision, &by) {
+            let queue = approval_queue_of(&state)?;
+            match queue.decide(&id, decision, &by).await {
                 Ok(()) => {
                     println!("{id}: {}", decision.as_str());
                     Ok(ExitCode::SUCCESS)
@@ -1139,22 +1165,32 @@ fn postgres_url(state: &StateArgs) -> Option<String> {
         .then(|| given.to_string())
 }
 
-/// Opens the PostgreSQL log at `url`: as a replica with a lease (`writer`), or to read.
-fn open_postgres(url: &str, writer: bool) -> Result<toolhost::log::SessionLog> {
-    use toolhost::log::{PgEngine, PgOptions, SessionLog};
-    let mut options = PgOptions::default();
+/// The PostgreSQL options of this process, from the environment. The replica
+/// identity is made once per process, so that its log and its approval
+/// requests name the same replica.
+fn pg_options() -> Result<toolhost::log::PgOptions> {
+    static IDENTITY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let mut options = toolhost::log::PgOptions::default();
     if let Ok(log) = std::env::var("TOOLHOST_PG_LOG") {
         options.log = log;
     }
-    if let Ok(replica) = std::env::var("TOOLHOST_REPLICA_ID") {
-        options.replica = replica;
-    }
+    options.replica = match std::env::var("TOOLHOST_REPLICA_ID") {
+        Ok(replica) => replica,
+        Err(_) => IDENTITY.get_or_init(|| options.replica.clone()).clone(),
+    };
     if let Ok(ms) = std::env::var("TOOLHOST_PG_LEASE_MS") {
         let ms: u64 = ms.parse().with_context(|| {
             format!("TOOLHOST_PG_LEASE_MS={ms:?} is not a number of milliseconds")
         })?;
         options.lease = Duration::from_millis(ms);
     }
+    Ok(options)
+}
+
+/// Opens the PostgreSQL log at `url`: as a replica with a lease (`writer`), or to read.
+fn open_postgres(url: &str, writer: bool) -> Result<toolhost::log::SessionLog> {
+    use toolhost::log::{PgEngine, SessionLog};
+    let options = pg_options()?;
     let engine = if writer {
         PgEngine::open(url, &options)
     } else {

@@ -19,7 +19,8 @@
 //!   (`reader.rs`, [`SessionLog::open_read_only`]), or any engine given to
 //!   [`SessionLog::from_engine`].
 //! - `PgEngine` (`pg_engine.rs`, feature `postgres`, tables in `pg_schema.rs`): the
-//!   log in PostgreSQL, shared by several replicas with leases and fencing.
+//!   log in PostgreSQL, shared by several replicas with leases and fencing;
+//!   `PgApprovals` (`pg_approvals.rs`): two-phase approval requests those replicas share.
 //! - [`Holder`] (`holder.rs`): who holds a state directory, and a second writer's
 //!   bounded wait.
 //! - [`Recovery`], [`recovery_events`] (`recovery.rs`): what recovery appends, the same
@@ -38,6 +39,8 @@ mod holder;
 mod log;
 mod memory;
 #[cfg(feature = "postgres")]
+mod pg_approvals;
+#[cfg(feature = "postgres")]
 mod pg_engine;
 #[cfg(feature = "postgres")]
 mod pg_schema;
@@ -54,6 +57,8 @@ pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
 pub use crate::holder::Holder;
 pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
+#[cfg(feature = "postgres")]
+pub use crate::pg_approvals::{Decided, PgApprovals};
 #[cfg(feature = "postgres")]
 pub use crate::pg_engine::{PgEngine, PgOptions, PgStats, PgStatsHandle};
 #[cfg(feature = "postgres")]

@@ -39,7 +39,7 @@ use crate::error::LogError;
 use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
 use crate::log::Durability;
 use crate::pg_schema::{
-    CREATE, CREATE_VERSION_TABLE, FENCED_SQLSTATE, PG_SCHEMA_VERSION, SCHEMA_LOCK,
+    CREATE, CREATE_APPROVALS, CREATE_VERSION_TABLE, FENCED_SQLSTATE, PG_SCHEMA_VERSION, SCHEMA_LOCK,
 };
 use crate::recovery::{Recovery, recovery_events};
 
@@ -661,7 +661,7 @@ async fn with_timeout<T>(
 }
 
 /// A new connection with the session settings toolhost relies on, on a checked schema.
-async fn connect(
+pub(crate) async fn connect(
     config: &tokio_postgres::Config,
     schema: &str,
     writer: bool,
@@ -687,8 +687,12 @@ async fn connect(
 async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Result<(), LogError> {
     let table = format!("{}.toolhost_schema", quoted(schema));
     // Read first, without writing: a current schema on a read-only database still opens.
+    // (A reader also opens an older one: it reads only tables every version has.)
     if let Some(version) = schema_version(client, &table).await? {
-        return check_version(version);
+        check_version(version)?;
+        if !writer || u64::try_from(version).is_ok_and(|v| v == PG_SCHEMA_VERSION) {
+            return Ok(());
+        }
     }
     if !writer {
         return Err(LogError::Storage(format!(
@@ -710,9 +714,24 @@ async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Resul
         .await
         .map_err(from_pg)?;
     match found {
-        Some(row) => check_version(row.try_get(0).map_err(from_pg)?)?,
+        Some(row) => {
+            let version: i64 = row.try_get(0).map_err(from_pg)?;
+            check_version(version)?;
+            // Migrations, under the schema lock, each in this one transaction.
+            if version < 2 {
+                tx.batch_execute(CREATE_APPROVALS).await.map_err(from_pg)?;
+            }
+            let current = i64::try_from(PG_SCHEMA_VERSION).unwrap_or(i64::MAX);
+            tx.execute(
+                "UPDATE toolhost_schema SET version = $1 WHERE id = 1",
+                &[&current],
+            )
+            .await
+            .map_err(from_pg)?;
+        }
         None => {
             tx.batch_execute(CREATE).await.map_err(from_pg)?;
+            tx.batch_execute(CREATE_APPROVALS).await.map_err(from_pg)?;
             let version = i64::try_from(PG_SCHEMA_VERSION).unwrap_or(i64::MAX);
             tx.execute(
                 "INSERT INTO toolhost_schema (id, version) VALUES (1, $1)",
@@ -1157,7 +1176,7 @@ fn decode_row(row: &tokio_postgres::Row) -> Result<Event, LogError> {
 }
 
 /// Refuses a name that would need quoting beyond double quotes.
-fn check_name(what: &str, name: &str) -> Result<(), LogError> {
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), LogError> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name
@@ -1192,7 +1211,7 @@ fn copy_error(e: &LogError) -> LogError {
 }
 
 /// Translates an error of the PostgreSQL client into words that say what to do.
-fn from_pg(err: tokio_postgres::Error) -> LogError {
+pub(crate) fn from_pg(err: tokio_postgres::Error) -> LogError {
     if let Some(db) = err.as_db_error() {
         let code = db.code();
         let what = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {

@@ -10,8 +10,9 @@
 /// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never written.
 ///
 /// History: 1, the first schema (`toolhost_logs`, `toolhost_events`, `toolhost_pending`,
-/// `toolhost_replicas`).
-pub const PG_SCHEMA_VERSION: u64 = 1;
+/// `toolhost_replicas`); 2, `toolhost_approvals` (two-phase approvals, added to a
+/// version-1 database by the first writer of this build that opens it).
+pub const PG_SCHEMA_VERSION: u64 = 2;
 
 /// The advisory lock that serialises schema creation between replicas starting together.
 pub(crate) const SCHEMA_LOCK: i64 = 0x746f_6f6c_686f_7374; // "toolhost"
@@ -110,4 +111,26 @@ BEGIN
     RETURN first_seq;
 END
 $$;
+";
+
+/// The table of version 2: two-phase approval requests shared by the replicas of a log
+/// (`--approver queue` on a PostgreSQL log), so that a request asked on one replica is
+/// listed and decided through any other (`crate::PgApprovals`).
+///
+/// - `request`: the request as the host serialised it (opaque here);
+/// - `replica`: who waits for it (its lease in `toolhost_replicas` says whether it still
+///   can);
+/// - `decision`: `NULL` while pending; set once, by whoever gets there first (an
+///   operator, or the waiting replica when its wait ends), never changed.
+pub(crate) const CREATE_APPROVALS: &str = "
+CREATE TABLE toolhost_approvals (
+    log        text        NOT NULL,
+    id         text        NOT NULL,
+    request    text        NOT NULL,
+    replica    text        NOT NULL,
+    asked_at   timestamptz NOT NULL DEFAULT now(),
+    decision   text,
+    decided_at timestamptz,
+    PRIMARY KEY (log, id)
+);
 ";

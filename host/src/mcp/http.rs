@@ -83,9 +83,9 @@ pub struct HttpOptions {
     pub tokens: Option<Tokens>,
     /// How long a stopping server waits for calls in flight.
     pub shutdown_grace: Duration,
-    /// The state directory of a `--approver queue` server: its pending
-    /// approvals are served to owners at `/approvals`.
-    pub approvals: Option<std::path::PathBuf>,
+    /// The queue of a `--approver queue` server: its pending approvals are
+    /// served to owners at `/approvals`.
+    pub approvals: Option<crate::ApprovalQueue>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -568,7 +568,7 @@ struct Front {
     answering: Arc<Answering>,
     /// The approval endpoints: the state directory, and the server whose
     /// policy says who is an owner.
-    operator: Option<(std::path::PathBuf, Server)>,
+    operator: Option<(crate::ApprovalQueue, Server)>,
 }
 
 impl Front {
@@ -729,7 +729,7 @@ pub async fn serve_http_until(
         sessions,
         stopping: stopping.clone(),
         answering: answering.clone(),
-        operator: http.approvals.clone().map(|dir| (dir, server.clone())),
+        operator: http.approvals.clone().map(|queue| (queue, server.clone())),
     });
 
     let reloader = options.watch.clone().map(|dir| {

@@ -14,14 +14,13 @@
 
 use super::http::Caller;
 use crate::approval::ApprovalOutcome;
-use crate::approval_queue::{DecideError, decide_approval, pending_approvals};
+use crate::approval_queue::{ApprovalQueue, DecideError};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use std::convert::Infallible;
-use std::path::Path;
 
 /// Where the endpoints live.
 pub const APPROVALS_PATH: &str = "/approvals";
@@ -46,9 +45,10 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response<Body> 
 }
 
 /// Serves one request under [`APPROVALS_PATH`] for `caller` (already
-/// admitted by the front door), deciding in `state_dir`.
+/// admitted by the front door), deciding in `queue` (for replicas of a
+/// PostgreSQL log, shared: any replica decides any replica's request).
 pub(super) async fn handle(
-    state_dir: &Path,
+    queue: &ApprovalQueue,
     is_owner: impl Fn(&str) -> bool,
     caller: Option<&Caller>,
     request: Request<Incoming>,
@@ -72,7 +72,7 @@ pub(super) async fn handle(
         .trim_start_matches('/')
         .to_string();
     match (request.method(), id.is_empty()) {
-        (&Method::GET, true) => match pending_approvals(state_dir) {
+        (&Method::GET, true) => match queue.pending().await {
             Ok(pending) => reply(StatusCode::OK, &json!(pending)),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         },
@@ -97,7 +97,7 @@ pub(super) async fn handle(
                     );
                 }
             };
-            match decide_approval(state_dir, &id, outcome, &caller.0) {
+            match queue.decide(&id, outcome, &caller.0).await {
                 Ok(()) => reply(
                     StatusCode::OK,
                     &json!({ "id": id, "outcome": outcome, "by": caller.0 }),

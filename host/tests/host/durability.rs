@@ -19,6 +19,13 @@
 //!
 //! - `postgres`: a `run` on a PostgreSQL log killed in its body is recovered
 //!   once by `toolhost recover` after its lease expired; `log` reads it.
+//! - `replicas`: three `serve --http` replicas on one PostgreSQL log, 200
+//!   random SIGKILLs while a client spreads calls over them; every intent
+//!   keeps exactly one result, approvals stay paired, order holds.
+//! - `pg_faults`: the database full, read-only, cut off or restarted under a
+//!   `serve --http` replica: calls are refused clearly
+//!   (`ABORTED_BEFORE_DISPATCH` naming the SQLSTATE) and served again after.
+//!   (`replica` holds what these share: replica processes, an MCP client.)
 //!
 //! The random-kill test runs 200 iterations by default. For a longer soak,
 //! set `TOOLHOST_SOAK_ITERATIONS=N`, e.g.
@@ -32,4 +39,7 @@ mod support;
 mod cli;
 mod kill;
 mod library;
+mod pg_faults;
 mod postgres;
+mod replica;
+mod replicas;

@@ -13,6 +13,7 @@ mod faults;
 mod fsync;
 mod open_errors;
 mod pg;
+mod pg_approvals;
 mod read_only;
 mod recovery;
 mod replicas;

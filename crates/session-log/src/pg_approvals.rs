@@ -1,0 +1,264 @@
+//! Two-phase approval requests in PostgreSQL (feature `postgres`): the store behind
+//! `--approver queue` when the session log is shared by replicas, so that a request
+//! asked on one replica is listed and decided through any of them (or `toolhost
+//! approvals` anywhere) and the waiting replica sees the decision.
+//!
+//! This module owns the table `toolhost_approvals` (schema version 2). It stores the
+//! request and the decision as the host's JSON, uninterpreted; what a decision means
+//! is the host's business. It must not let a type of `tokio-postgres` escape.
+//!
+//! Exactly one decision per request: a decision is written only where none is
+//! (`decision IS NULL` in the same statement), so an operator racing the waiting
+//! replica's timeout, or two operators on two replicas, cannot both win.
+//!
+//! Calls are async and run on the caller's tokio runtime (the connection task is
+//! spawned there); the connection is made at the first call and remade after it closes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_postgres::{Client, Config};
+
+use crate::error::LogError;
+use crate::pg_engine::{PgOptions, check_name, connect, from_pg};
+
+/// What [`PgApprovals::decide`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decided {
+    /// The decision was recorded: it stands.
+    Stands,
+    /// A decision was already recorded (the one that stands, as given).
+    Already(String),
+    /// No request with this id in this log.
+    Unknown,
+}
+
+/// The approval requests of one log in PostgreSQL, written as one replica.
+pub struct PgApprovals {
+    config: Config,
+    schema: String,
+    log: String,
+    replica: String,
+    op_timeout: Duration,
+    client: Mutex<Option<Arc<Client>>>,
+}
+
+impl std::fmt::Debug for PgApprovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgApprovals")
+            .field("schema", &self.schema)
+            .field("log", &self.log)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgApprovals {
+    /// The requests of `options.log` at `url`, asked as `options.replica` (the identity
+    /// the replica's [`PgEngine`](crate::PgEngine) registered: its lease says whether a
+    /// request's waiter is alive). Connects at the first call, creating or upgrading the
+    /// schema as a writer would.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Invalid`] for a malformed URL, schema name or an empty log or replica.
+    pub fn new(url: &str, options: &PgOptions) -> Result<PgApprovals, LogError> {
+        let mut config: Config = url
+            .parse()
+            .map_err(|e| LogError::Invalid(format!("not a PostgreSQL connection string: {e}")))?;
+        check_name("schema", &options.schema)?;
+        if options.log.is_empty() || options.replica.is_empty() {
+            return Err(LogError::Invalid(
+                "the log name and the replica identity must not be empty".to_string(),
+            ));
+        }
+        config.application_name(format!("toolhost {} approvals", options.replica));
+        Ok(PgApprovals {
+            config,
+            schema: options.schema.clone(),
+            log: options.log.clone(),
+            replica: options.replica.clone(),
+            op_timeout: options.op_timeout,
+            client: Mutex::new(None),
+        })
+    }
+
+    /// The connection, made (again) if there is none or it closed.
+    async fn client(&self) -> Result<Arc<Client>, LogError> {
+        if let Ok(held) = self.client.lock()
+            && let Some(c) = held.as_ref()
+            && !c.is_closed()
+        {
+            return Ok(c.clone());
+        }
+        let fresh = Arc::new(
+            self.bounded(connect(&self.config, &self.schema, true))
+                .await?,
+        );
+        if let Ok(mut held) = self.client.lock() {
+            *held = Some(fresh.clone());
+        }
+        Ok(fresh)
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = Result<T, LogError>>,
+    ) -> Result<T, LogError> {
+        match tokio::time::timeout(self.op_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(LogError::Storage(format!(
+                "PostgreSQL did not answer within {:.1} s; the operation's outcome is unknown",
+                self.op_timeout.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// Registers request `id` (its JSON `request`), waited for by this replica. A
+    /// request registered twice keeps its first text.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
+    pub async fn register(&self, id: &str, request: &str) -> Result<(), LogError> {
+        let client = self.client().await?;
+        self.bounded(async {
+            client
+                .execute(
+                    "INSERT INTO toolhost_approvals (log, id, request, replica) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (log, id) DO NOTHING",
+                    &[&self.log, &id, &request, &self.replica],
+                )
+                .await
+                .map_err(from_pg)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// The decision recorded for `id`, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] when the database cannot be reached.
+    pub async fn decision(&self, id: &str) -> Result<Option<String>, LogError> {
+        let client = self.client().await?;
+        self.bounded(async {
+            let row = client
+                .query_opt(
+                    "SELECT decision FROM toolhost_approvals WHERE log = $1 AND id = $2",
+                    &[&self.log, &id],
+                )
+                .await
+                .map_err(from_pg)?;
+            match row {
+                Some(r) => r.try_get::<_, Option<String>>(0).map_err(from_pg),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// Records `decision` (JSON) for `id` unless one is recorded already.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
+    pub async fn decide(&self, id: &str, decision: &str) -> Result<Decided, LogError> {
+        let client = self.client().await?;
+        self.bounded(async {
+            let updated = client
+                .execute(
+                    "UPDATE toolhost_approvals SET decision = $3, decided_at = now() \
+                     WHERE log = $1 AND id = $2 AND decision IS NULL",
+                    &[&self.log, &id, &decision],
+                )
+                .await
+                .map_err(from_pg)?;
+            if updated == 1 {
+                return Ok(Decided::Stands);
+            }
+            let row = client
+                .query_opt(
+                    "SELECT decision FROM toolhost_approvals WHERE log = $1 AND id = $2",
+                    &[&self.log, &id],
+                )
+                .await
+                .map_err(from_pg)?;
+            match row {
+                None => Ok(Decided::Unknown),
+                Some(r) => Ok(r
+                    .try_get::<_, Option<String>>(0)
+                    .map_err(from_pg)?
+                    .map_or(Decided::Unknown, Decided::Already)),
+            }
+        })
+        .await
+    }
+
+    /// The requests (JSON) still pending whose waiting replica holds a live lease, oldest
+    /// first: those of dead replicas can no longer be acted on.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] when the database cannot be reached.
+    pub async fn pending(&self) -> Result<Vec<String>, LogError> {
+        let client = self.client().await?;
+        self.bounded(async {
+            let rows = client
+                .query(
+                    "SELECT a.request FROM toolhost_approvals a JOIN toolhost_replicas r \
+                     ON r.log = a.log AND r.id = a.replica \
+                     WHERE a.log = $1 AND a.decision IS NULL AND r.lease_until >= now() \
+                     ORDER BY a.asked_at, a.id",
+                    &[&self.log],
+                )
+                .await
+                .map_err(from_pg)?;
+            rows.iter()
+                .map(|r| r.try_get::<_, String>(0).map_err(from_pg))
+                .collect()
+        })
+        .await
+    }
+
+    /// Decides `decision` (JSON) for every pending request that nobody can wait for any
+    /// more: those of this replica's identity (an earlier incarnation: call this right
+    /// after the replica's log was opened, before it asks anything) and those of replicas
+    /// whose lease expired. Removes requests decided more than `grace` ago. Returns the
+    /// ids decided.
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
+    pub async fn recover(&self, decision: &str, grace: Duration) -> Result<Vec<String>, LogError> {
+        let client = self.client().await?;
+        let grace = grace.as_secs_f64();
+        self.bounded(async {
+            let rows = client
+                .query(
+                    "UPDATE toolhost_approvals a SET decision = $3, decided_at = now() \
+                     WHERE a.log = $1 AND a.decision IS NULL AND (a.replica = $2 OR NOT EXISTS \
+                       (SELECT 1 FROM toolhost_replicas r WHERE r.log = a.log \
+                        AND r.id = a.replica AND r.lease_until >= now())) \
+                     RETURNING a.id",
+                    &[&self.log, &self.replica, &decision],
+                )
+                .await
+                .map_err(from_pg)?;
+            client
+                .execute(
+                    "DELETE FROM toolhost_approvals WHERE log = $1 \
+                     AND decided_at < now() - make_interval(secs => $2)",
+                    &[&self.log, &grace],
+                )
+                .await
+                .map_err(from_pg)?;
+            rows.iter()
+                .map(|r| r.try_get::<_, String>(0).map_err(from_pg))
+                .collect()
+        })
+        .await
+    }
+}

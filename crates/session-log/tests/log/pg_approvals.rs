@@ -1,0 +1,135 @@
+//! Approval requests shared by the replicas of a PostgreSQL log (`PgApprovals`): asked
+//! as one replica, listed and decided as another, exactly one decision; recovery
+//! leaves a live replica's requests alone and decides a dead one's; a version-1
+//! database gains the table when a writer of this build opens it.
+
+use std::time::{Duration, Instant};
+
+use toolhost_log::{Decided, PG_SCHEMA_VERSION, PgApprovals, PgEngine};
+
+use crate::engines::{pg_options, pg_url, sql, sql_value, unique};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_request_asked_on_one_replica_is_decided_once_through_another() {
+    let Some(url) = pg_url() else { return };
+    let log = unique("approvals");
+    // Replica `a` waits (its engine holds a live lease); `b` operates.
+    let _a_log = PgEngine::open(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let a = PgApprovals::new(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let b = PgApprovals::new(&url, &pg_options(&log, "b", Duration::from_secs(600))).unwrap();
+    let rt = rt();
+    rt.block_on(async {
+        a.register("r1", r#"{"approval_id":"r1"}"#).await.unwrap();
+        // Registering again keeps the first text.
+        a.register("r1", "other").await.unwrap();
+        assert_eq!(b.pending().await.unwrap(), [r#"{"approval_id":"r1"}"#]);
+        assert_eq!(a.decision("r1").await.unwrap(), None);
+        assert_eq!(b.decide("r1", "allow").await.unwrap(), Decided::Stands);
+        assert_eq!(
+            a.decide("r1", "timeout").await.unwrap(),
+            Decided::Already("allow".into())
+        );
+        assert_eq!(a.decision("r1").await.unwrap().as_deref(), Some("allow"));
+        assert!(b.pending().await.unwrap().is_empty());
+        assert_eq!(b.decide("nope", "allow").await.unwrap(), Decided::Unknown);
+    });
+}
+
+#[test]
+fn recovery_decides_only_requests_nobody_can_wait_for() {
+    let Some(url) = pg_url() else { return };
+    let log = unique("approvals-recover");
+    let lease = Duration::from_millis(300);
+    let live = PgEngine::open(&url, &pg_options(&log, "live", Duration::from_secs(600))).unwrap();
+    let dying = PgEngine::open(&url, &pg_options(&log, "dying", lease)).unwrap();
+    let of = |r: &str| PgApprovals::new(&url, &pg_options(&log, r, lease)).unwrap();
+    let (live_q, dying_q, other) = (of("live"), of("dying"), of("other"));
+    let rt = rt();
+    rt.block_on(async {
+        live_q.register("l1", "{}").await.unwrap();
+        dying_q.register("d1", "{}").await.unwrap();
+    });
+    drop(dying); // its lease now runs out
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let recovered = loop {
+        let r = rt.block_on(other.recover("unavailable", Duration::from_secs(600)));
+        let r = r.unwrap();
+        if !r.is_empty() {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead replica's request stayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(recovered, ["d1"]);
+    rt.block_on(async {
+        assert_eq!(live_q.decision("l1").await.unwrap(), None);
+        assert_eq!(
+            dying_q.decision("d1").await.unwrap().as_deref(),
+            Some("unavailable")
+        );
+        // A restart under the live replica's identity recovers its own requests.
+        assert_eq!(
+            live_q
+                .recover("unavailable", Duration::from_secs(600))
+                .await
+                .unwrap(),
+            ["l1"]
+        );
+        // Decided long enough ago: removed.
+        assert!(other.recover("x", Duration::ZERO).await.unwrap().is_empty());
+        assert_eq!(other.decide("l1", "allow").await.unwrap(), Decided::Unknown);
+    });
+    drop(live);
+}
+
+#[test]
+fn a_version_1_database_gains_the_approvals_table_when_a_writer_opens_it() {
+    let Some(url) = pg_url() else { return };
+    let schema = unique("v1").replace('-', "_");
+    let mut options = pg_options("default", "r", Duration::from_secs(10));
+    options.schema = schema.clone();
+    drop(PgEngine::open(&url, &options).unwrap());
+    // As a version-1 toolhost left it.
+    sql(
+        &url,
+        &format!(
+            "DROP TABLE \"{schema}\".toolhost_approvals; \
+             UPDATE \"{schema}\".toolhost_schema SET version = 1"
+        ),
+    );
+    // A reader opens it as it is.
+    drop(PgEngine::open_reader(&url, &options).unwrap());
+    assert_eq!(
+        sql_value(
+            &url,
+            &format!("SELECT version::text FROM \"{schema}\".toolhost_schema")
+        ),
+        Some("1".into())
+    );
+    drop(PgEngine::open(&url, &options).unwrap());
+    assert_eq!(
+        sql_value(
+            &url,
+            &format!("SELECT version::text FROM \"{schema}\".toolhost_schema")
+        ),
+        Some(PG_SCHEMA_VERSION.to_string())
+    );
+    assert_eq!(
+        sql_value(
+            &url,
+            &format!("SELECT (to_regclass('\"{schema}\".toolhost_approvals') IS NOT NULL)::text")
+        ),
+        Some("true".into())
+    );
+    sql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE"));
+}
