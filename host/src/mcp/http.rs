@@ -638,6 +638,16 @@ impl Front {
         if let Some(caller) = caller {
             request.extensions_mut().insert(caller);
         }
+        if request.method() == http::Method::DELETE {
+            // rmcp answers a session's end with 202 Accepted, which the
+            // Python SDK reports as a failed termination: the session is
+            // gone when this returns, so say so with 204 No Content.
+            let mut response = self.mcp.handle(request).await;
+            if response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::NO_CONTENT;
+            }
+            return response;
+        }
         if request.method() != http::Method::POST {
             return self.mcp.handle(request).await;
         }

@@ -18,6 +18,7 @@ mod governance;
 mod mcp_http;
 mod mcp_protocol;
 mod mcp_python;
+mod mcp_typescript;
 mod network;
 mod provider_schemas;
 mod toolchains;
