@@ -1025,9 +1025,16 @@ fn approval_states(a: &ServeArgs) -> Result<Option<std::sync::Arc<toolhost::mcp:
         (None, None) => toolhost::mcp::KeyFile::in_state_dir(&state_dir_of(&a.host.state)?),
     };
     let ttl = Duration::from_secs_f64(a.approval_state_ttl);
-    toolhost::mcp::ApprovalStates::new(&file, ttl)
-        .map(|s| Some(std::sync::Arc::new(s)))
-        .map_err(|e| anyhow!("the approval-state key: {e}"))
+    let mut states = toolhost::mcp::ApprovalStates::new(&file, ttl)
+        .map_err(|e| anyhow!("the approval-state key: {e}"))?;
+    // Replicas of one log accept each other's states: each state's use is
+    // claimed in the database too, so that only one replica can run it.
+    if let Some(url) = postgres_url(&a.host.state) {
+        let claims =
+            toolhost::log::PgApprovals::new(&url, &pg_options()?).map_err(|e| anyhow!("{e}"))?;
+        states = states.with_shared_claims(std::sync::Arc::new(claims));
+    }
+    Ok(Some(std::sync::Arc::new(states)))
 }
 
 /// `IP:PORT`, or `localhost:PORT` (the IPv4 loopback).

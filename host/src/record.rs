@@ -20,6 +20,9 @@ pub struct Recorder {
     log: Arc<SessionLog>,
     /// `tool/call` events not yet written, by call id.
     held: Arc<Mutex<HashMap<String, NewEvent>>>,
+    /// Who waits for a call's first write, by call id (see
+    /// [`Recorder::on_first_write`]).
+    first_write: Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -34,6 +37,40 @@ impl Recorder {
         Recorder {
             log,
             held: Arc::default(),
+            first_write: Arc::default(),
+        }
+    }
+
+    /// Resolves once `call_id`'s first events (its `tool/call` record and
+    /// the event written with it) are appended, durably or lazily; dropped
+    /// without resolving if the write fails. Register before the call runs.
+    pub(crate) fn on_first_write(&self, call_id: &str) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Ok(mut w) = self.first_write.lock() {
+            w.insert(call_id.to_string(), tx);
+        }
+        rx
+    }
+
+    /// Drops the waiter of `call_id`, if it is still there (its wait ended).
+    pub(crate) fn forget_first_write(&self, call_id: &str) {
+        if let Ok(mut w) = self.first_write.lock() {
+            w.remove(call_id);
+        }
+    }
+
+    /// Tells the waiters of `events`' calls that they were written.
+    fn written(&self, events: &[NewEvent]) {
+        let Ok(mut w) = self.first_write.lock() else {
+            return;
+        };
+        if w.is_empty() {
+            return;
+        }
+        for e in events {
+            if let Some(tx) = w.remove(&e.call_id) {
+                let _ = tx.send(());
+            }
         }
     }
 
@@ -81,7 +118,7 @@ impl Recorder {
         events.push(NewEvent::new(call_id, kind, payload));
         self.log
             .append(&events, Durability::Lazy)
-            .map(|_| ())
+            .map(|_| self.written(&events))
             .map_err(|e| e.to_string())
     }
 
@@ -107,7 +144,10 @@ impl Recorder {
             }
         };
         match written {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.written(&events);
+                Ok(())
+            }
             Err(e) => {
                 self.restore(calls);
                 Err(e.to_string())

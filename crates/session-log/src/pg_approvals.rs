@@ -137,6 +137,31 @@ impl PgApprovals {
         .map(|_| ())
     }
 
+    /// Claims `id` once for this log: `true` for the first claim of all replicas and
+    /// processes, `false` for any later one (also across restarts). The claim is a
+    /// request decided in the same statement (`decision` = `what`), so it is never
+    /// pending: no operator lists or decides it. For what must happen once however
+    /// many replicas see it at the same instant (a 2026-07-28 approval state's use).
+    ///
+    /// # Errors
+    ///
+    /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
+    pub async fn claim_once(&self, id: &str, what: &str) -> Result<bool, LogError> {
+        let client = self.client().await?;
+        self.bounded(async {
+            client
+                .execute(
+                    "INSERT INTO toolhost_approvals (log, id, request, replica, decision, decided_at) \
+                     VALUES ($1, $2, $3, $4, $3, now()) ON CONFLICT (log, id) DO NOTHING",
+                    &[&self.log, &id, &what, &self.replica],
+                )
+                .await
+                .map_err(from_pg)
+        })
+        .await
+        .map(|inserted| inserted == 1)
+    }
+
     /// The decision recorded for `id`, if any.
     ///
     /// # Errors

@@ -55,7 +55,7 @@ pub use http::{
 };
 pub use mrtr::{
     APPROVAL_INPUT, APPROVAL_KEY_FILE, ApprovalKeyStore, ApprovalStates,
-    DEFAULT_APPROVAL_STATE_TTL, KeyFile,
+    DEFAULT_APPROVAL_STATE_TTL, KeyFile, SharedClaims,
 };
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;

@@ -24,9 +24,10 @@
 //!   stable code (`APPROVAL_STATE_INVALID`, `_EXPIRED`, `_REPLAYED`,
 //!   `_MISMATCH`); the refusal is logged like any.
 //!
-//! Known limit: on a PostgreSQL log shared by replicas, two replicas that
-//! receive the same state at the same instant can both find no use in the
-//! log; the claim set covers only one process.
+//! - Replicas on one PostgreSQL log share the key (`--approval-key`) and a
+//!   [`SharedClaims`]: a state's use is also claimed there, in one
+//!   statement that only one replica can win, so two replicas that receive
+//!   the same state at the same instant cannot both run it.
 
 use super::approval::{elicitation_params, map_elicitation};
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
@@ -146,6 +147,30 @@ struct Bound {
     expires_ms: u64,
 }
 
+/// Where a state's single use is claimed beyond this process: once for all
+/// the servers that accept the same states (replicas of one log).
+pub trait SharedClaims: Send + Sync {
+    /// Claims `key`: `Ok(true)` for the first claim anywhere, `Ok(false)`
+    /// for any later one.
+    ///
+    /// # Errors
+    ///
+    /// A message when the claim cannot be made (the store is unreachable):
+    /// the state is then refused, never run unclaimed.
+    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+}
+
+#[cfg(feature = "postgres")]
+impl SharedClaims for toolhost_log::PgApprovals {
+    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async move {
+            self.claim_once(&format!("{key}-state"), "{\"mrtr\":\"used\"}")
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// Issues and redeems approval states. One per server, shared by its
 /// sessions.
 pub struct ApprovalStates {
@@ -153,6 +178,8 @@ pub struct ApprovalStates {
     ttl: Duration,
     /// Retry call ids claimed in this process, with their expiry (ms).
     claimed: Mutex<HashMap<String, u64>>,
+    /// Claims shared with the other servers of the log, if any.
+    shared: Option<std::sync::Arc<dyn SharedClaims>>,
 }
 
 impl std::fmt::Debug for ApprovalStates {
@@ -176,7 +203,16 @@ impl ApprovalStates {
             codec,
             ttl,
             claimed: Mutex::default(),
+            shared: None,
         })
+    }
+
+    /// Also claims each state's use in `shared`, which every server that
+    /// accepts these states (the same key) must share.
+    #[must_use]
+    pub fn with_shared_claims(mut self, shared: std::sync::Arc<dyn SharedClaims>) -> Self {
+        self.shared = Some(shared);
+        self
     }
 
     /// The result that asks the client about `asked` (the request the
@@ -220,7 +256,7 @@ impl ApprovalStates {
     /// Checks a retry's state against the call that carries it (`tool`,
     /// the client's `args`, the caller's `principal`) and the session log,
     /// and claims it: the retry's call id and its approver, or the refusal.
-    pub(super) fn redeem(
+    pub(super) async fn redeem(
         &self,
         sealed: &str,
         tool: &str,
@@ -268,6 +304,25 @@ impl ApprovalStates {
                     ErrorCode::ApprovalStateInvalid,
                     format!("the session log could not tell whether the state was used: {e}"),
                 ));
+            }
+        }
+        if let Some(shared) = &self.shared {
+            match shared.claim(&call_id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err((
+                        ErrorCode::ApprovalStateReplayed,
+                        format!(
+                            "the approval state was already used (call {call_id}, on another server)"
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    return Err((
+                        ErrorCode::ApprovalStateInvalid,
+                        format!("the state's use could not be claimed: {e}"),
+                    ));
+                }
             }
         }
         let (outcome, detail) = answer(responses);
@@ -476,27 +531,27 @@ mod tests {
         let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
         let args = r#"{"path":"a"}"#;
         let state = issue(&s, args);
-        let ok = s.redeem(
+        let ok = futures::executor::block_on(s.redeem(
             &state,
             "write_file",
             args,
             "anonymous",
             Some(&accept()),
             &log,
-        );
+        ));
         let ok = ok.unwrap_or_else(|(c, m)| panic!("{c}: {m}"));
         assert_eq!(ok.call_id, "call-s-1-mrtr");
         assert_eq!(ok.approver.outcome, ApprovalOutcome::AllowedOnce);
         assert!(ok.approver.single_use().is_some());
         assert_eq!(
-            code(s.redeem(
+            code(futures::executor::block_on(s.redeem(
                 &state,
                 "write_file",
                 args,
                 "anonymous",
                 Some(&accept()),
                 &log
-            )),
+            ))),
             Some(ErrorCode::ApprovalStateReplayed)
         );
     }
@@ -512,7 +567,14 @@ mod tests {
         altered[i] = if altered[i] == b'A' { b'B' } else { b'A' };
         let altered = String::from_utf8(altered).unwrap_or_default();
         let redeem = |st: &str, tool: &str, a: &str, p: &str| {
-            code(s.redeem(st, tool, a, p, Some(&accept()), &log))
+            code(futures::executor::block_on(s.redeem(
+                st,
+                tool,
+                a,
+                p,
+                Some(&accept()),
+                &log,
+            )))
         };
         assert_eq!(
             redeem(&altered, "write_file", args, "anonymous"),
@@ -538,7 +600,76 @@ mod tests {
         let other = ApprovalStates::new(&Fixed(vec![9; 32]), DEFAULT_APPROVAL_STATE_TTL)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            code(other.redeem(&state, "write_file", args, "anonymous", None, &log)),
+            code(futures::executor::block_on(other.redeem(
+                &state,
+                "write_file",
+                args,
+                "anonymous",
+                None,
+                &log
+            ))),
+            Some(ErrorCode::ApprovalStateInvalid)
+        );
+    }
+
+    /// Claims shared by two servers (one key): what one used, the other
+    /// refuses, whatever its own log and claim set say.
+    struct Ledger(Mutex<std::collections::HashSet<String>>, bool);
+
+    impl SharedClaims for Ledger {
+        fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+            Box::pin(async move {
+                if !self.1 {
+                    return Err("the database is unreachable".to_string());
+                }
+                let mut used = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(used.insert(key.to_string()))
+            })
+        }
+    }
+
+    #[test]
+    fn a_state_used_on_one_server_is_refused_on_another_sharing_claims() {
+        let ledger = std::sync::Arc::new(Ledger(Mutex::default(), true));
+        let a = states(DEFAULT_APPROVAL_STATE_TTL).with_shared_claims(ledger.clone());
+        let b = states(DEFAULT_APPROVAL_STATE_TTL).with_shared_claims(ledger);
+        let (log_a, log_b) = (
+            SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}")),
+            SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}")),
+        );
+        let args = r#"{"path":"a"}"#;
+        let state = issue(&a, args);
+        let redeem = |s: &ApprovalStates, log| {
+            futures::executor::block_on(s.redeem(
+                &state,
+                "write_file",
+                args,
+                "anonymous",
+                Some(&accept()),
+                log,
+            ))
+        };
+        assert!(
+            redeem(&b, &log_b).is_ok(),
+            "a state is good on any server with the key"
+        );
+        assert_eq!(
+            code(redeem(&a, &log_a)),
+            Some(ErrorCode::ApprovalStateReplayed)
+        );
+        // Without the shared store, no use is claimed, and the state is refused.
+        let down = states(DEFAULT_APPROVAL_STATE_TTL)
+            .with_shared_claims(std::sync::Arc::new(Ledger(Mutex::default(), false)));
+        let fresh = issue(&down, args);
+        assert_eq!(
+            code(futures::executor::block_on(down.redeem(
+                &fresh,
+                "write_file",
+                args,
+                "anonymous",
+                Some(&accept()),
+                &log_a,
+            ))),
             Some(ErrorCode::ApprovalStateInvalid)
         );
     }
@@ -556,7 +687,14 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(
-            code(s.redeem(&state, "write_file", args, "anonymous", None, &log)),
+            code(futures::executor::block_on(s.redeem(
+                &state,
+                "write_file",
+                args,
+                "anonymous",
+                None,
+                &log
+            ))),
             Some(ErrorCode::ApprovalStateExpired)
         );
     }

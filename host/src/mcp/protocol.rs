@@ -258,6 +258,11 @@ impl Server {
     }
 }
 
+/// How long a new task's handle waits for the call's first events to be
+/// written (they are, unless the log fails: admission is pure, and an
+/// approval request is written before anyone is asked).
+const TASK_RECORD_WAIT: Duration = Duration::from_secs(5);
+
 /// How long after a response its lazily committed events are flushed at
 /// the latest (they are flushed at exit in any case).
 pub(super) const FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
@@ -266,7 +271,7 @@ impl Server {
     /// Runs a call as a task: its id is the call's, its state the session
     /// log's (see [`super::tasks`]). The call holds `permit` until its
     /// result is committed.
-    fn start_task(
+    async fn start_task(
         &self,
         host: Arc<Host>,
         tool: &str,
@@ -297,6 +302,10 @@ impl Server {
             ..CallRequest::default()
         };
         let server = self.clone();
+        let recorded = host.recorder.on_first_write(&call_id);
+        let log = host.log().clone();
+        let recorder = host.recorder.clone();
+        let id = call_id.clone();
         tokio::spawn(async move {
             let _permit = permit;
             // The result goes to the log, where `tasks/get` reads it.
@@ -304,6 +313,21 @@ impl Server {
             server.tasks.finish(&call_id);
             server.flush_soon(&host);
         });
+        // The handle is given once the call is in the log (its first
+        // events: the intent, an approval request or a refusal) and
+        // flushed: then every server of the log (replicas on one
+        // PostgreSQL log) knows the task. A call that writes nothing in
+        // time (a failing log) is still known here.
+        let written = tokio::time::timeout(TASK_RECORD_WAIT, recorded).await;
+        recorder.forget_first_write(&id);
+        if written.is_ok_and(|r| r.is_ok())
+            && let Err(e) = tokio::task::spawn_blocking(move || log.flush())
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        {
+            tracing::warn!("a task's first events could not be flushed: {e}");
+        }
         CreateTaskResult::new(seed)
     }
 }
@@ -588,7 +612,9 @@ impl ServerHandler for Server {
         // A client that declared the tasks extension gets a task handle at
         // once (a retry of an approval is answered in the request).
         if request.request_state.is_none() && wants_task(&context) {
-            let task = self.start_task(host, &request.name, args, principal, in_flight, &context);
+            let task = self
+                .start_task(host, &request.name, args, principal, in_flight, &context)
+                .await;
             return Ok(task.into());
         }
         // Approvals: through a multi-round-trip request for a 2026-07-28
@@ -615,7 +641,8 @@ impl ServerHandler for Server {
                         principal.as_deref().unwrap_or(LOCAL_PRINCIPAL),
                         request.input_responses.as_ref(),
                         host.log(),
-                    ),
+                    )
+                    .await,
                 };
                 match redeemed {
                     Ok(r) => {

@@ -121,6 +121,21 @@ impl Server {
         }
     }
 
+    /// The session log's events once `ready` holds of them: refusals and
+    /// read-only calls are committed lazily (within the server's flush
+    /// window), so another process sees them a little later. Bounded by
+    /// [`WAIT`]; the last events read if `ready` never holds.
+    fn events_when(&self, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let events = self.events();
+            if ready(&events) || std::time::Instant::now() >= deadline {
+                return events;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The session log's events, as `toolhost log --json` prints them.
     fn events(&self) -> Vec<Value> {
         let out = Command::new(crate::support::bin())
@@ -1242,6 +1257,18 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
     let again = retry(&s, 3, write_args(), approve(), &state).await;
     assert_eq!(code(&again), "APPROVAL_STATE_REPLAYED", "{again}");
     assert!(!path.exists(), "a replayed state ran the tool");
+    let replays = |events: &[Value]| {
+        events
+            .iter()
+            .filter(|e| {
+                e["kind"] == "tool/result"
+                    && e["payload"]["error"]["code"] == "APPROVAL_STATE_REPLAYED"
+            })
+            .count()
+    };
+    // The refusal is committed lazily (within the server's flush window):
+    // a SIGKILL before that would lose it, as DURABILITY.md says.
+    assert_eq!(replays(&s.events_when(|e| replays(e) >= 1)), 1);
 
     s.kill_and_restart(&[
         "--policy",
@@ -1254,7 +1281,7 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
         "a replayed state ran the tool after a restart"
     );
 
-    let events = s.events();
+    let events = s.events_when(|e| replays(e) >= 2);
     let retried = events_of(&events, &call_id);
     let kinds: Vec<&str> = retried.iter().filter_map(|e| e["kind"].as_str()).collect();
     let decided = kinds.iter().position(|k| *k == "approval/decided");
@@ -1270,13 +1297,7 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
         "{decided}"
     );
     // Both replays were logged as refusals.
-    let replays = events
-        .iter()
-        .filter(|e| {
-            e["kind"] == "tool/result" && e["payload"]["error"]["code"] == "APPROVAL_STATE_REPLAYED"
-        })
-        .count();
-    assert_eq!(replays, 2, "{events:?}");
+    assert_eq!(replays(&events), 2, "{events:?}");
 }
 
 /// Reject: the call is refused and its use is durable at once, so that a
@@ -1328,7 +1349,14 @@ async fn mrtr_altered_mismatched_and_expired_states_are_refused() {
     assert_eq!(code(&r["result"]), "APPROVAL_STATE_MISMATCH", "{r}");
     assert!(!s.ws.path().join("b.txt").exists());
     // Refusals are results in the log.
-    let events = s.events();
+    let logged = |events: &[Value], c: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == "tool/result" && e["payload"]["error"]["code"] == c)
+    };
+    let events = s.events_when(|e| {
+        logged(e, "APPROVAL_STATE_INVALID") && logged(e, "APPROVAL_STATE_MISMATCH")
+    });
     for c in ["APPROVAL_STATE_INVALID", "APPROVAL_STATE_MISMATCH"] {
         assert!(
             events

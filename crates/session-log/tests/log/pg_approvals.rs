@@ -42,6 +42,44 @@ fn a_request_asked_on_one_replica_is_decided_once_through_another() {
     });
 }
 
+/// A claim succeeds once across replicas, also when they race, and is never pending.
+#[test]
+fn a_claim_is_won_once_across_replicas_and_is_never_pending() {
+    let Some(url) = pg_url() else { return };
+    let log = unique("approvals-claim");
+    let _a_log = PgEngine::open(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let a = std::sync::Arc::new(
+        PgApprovals::new(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap(),
+    );
+    let b = std::sync::Arc::new(
+        PgApprovals::new(&url, &pg_options(&log, "b", Duration::from_secs(600))).unwrap(),
+    );
+    let rt = rt();
+    rt.block_on(async {
+        assert!(a.claim_once("c1", "used").await.unwrap());
+        assert!(!a.claim_once("c1", "used").await.unwrap());
+        assert!(!b.claim_once("c1", "used").await.unwrap());
+        // Racing: 16 claims of each of 8 ids from both replicas at once.
+        for round in 0..8 {
+            let id = format!("race-{round}");
+            let mut claims = tokio::task::JoinSet::new();
+            for i in 0..16 {
+                let q = if i % 2 == 0 { a.clone() } else { b.clone() };
+                let id = id.clone();
+                claims.spawn(async move { q.claim_once(&id, "used").await.unwrap() });
+            }
+            let won = claims.join_all().await.into_iter().filter(|w| *w).count();
+            assert_eq!(won, 1, "{id}: {won} claims won");
+        }
+        // A claim is decided as it is made: nobody lists or decides it.
+        assert!(b.pending().await.unwrap().is_empty());
+        assert_eq!(
+            b.decide("c1", "allow").await.unwrap(),
+            Decided::Already("used".into())
+        );
+    });
+}
+
 #[test]
 fn recovery_decides_only_requests_nobody_can_wait_for() {
     let Some(url) = pg_url() else { return };

@@ -306,13 +306,45 @@ pub async fn call_as(
     tool: &str,
     args: Value,
 ) -> Result<Value, String> {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-    "name": tool, "arguments": args,
-    "_meta": {
+    call_with(addr, token, id, tool, args, json!({}), json!({})).await
+}
+
+/// [`call_as`] from a client with `capabilities`, with `extra` params
+/// (`inputResponses`, `requestState`) beside the name and arguments.
+pub async fn call_with(
+    addr: SocketAddr,
+    token: Option<&str>,
+    id: u64,
+    tool: &str,
+    args: Value,
+    extra: Value,
+    capabilities: Value,
+) -> Result<Value, String> {
+    let mut params = json!({"name": tool, "arguments": args});
+    if let (Some(p), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(extra.clone());
+    }
+    rpc(addr, token, id, "tools/call", tool, params, capabilities).await
+}
+
+/// A 2026-07-28 request `method` with `params` (`_meta` added: this client and its
+/// `capabilities`) and `Mcp-Name: name`, without a session, to `addr`; its answer, or
+/// why none came.
+pub async fn rpc(
+    addr: SocketAddr,
+    token: Option<&str>,
+    id: u64,
+    method: &str,
+    name: &str,
+    mut params: Value,
+    capabilities: Value,
+) -> Result<Value, String> {
+    params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "replica-test", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }}});
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    });
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let request = http::Request::builder()
         .method("POST")
         .uri("/mcp")
@@ -320,8 +352,8 @@ pub async fn call_as(
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool);
+        .header("mcp-method", method)
+        .header("mcp-name", name);
     let request = match token {
         Some(t) => request.header("authorization", format!("Bearer {t}")),
         None => request,

@@ -458,6 +458,223 @@ fn an_approval_asked_on_one_replica_is_decided_through_another_and_the_call_runs
     assert_eq!(events[4]["payload"]["status"], "ok");
 }
 
+/// A 2026-07-28 approval state issued by one replica is good on another (one key file),
+/// and its use is claimed in the database: the same approved retry sent to both replicas
+/// at once, eight times, runs exactly once; the others are refused
+/// `APPROVAL_STATE_REPLAYED` and logged.
+#[test]
+fn a_2026_approval_state_is_good_on_any_replica_and_runs_once() {
+    let Some(url) = super::replica::pg_url() else {
+        return;
+    };
+    let dir = crate::support::tempdir();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let policy = ask_writes_policy(dir.path());
+    let key = dir.path().join("approval.key");
+    let cluster = Cluster {
+        url,
+        log: super::replica::unique("mrtr"),
+        ws: ws.clone(),
+        lease_ms: 10_000,
+        args: [
+            "--policy",
+            policy.to_str().unwrap(),
+            "--approval-key",
+            key.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    let mut a = Replica::start(&cluster, "mrtr-a");
+    let mut b = Replica::start(&cluster, "mrtr-b");
+    let (addr_a, addr_b) = (a.wait_listening(), b.wait_listening());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let elicits = json!({"elicitation": {"form": {}}});
+    let ask = |addr, path: &str| {
+        let answer = rt
+            .block_on(super::replica::call_with(
+                addr,
+                None,
+                1,
+                "write_file",
+                json!({"path": path, "content": "once\n"}),
+                json!({}),
+                elicits.clone(),
+            ))
+            .unwrap();
+        let state = answer["result"]["requestState"]
+            .as_str()
+            .unwrap_or_else(|| {
+                panic!("no input-required result: {answer}");
+            });
+        state.to_string()
+    };
+    let approve = json!({"approval": {"action": "accept", "content": {"approve": true}}});
+    let retry = |addr, id, path: &str, state: &str| {
+        super::replica::call_with(
+            addr,
+            None,
+            id,
+            "write_file",
+            json!({"path": path, "content": "once\n"}),
+            json!({"inputResponses": approve.clone(), "requestState": state}),
+            elicits.clone(),
+        )
+    };
+
+    // Issued by A, used on B.
+    let state = ask(addr_a, "moved.txt");
+    let answer = rt.block_on(retry(addr_b, 2, "moved.txt", &state)).unwrap();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert!(ws.join("moved.txt").exists());
+
+    // One approved state, sixteen retries at once over both replicas.
+    let state = ask(addr_b, "raced.txt");
+    let answers = rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..16u64 {
+            let addr = if i % 2 == 0 { addr_a } else { addr_b };
+            set.spawn(retry(addr, 10 + i, "raced.txt", &state));
+        }
+        set.join_all().await
+    });
+    let mut ran = 0;
+    for answer in &answers {
+        let answer = answer.as_ref().unwrap();
+        if answer["result"]["isError"] == false {
+            ran += 1;
+        } else {
+            assert_eq!(code_of(answer), "APPROVAL_STATE_REPLAYED", "{answer}");
+        }
+    }
+    assert_eq!(ran, 1, "the one approved state ran {ran} times");
+    for r in [&mut a, &mut b] {
+        r.kill();
+    }
+    let events = cluster.events();
+    let intents = events.iter().filter(|e| e["kind"] == "tool/intent").count();
+    assert_eq!(intents, 2, "one intent per used state: {events:?}");
+    let replayed = events
+        .iter()
+        .filter(|e| {
+            e["kind"] == "tool/result" && e["payload"]["error"]["code"] == "APPROVAL_STATE_REPLAYED"
+        })
+        .count();
+    assert_eq!(replayed, 15, "every refusal is logged");
+}
+
+/// Tasks live in the shared log: a task started on one replica is answered by another
+/// (`working`, then `completed` with the call's result); a task whose replica dies mid-call
+/// is reported by a survivor, once the dead replica's lease expired and its calls were
+/// recovered, as completed with `TOOL_OUTCOME_UNKNOWN`, never as a guess.
+#[test]
+fn a_task_is_answered_by_any_replica_and_a_dead_replicas_task_is_unknown() {
+    let Some(url) = super::replica::pg_url() else {
+        return;
+    };
+    let dir = crate::support::tempdir();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let policy = ask_writes_policy(dir.path());
+    let cluster = Cluster {
+        url,
+        log: super::replica::unique("tasks"),
+        ws,
+        lease_ms: 1500,
+        args: ["--policy", policy.to_str().unwrap()]
+            .map(String::from)
+            .to_vec(),
+    };
+    let mut a = Replica::start(&cluster, "tasks-a");
+    let mut b = Replica::start(&cluster, "tasks-b");
+    let (addr_a, addr_b) = (a.wait_listening(), b.wait_listening());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let start = |addr, id, ms: u64| {
+        let answer = rt
+            .block_on(super::replica::rpc(
+                addr,
+                None,
+                id,
+                "tools/call",
+                "sleep",
+                json!({"name": "sleep", "arguments": {"ms": ms}}),
+                tasks.clone(),
+            ))
+            .unwrap();
+        assert_eq!(answer["result"]["resultType"], "task", "{answer}");
+        answer["result"]["taskId"].as_str().unwrap().to_string()
+    };
+    let get = |addr, id: &str| {
+        rt.block_on(super::replica::rpc(
+            addr,
+            None,
+            99,
+            "tasks/get",
+            id,
+            json!({"taskId": id}),
+            tasks.clone(),
+        ))
+        .unwrap()
+    };
+    let until_done = |addr, id: &str| {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let got = get(addr, id);
+            assert!(got["result"].is_object(), "tasks/get failed: {got}");
+            if got["result"]["status"] != "working" {
+                return got["result"].clone();
+            }
+            assert!(Instant::now() < deadline, "still working: {got}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let id = start(addr_a, 1, 300);
+    let done = until_done(addr_b, &id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], false, "{done}");
+
+    // A task whose replica dies in its body.
+    let id = start(addr_a, 2, 60_000);
+    let deadline = Instant::now() + WAIT;
+    while !cluster
+        .events()
+        .iter()
+        .any(|e| e["kind"] == "tool/intent" && e["call_id"] == id.as_str())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the task's intent never became durable"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(addr_b, &id)["result"]["status"], "working");
+    a.kill();
+    let done = until_done(addr_b, &id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["_meta"]["toolhost"]["code"], "TOOL_OUTCOME_UNKNOWN",
+        "{done}"
+    );
+    b.kill();
+    let events = cluster.events();
+    let results = events
+        .iter()
+        .filter(|e| e["kind"] == "tool/result" && e["call_id"] == id.as_str())
+        .count();
+    assert_eq!(results, 1, "{events:?}");
+}
+
 /// A replica that reloads its tools directory (`--tools`) keeps its one registration
 /// with the database: the reload shares the log, so it neither fences the log in use
 /// nor recovers its own calls; calls after the reload are served.
