@@ -1,9 +1,12 @@
 //! A tool's `host.log` records as MCP `notifications/message`, for a
-//! session whose client asked for them with `logging/setLevel`.
+//! session whose client asked for them with `logging/setLevel`
+//! (2025-11-25), or for one request that asked for them in its `_meta`
+//! (`io.modelcontextprotocol/logLevel`, 2026-07-28; it overrides the
+//! session's level for that request).
 //!
 //! Records are sent when the call ends, before its response, in the order
-//! the tool wrote them, those at or above the session's level only; a
-//! session that never set a level gets none. A call keeps at most
+//! the tool wrote them, those at or above the level only; a request with
+//! no level gets none. A call keeps at most
 //! [`MAX_LOG_RECORDS`](crate::bindings::MAX_LOG_RECORDS) records, so a call
 //! sends at most that many notifications. (MCP's logging utility is
 //! deprecated by SEP-2577 in later revisions; it is what clients of
@@ -31,6 +34,12 @@ impl SessionLevel {
             Ok(mut l) => *l = Some(level),
             Err(poisoned) => *poisoned.into_inner() = Some(level),
         }
+    }
+
+    /// A level of its own, for one request: a 2026-07-28 request names
+    /// the level it wants in its `_meta` (`io.modelcontextprotocol/logLevel`).
+    pub(super) fn fixed(level: LoggingLevel) -> Self {
+        Self(Arc::new(Mutex::new(Some(level))))
     }
 
     pub(super) fn get(&self) -> Option<LoggingLevel> {

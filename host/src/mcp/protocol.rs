@@ -708,14 +708,14 @@ impl ServerHandler for Server {
             })
             .await;
         watcher.abort();
-        // The tool's log records, before the response (never after it).
-        logging::forward(
-            &context.peer,
-            &self.log_level,
-            &result.tool,
-            &result.receipt.logs,
-        )
-        .await;
+        // The tool's log records, before the response (never after it), at
+        // the level the request asked for in its `_meta` (2026-07-28), else
+        // at the session's (`logging/setLevel`, 2025-11-25).
+        let level = match context.meta.log_level() {
+            Some(asked) => SessionLevel::fixed(asked),
+            None => self.log_level.clone(),
+        };
+        logging::forward(&context.peer, &level, &result.tool, &result.receipt.logs).await;
         if let Some(forwarder) = forwarder {
             // The last report goes out before the response, never after.
             forwarder.finish().await;

@@ -970,7 +970,13 @@ fn fixtures_server() -> (Server, tempfile::TempDir) {
 /// Calls `tool` and returns the notifications sent on the call's stream
 /// before its response, and the response.
 async fn call_collecting(c: &Client, id: u64, tool: &str) -> (Vec<Value>, Value) {
-    let mut reply = c.post(&call(id, tool, json!({}))).await;
+    let reply = c.post(&call(id, tool, json!({}))).await;
+    until_response(reply, id).await
+}
+
+/// The messages on a request's stream before its response, and the
+/// response.
+async fn until_response(mut reply: Reply, id: u64) -> (Vec<Value>, Value) {
     assert_eq!(reply.status, StatusCode::OK);
     let mut notes = Vec::new();
     loop {
@@ -1103,6 +1109,64 @@ async fn http_tool_logs_become_log_notifications_once_the_client_sets_a_level() 
     assert!(logs.iter().all(
         |n| n["params"]["level"] == "info" && n["params"]["logger"] == "test_tool_with_logging"
     ));
+}
+
+/// A 2026-07-28 `tools/call` with `level` (if any) as its
+/// `io.modelcontextprotocol/logLevel`: the messages on its stream before
+/// its response, and the response.
+async fn call_2026_collecting(
+    s: &Server,
+    id: u64,
+    tool: &str,
+    level: Option<&str>,
+) -> (Vec<Value>, Value) {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    if let Some(level) = level {
+        meta["io.modelcontextprotocol/logLevel"] = json!(level);
+    }
+    let c = s
+        .client()
+        .with("mcp-protocol-version", "2026-07-28")
+        .with("mcp-method", "tools/call")
+        .with("mcp-name", tool);
+    let reply = c
+        .post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}, "_meta": meta}}))
+        .await;
+    until_response(reply, id).await
+}
+
+/// A 2026-07-28 request has no session to set a level on: it opts in to
+/// its own call's log records in `_meta`, and they arrive on its stream
+/// before the response, at or above the level asked; without it, none.
+#[tokio::test]
+async fn http_2026_requests_ask_for_their_log_records_in_meta() {
+    let (s, _tools) = fixtures_server();
+    let (notes, done) = call_2026_collecting(&s, 1, "test_tool_with_logging", None).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert!(notes.is_empty(), "{notes:?}");
+    let (notes, _) = call_2026_collecting(&s, 2, "test_tool_with_logging", Some("error")).await;
+    assert!(notes.is_empty(), "{notes:?}");
+    let (notes, done) = call_2026_collecting(&s, 3, "test_tool_with_logging", Some("info")).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    let messages: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| &n["params"]["data"])
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed"
+        ],
+        "{notes:?}"
+    );
 }
 
 /// A 2026-07-28 request: no session, the lifecycle in `_meta`, the method in

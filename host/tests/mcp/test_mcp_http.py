@@ -218,6 +218,43 @@ def test_approval_approve_and_reject(tmp_path, mode):
     assert len(asked) == len(decided), (asked, decided)
 
 
+def test_approvals_are_announced_to_a_session_that_set_a_level(tmp_path):
+    """A 2025-11-25 session that set its log level at `notice` hears of its
+    own approval twice over HTTP: `pending`, then `decided`, as
+    notifications/message of logger toolhost/approvals."""
+    srv = HttpServer(tmp_path)
+    policy = srv.file("policy.toml", ASK_WRITES)
+    _, yes = answering(APPROVE)
+    heard = []
+    decided = anyio.Event()
+
+    async def on_log(params):
+        if params.logger == "toolhost/approvals":
+            heard.append(params)
+            if params.data.get("state") == "decided":
+                decided.set()
+
+    async def main():
+        async with srv.serving("--policy", policy) as url:
+            async with Client(url, mode="legacy", elicitation_callback=yes, logging_callback=on_log) as c:
+                await c.set_logging_level("notice")
+                r = await c.call_tool("write_file", {"path": "heard.txt", "content": "x"})
+                assert not r.is_error, text_of(r)
+                # They travel on the session's own stream, apart from the
+                # response: wait for the second, bounded.
+                with anyio.fail_after(WAIT):
+                    await decided.wait()
+
+    run(main)
+    assert [h.data["state"] for h in heard] == ["pending", "decided"], heard
+    assert all(h.level == "notice" for h in heard), heard
+    pending, done = heard[0].data, heard[1].data
+    assert pending["request"]["tool"] == "write_file", pending
+    assert pending["request"]["args"]["path"] == "heard.txt", pending
+    assert done["approval_id"] == pending["approval_id"], (pending, done)
+    assert done["outcome"] == "allowed-once", done
+
+
 async def first_leg(c, path):
     """A 2026-07-28 `tools/call` of write_file driven by hand: the
     InputRequiredResult, whose request_state the test then plays with."""
