@@ -668,6 +668,28 @@ async fn network(quick: bool) -> Value {
     let governed = timed_calls(&host, get, n).await;
     let r = host.call(get()).await;
     assert_eq!(r.canonical["body"].as_str().map(str::len), Some(4096));
+    // The same call whose request the policy refuses (127.0.0.2 is not
+    // granted): everything but the exchange, which never starts.
+    let refused_url = format!("http://127.0.0.2:{port}/4k");
+    let refused_req = || {
+        CallRequest::new(
+            "http_fetch",
+            json!({"url": refused_url, "max_body_bytes": 8192}),
+        )
+        .mode(SandboxMode::None)
+    };
+    let r = host.call(refused_req()).await;
+    assert!(
+        !r.receipt.network.is_empty() && r.receipt.network.iter().all(|e| e.status.is_none()),
+        "{r:?}"
+    );
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        std::hint::black_box(host.call(refused_req()).await);
+        samples.push(us(t.elapsed()));
+    }
+    let refused = stats(samples);
 
     // The decision and address check alone (no lookup: an IP literal, and
     // a name through an in-memory resolver).
@@ -698,6 +720,7 @@ async fn network(quick: bool) -> Value {
     json!({
         "governed_http_fetch_get_4k": js(&governed),
         "native_rust_get_4k": js(&native),
+        "governed_refused_before_connecting": js(&refused),
         "governed_minus_native_p50_us": round(governed.p50 - native.p50),
         "governed_over_native_p50": round(governed.p50 / native.p50 * 100.0) / 100.0,
         "target": "governed <= native + 150 us at p50",

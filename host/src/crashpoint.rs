@@ -25,7 +25,6 @@
 //!   process has not flushed the log or answered yet.
 
 use std::io::Write as _;
-use std::sync::OnceLock;
 
 /// The environment variable naming the point to stop at.
 #[cfg_attr(
@@ -41,7 +40,7 @@ fn target() -> Option<&'static str> {
 
 #[cfg(any(debug_assertions, feature = "crash-points"))]
 fn target() -> Option<&'static str> {
-    static TARGET: OnceLock<Option<String>> = OnceLock::new();
+    static TARGET: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     TARGET
         .get_or_init(|| std::env::var(ENV).ok().filter(|v| !v.is_empty()))
         .as_deref()
