@@ -522,6 +522,96 @@ async fn http_oversized_body_is_413_and_the_server_keeps_serving() {
     assert!(list["result"]["tools"].is_array(), "{list}");
 }
 
+/// Garbage on the wire gets an error answer (never a crash, never a tool
+/// event), and the same session goes on: a body that is not JSON, not
+/// UTF-8, a JSON value that is no JSON-RPC message, a request without a
+/// method, a truncated message.
+#[tokio::test]
+async fn http_garbage_bodies_are_refused_and_the_server_keeps_serving() {
+    let s = Server::start(&[]);
+    std::fs::write(s.ws.path().join("a.txt"), "still here\n").unwrap();
+    let c = s.client().initialize(json!({})).await;
+    let garbage: [&[u8]; 6] = [
+        b"{not json",
+        b"\xff\xfe\x00garbage",
+        b"42",
+        b"{\"jsonrpc\": \"2.0\", \"id\": 1}",
+        b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"tools/call\", \"params\": {\"name\": ",
+        b"",
+    ];
+    for body in garbage {
+        let mut sender = c.connect().await;
+        let mut reply = c.send_on(&mut sender, Bytes::from_static(body)).await;
+        let status = reply.status;
+        let shown = String::from_utf8_lossy(body).into_owned();
+        if status == StatusCode::OK {
+            // Answered in the stream: a JSON-RPC error, never a result.
+            let m = reply.message().await;
+            assert!(m.get("error").is_some(), "{shown:?}: {m}");
+        } else {
+            assert!(status.is_client_error(), "{shown:?}: {status}");
+        }
+    }
+    assert!(!has_tool_events(&s.events()));
+    let r = c
+        .rpc(
+            2,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["isError"], false, "{r}");
+}
+
+/// Slowloris: connections that send part of a request and stop neither
+/// block other clients nor stay open: each is closed once
+/// `HEADER_READ_TIMEOUT` has passed without a whole header.
+#[tokio::test]
+async fn http_partial_requests_are_cut_off_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Server::start(&[]);
+    std::fs::write(s.ws.path().join("a.txt"), "served\n").unwrap();
+    let c = s.client();
+    let mut slow = Vec::new();
+    for _ in 0..32 {
+        let mut stream = tokio::net::TcpStream::connect(c.addr).await.unwrap();
+        let part = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: appl",
+            c.host
+        );
+        stream.write_all(part.as_bytes()).await.unwrap();
+        slow.push(stream);
+    }
+    // While they hang, a whole client is served.
+    let c = c.initialize(json!({})).await;
+    let r = c
+        .rpc(
+            2,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    // Each slow connection ends (EOF, or a reset) within the header timeout
+    // plus a margin; a connection still open past it fails the test.
+    let limit = toolhost::mcp::HEADER_READ_TIMEOUT + Duration::from_secs(20);
+    for mut stream in slow {
+        let mut buf = [0u8; 512];
+        let ended = tokio::time::timeout(limit, async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue, // a 408 answer, then the close
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "a partial request kept its connection open");
+    }
+    let r = c.rpc(3, "tools/list", json!({})).await;
+    assert!(r["result"]["tools"].is_array(), "{r}");
+}
+
 #[tokio::test]
 async fn http_shutdown_while_idle_exits_zero() {
     let mut s = Server::start(&[]);
