@@ -1278,6 +1278,59 @@ async fn rpc_2026(s: &Server, id: u64, method: &str, mut params: Value) -> Value
     c.rpc(id, method, params).await
 }
 
+/// A 2026-07-28 request has no session to send `notifications/cancelled`
+/// in: a client cancels it by closing its stream. Once the response has
+/// begun (a progress notification: the body is running), closing the
+/// connection stops the body, and the call ends `CANCELLED` long before
+/// its 30 s sleep would have ended.
+#[tokio::test]
+async fn http_2026_closing_the_stream_cancels_the_call() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Server::start(&[]);
+    let c = s.client();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": "sleep", "arguments": {"ms": 30000}, "_meta": {
+        "progressToken": "p",
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}})
+    .to_string();
+    // A connection of its own, so that dropping it closes the socket.
+    let mut stream = tokio::net::TcpStream::connect(c.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n\
+         mcp-method: tools/call\r\nmcp-name: sleep\r\ncontent-length: {}\r\n\r\n{body}",
+        c.host,
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains("notifications/progress") {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .expect("no progress in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the stream ended: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(seen.starts_with(b"HTTP/1.1 200"));
+    drop(stream);
+    // The call's events reach the log when it ends (its intent is lazy).
+    let ended = s.events_when(|e| e.iter().any(|e| e["kind"] == "tool/result"));
+    let result = ended
+        .iter()
+        .find(|e| e["kind"] == "tool/result")
+        .expect("the call ended when its stream closed");
+    assert_eq!(result["payload"]["error"]["code"], "CANCELLED", "{result}");
+}
+
 /// A client of the 2026-07-28 revision over HTTP (rmcp's stateless
 /// lifecycle): `server/discover` and `tools/call` without `initialize`; an
 /// `ask` comes back as an input-required result (see the `mrtr_` tests),
