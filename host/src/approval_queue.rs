@@ -366,7 +366,37 @@ fn sweep(dir: &Path) {
     }
 }
 
+/// The decision a wait that timed out publishes.
+fn timed_out() -> ApprovalDecision {
+    ApprovalDecision {
+        outcome: ApprovalOutcome::Unavailable,
+        by: "timeout".into(),
+    }
+}
+
 impl QueueApprover {
+    /// Asks `decided` every [`POLL`] until it gives a decision, or until
+    /// this approver's timeout has passed (`None`).
+    async fn poll_decision<F, Fut>(
+        &self,
+        mut decided: F,
+    ) -> Result<Option<ApprovalDecision>, DecideError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<ApprovalDecision>, DecideError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            if let Some(d) = decided().await? {
+                return Ok(Some(d));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     async fn wait(&self, request: &ApprovalRequest) -> Result<ApprovalDecision, DecideError> {
         match &self.queue {
             ApprovalQueue::Dir(state) => self.wait_in_dir(&approvals_dir(state), request).await,
@@ -387,20 +417,18 @@ impl QueueApprover {
         }
         let text = serde_json::to_string(request).map_err(|e| pg_io(pg, e))?;
         pg.register(id, &text).await.map_err(|e| pg_io(pg, e))?;
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        loop {
-            if let Some(d) = pg.decision(id).await.map_err(|e| pg_io(pg, e))? {
-                return serde_json::from_str(&d).map_err(|e| pg_io(pg, e));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(POLL).await;
+        let decided = self
+            .poll_decision(|| async {
+                match pg.decision(id).await.map_err(|e| pg_io(pg, e))? {
+                    Some(d) => serde_json::from_str(&d).map(Some).map_err(|e| pg_io(pg, e)),
+                    None => Ok(None),
+                }
+            })
+            .await?;
+        if let Some(d) = decided {
+            return Ok(d);
         }
-        let timeout = ApprovalDecision {
-            outcome: ApprovalOutcome::Unavailable,
-            by: "timeout".into(),
-        };
+        let timeout = timed_out();
         match pg_publish(pg, id, &timeout).await? {
             None => Ok(timeout),
             Some(Some(d)) => Ok(d),
@@ -423,21 +451,14 @@ impl QueueApprover {
         let bytes = serde_json::to_vec(request).map_err(|e| io(dir, e))?;
         let temp = temp_file(dir, &bytes)?;
         std::fs::rename(&temp, request_path(dir, id)).map_err(|e| io(dir, e))?;
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        loop {
-            if let Some(d) = read_decision(dir, id) {
-                return Ok(d);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(POLL).await;
+        if let Some(d) = self
+            .poll_decision(|| std::future::ready(Ok(read_decision(dir, id))))
+            .await?
+        {
+            return Ok(d);
         }
         // The wait is over: timeout, unless a decision got in first.
-        let timeout = ApprovalDecision {
-            outcome: ApprovalOutcome::Unavailable,
-            by: "timeout".into(),
-        };
+        let timeout = timed_out();
         if publish(dir, id, &timeout)? {
             return Ok(timeout);
         }
@@ -514,10 +535,7 @@ mod tests {
                 decide_approval(&s, &id2, ApprovalOutcome::AllowedOnce, "op")
             });
             barrier.wait();
-            let timeout = ApprovalDecision {
-                outcome: ApprovalOutcome::Unavailable,
-                by: "timeout".into(),
-            };
+            let timeout = timed_out();
             let waiter_won = publish(&dir, &id, &timeout).unwrap();
             let decided = decider.join().unwrap();
             let stands = read_decision(&dir, &id).unwrap();

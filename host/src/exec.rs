@@ -9,7 +9,6 @@ use crate::runtime::{LoadError, Receipt, Run, Runtime, StoreBuilder, race};
 pub use crate::sandbox::{CommandSpec, SandboxSpec};
 use crate::state::Interrupt;
 use toolhost_core::ErrorCode;
-use wasmtime_wasi::I32Exit;
 
 /// How a command program ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,17 +71,10 @@ pub async fn run_command(
     })
 }
 
-/// How the run ended, from what the body returned: an explicit exit (an
-/// `I32Exit` error, from `exit` or `proc_exit`) is a normal end; a cut
-/// output overrides a normal end, since the user did not get all of it.
+/// How the run ended, from what the body returned (an explicit exit is
+/// already a status, see `Program::run`); a cut output overrides a normal
+/// end, since the user did not get all of it.
 fn outcome(run: &mut Run, raced: Option<wasmtime::Result<u8>>) -> ExecOutcome {
-    let raced = match raced {
-        Some(Err(e)) => match e.downcast_ref::<I32Exit>() {
-            Some(exit) => Some(Ok(u8::try_from(exit.0).unwrap_or(u8::MAX))),
-            None => Some(Err(e)),
-        },
-        other => other,
-    };
     let ended = run.finish(raced);
     if let Err((code, message)) = run.check_passthrough() {
         let then = match &ended {

@@ -28,7 +28,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
-use wasmtime_wasi::I32Exit;
 
 /// A program-backed tool: its manifest and its program, compiled (through
 /// the compile cache) and linked.
@@ -193,14 +192,6 @@ impl ProgramTool {
         };
         let (deadline, interrupt) = run.deadline();
         let raced = race(self.program.run(&mut run.store), deadline, &interrupt).await;
-        // An explicit exit (`proc_exit`, `exit-with-code`) is a normal end.
-        let raced = match raced {
-            Some(Err(e)) => match e.downcast_ref::<I32Exit>() {
-                Some(exit) => Some(Ok(u8::try_from(exit.0).unwrap_or(u8::MAX))),
-                None => Some(Err(e)),
-            },
-            other => other,
-        };
         let ended = run.finish(raced);
         let mut receipt = run.receipt();
         receipt.wall_us = started.elapsed().as_micros() as u64;

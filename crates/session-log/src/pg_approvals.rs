@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio_postgres::{Client, Config};
 
 use crate::error::LogError;
-use crate::pg_engine::{PgOptions, check_name, connect, from_pg};
+use crate::pg_engine::{PgOptions, checked_config, connect, from_pg};
 
 /// What [`PgApprovals::decide`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,15 +64,7 @@ impl PgApprovals {
     ///
     /// [`LogError::Invalid`] for a malformed URL, schema name or an empty log or replica.
     pub fn new(url: &str, options: &PgOptions) -> Result<PgApprovals, LogError> {
-        let mut config: Config = url
-            .parse()
-            .map_err(|e| LogError::Invalid(format!("not a PostgreSQL connection string: {e}")))?;
-        check_name("schema", &options.schema)?;
-        if options.log.is_empty() || options.replica.is_empty() {
-            return Err(LogError::Invalid(
-                "the log name and the replica identity must not be empty".to_string(),
-            ));
-        }
+        let mut config = checked_config(url, options)?;
         config.application_name(format!("toolhost {} approvals", options.replica));
         Ok(PgApprovals {
             config,
@@ -169,20 +161,8 @@ impl PgApprovals {
     /// [`LogError::Storage`] when the database cannot be reached.
     pub async fn decision(&self, id: &str) -> Result<Option<String>, LogError> {
         let client = self.client().await?;
-        self.bounded(async {
-            let row = client
-                .query_opt(
-                    "SELECT decision FROM toolhost_approvals WHERE log = $1 AND id = $2",
-                    &[&self.log, &id],
-                )
-                .await
-                .map_err(from_pg)?;
-            match row {
-                Some(r) => r.try_get::<_, Option<String>>(0).map_err(from_pg),
-                None => Ok(None),
-            }
-        })
-        .await
+        self.bounded(async { Ok(recorded(&client, &self.log, id).await?.flatten()) })
+            .await
     }
 
     /// Records `decision` (JSON) for `id` unless one is recorded already.
@@ -204,20 +184,10 @@ impl PgApprovals {
             if updated == 1 {
                 return Ok(Decided::Stands);
             }
-            let row = client
-                .query_opt(
-                    "SELECT decision FROM toolhost_approvals WHERE log = $1 AND id = $2",
-                    &[&self.log, &id],
-                )
-                .await
-                .map_err(from_pg)?;
-            match row {
-                None => Ok(Decided::Unknown),
-                Some(r) => Ok(r
-                    .try_get::<_, Option<String>>(0)
-                    .map_err(from_pg)?
-                    .map_or(Decided::Unknown, Decided::Already)),
-            }
+            Ok(match recorded(&client, &self.log, id).await? {
+                Some(Some(first)) => Decided::Already(first),
+                Some(None) | None => Decided::Unknown,
+            })
         })
         .await
     }
@@ -286,4 +256,22 @@ impl PgApprovals {
         })
         .await
     }
+}
+
+/// The row of request `id` in `log`: `None` when there is none, else its
+/// decision (`None` while pending).
+async fn recorded(
+    client: &Client,
+    log: &str,
+    id: &str,
+) -> Result<Option<Option<String>>, LogError> {
+    let row = client
+        .query_opt(
+            "SELECT decision FROM toolhost_approvals WHERE log = $1 AND id = $2",
+            &[&log, &id],
+        )
+        .await
+        .map_err(from_pg)?;
+    row.map(|r| r.try_get::<_, Option<String>>(0).map_err(from_pg))
+        .transpose()
 }

@@ -172,15 +172,7 @@ impl PgEngine {
     }
 
     fn start(url: &str, options: &PgOptions, writer: bool) -> Result<PgEngine, LogError> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| LogError::Invalid(format!("not a PostgreSQL connection string: {e}")))?;
-        check_name("schema", &options.schema)?;
-        if options.log.is_empty() || options.replica.is_empty() {
-            return Err(LogError::Invalid(
-                "the log name and the replica identity must not be empty".to_string(),
-            ));
-        }
+        let mut config = checked_config(url, options)?;
         if options.lease < Duration::from_millis(100) {
             return Err(LogError::Invalid(
                 "a replica's lease must last at least 100 ms".to_string(),
@@ -1173,6 +1165,25 @@ fn decode_row(row: &tokio_postgres::Row) -> Result<Event, LogError> {
         payload: serde_json::from_str(&payload)
             .map_err(|e| LogError::Corrupt(format!("event {seq} cannot be decoded: {e}")))?,
     })
+}
+
+/// The connection settings of `url`, once `options` name a valid schema, a
+/// log and a replica: what the engine and [`PgApprovals`](crate::PgApprovals)
+/// both start from.
+pub(crate) fn checked_config(
+    url: &str,
+    options: &PgOptions,
+) -> Result<tokio_postgres::Config, LogError> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| LogError::Invalid(format!("not a PostgreSQL connection string: {e}")))?;
+    check_name("schema", &options.schema)?;
+    if options.log.is_empty() || options.replica.is_empty() {
+        return Err(LogError::Invalid(
+            "the log name and the replica identity must not be empty".to_string(),
+        ));
+    }
+    Ok(config)
 }
 
 /// Refuses a name that would need quoting beyond double quotes.

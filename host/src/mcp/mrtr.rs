@@ -521,6 +521,17 @@ mod tests {
         }
     }
 
+    /// `s.redeem` of a `write_file` call by `anonymous`, run to its end.
+    fn redeem_write(
+        s: &ApprovalStates,
+        state: &str,
+        args: &str,
+        answers: Option<&InputResponses>,
+        log: &SessionLog,
+    ) -> Result<Redeemed, (ErrorCode, String)> {
+        futures::executor::block_on(s.redeem(state, "write_file", args, "anonymous", answers, log))
+    }
+
     fn code(r: Result<Redeemed, (ErrorCode, String)>) -> Option<ErrorCode> {
         r.err().map(|(c, _)| c)
     }
@@ -531,27 +542,13 @@ mod tests {
         let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
         let args = r#"{"path":"a"}"#;
         let state = issue(&s, args);
-        let ok = futures::executor::block_on(s.redeem(
-            &state,
-            "write_file",
-            args,
-            "anonymous",
-            Some(&accept()),
-            &log,
-        ));
+        let ok = redeem_write(&s, &state, args, Some(&accept()), &log);
         let ok = ok.unwrap_or_else(|(c, m)| panic!("{c}: {m}"));
         assert_eq!(ok.call_id, "call-s-1-mrtr");
         assert_eq!(ok.approver.outcome, ApprovalOutcome::AllowedOnce);
         assert!(ok.approver.single_use().is_some());
         assert_eq!(
-            code(futures::executor::block_on(s.redeem(
-                &state,
-                "write_file",
-                args,
-                "anonymous",
-                Some(&accept()),
-                &log
-            ))),
+            code(redeem_write(&s, &state, args, Some(&accept()), &log)),
             Some(ErrorCode::ApprovalStateReplayed)
         );
     }
@@ -600,14 +597,7 @@ mod tests {
         let other = ApprovalStates::new(&Fixed(vec![9; 32]), DEFAULT_APPROVAL_STATE_TTL)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            code(futures::executor::block_on(other.redeem(
-                &state,
-                "write_file",
-                args,
-                "anonymous",
-                None,
-                &log
-            ))),
+            code(redeem_write(&other, &state, args, None, &log)),
             Some(ErrorCode::ApprovalStateInvalid)
         );
     }
@@ -639,16 +629,7 @@ mod tests {
         );
         let args = r#"{"path":"a"}"#;
         let state = issue(&a, args);
-        let redeem = |s: &ApprovalStates, log| {
-            futures::executor::block_on(s.redeem(
-                &state,
-                "write_file",
-                args,
-                "anonymous",
-                Some(&accept()),
-                log,
-            ))
-        };
+        let redeem = |s: &ApprovalStates, log| redeem_write(s, &state, args, Some(&accept()), log);
         assert!(
             redeem(&b, &log_b).is_ok(),
             "a state is good on any server with the key"
@@ -662,14 +643,7 @@ mod tests {
             .with_shared_claims(std::sync::Arc::new(Ledger(Mutex::default(), false)));
         let fresh = issue(&down, args);
         assert_eq!(
-            code(futures::executor::block_on(down.redeem(
-                &fresh,
-                "write_file",
-                args,
-                "anonymous",
-                Some(&accept()),
-                &log_a,
-            ))),
+            code(redeem_write(&down, &fresh, args, Some(&accept()), &log_a)),
             Some(ErrorCode::ApprovalStateInvalid)
         );
     }
@@ -687,14 +661,7 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(
-            code(futures::executor::block_on(s.redeem(
-                &state,
-                "write_file",
-                args,
-                "anonymous",
-                None,
-                &log
-            ))),
+            code(redeem_write(&s, &state, args, None, &log)),
             Some(ErrorCode::ApprovalStateExpired)
         );
     }

@@ -47,10 +47,20 @@ pub(crate) enum Program {
 impl Program {
     /// Instantiates the program in `store` and runs it to its end: its exit
     /// status (0 for a normal end; a component's `exit(err)` is 1). An
-    /// explicit exit (`proc_exit`, `exit-with-code`) ends it with an
-    /// [`wasmtime_wasi::I32Exit`] error, which the caller turns into a
-    /// status.
+    /// explicit exit (`proc_exit`, `exit-with-code`, which wasmtime-wasi
+    /// raises as an [`wasmtime_wasi::I32Exit`] error) is a normal end with
+    /// its status, clamped to 0-255.
     pub(crate) async fn run(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<u8> {
+        match self.run_to_end(store).await {
+            Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+                Some(exit) => Ok(u8::try_from(exit.0).unwrap_or(u8::MAX)),
+                None => Err(e),
+            },
+            ended => ended,
+        }
+    }
+
+    async fn run_to_end(&self, store: &mut wasmtime::Store<CallState>) -> wasmtime::Result<u8> {
         match self {
             Program::Component { pre, needs } => {
                 store.data().admit(needs.as_ref())?;

@@ -961,11 +961,7 @@ async fn http_rate_limits_follow_the_token_not_the_session() {
     assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
     // So is a session-less 2026-07-28 request.
     let mut stateless = read.clone();
-    stateless["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
+    stateless["_meta"] = meta_2026(json!({}));
     let r = alpha()
         .with("mcp-protocol-version", "2026-07-28")
         .with("mcp-method", "tools/call")
@@ -1210,11 +1206,7 @@ async fn call_2026_collecting(
     tool: &str,
     level: Option<&str>,
 ) -> (Vec<Value>, Value) {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
+    let mut meta = meta_2026(json!({}));
     if let Some(level) = level {
         meta["io.modelcontextprotocol/logLevel"] = json!(level);
     }
@@ -1261,17 +1253,34 @@ async fn http_2026_requests_ask_for_their_log_records_in_meta() {
 
 /// A 2026-07-28 request: no session, the lifecycle in `_meta`, the method in
 /// `Mcp-Method`; its answer.
-async fn rpc_2026(s: &Server, id: u64, method: &str, mut params: Value) -> Value {
-    params["_meta"] = json!({
+async fn rpc_2026(s: &Server, id: u64, method: &str, params: Value) -> Value {
+    rpc_2026_with(s, id, method, params, json!({"elicitation": {}})).await
+}
+
+/// The `_meta` of a 2026-07-28 request from a client with `capabilities`.
+fn meta_2026(capabilities: Value) -> Value {
+    json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
-    });
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// [`rpc_2026`] from a client with `capabilities`. `Mcp-Name` names the
+/// tool of a call, the task of `tasks/*`.
+async fn rpc_2026_with(
+    s: &Server,
+    id: u64,
+    method: &str,
+    mut params: Value,
+    capabilities: Value,
+) -> Value {
+    params["_meta"] = meta_2026(capabilities);
     let c = s
         .client()
         .with("mcp-protocol-version", "2026-07-28")
         .with("mcp-method", method);
-    let c = match params["name"].as_str() {
+    let c = match params["name"].as_str().or(params["taskId"].as_str()) {
         Some(name) => c.with("mcp-name", name),
         None => c,
     };
@@ -1288,13 +1297,10 @@ async fn http_2026_closing_the_stream_cancels_the_call() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let s = Server::start(&[]);
     let c = s.client();
+    let mut meta = meta_2026(json!({}));
+    meta["progressToken"] = json!("p");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-    "name": "sleep", "arguments": {"ms": 30000}, "_meta": {
-        "progressToken": "p",
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "http-test-2026", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }}})
+        "name": "sleep", "arguments": {"ms": 30000}, "_meta": meta}})
     .to_string();
     // A connection of its own, so that dropping it closes the socket.
     let mut stream = tokio::net::TcpStream::connect(c.addr).await.unwrap();
@@ -1632,24 +1638,9 @@ async fn mrtr_is_not_offered_to_a_2025_session() {
 // --- tasks (the io.modelcontextprotocol/tasks extension) ---
 
 /// A 2026-07-28 request that declares the tasks extension.
-async fn rpc_tasks(s: &Server, id: u64, method: &str, mut params: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "http-test-tasks", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {
-            "extensions": {"io.modelcontextprotocol/tasks": {}}
-        },
-    });
-    let c = s
-        .client()
-        .with("mcp-protocol-version", "2026-07-28")
-        .with("mcp-method", method);
-    // `Mcp-Name`: the tool of a call, the task of `tasks/*`.
-    let c = match params["name"].as_str().or(params["taskId"].as_str()) {
-        Some(name) => c.with("mcp-name", name),
-        None => c,
-    };
-    c.rpc(id, method, params).await
+async fn rpc_tasks(s: &Server, id: u64, method: &str, params: Value) -> Value {
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    rpc_2026_with(s, id, method, params, tasks).await
 }
 
 /// Polls `tasks/get` (as the extension asks clients to) until the task is
