@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
+//! | `stdio` | stdin and stdout as that transport's streams: pipes and sockets polled without blocking, anything else on tokio's blocking streams |
 //! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
 //! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
@@ -45,6 +46,7 @@ mod operator;
 mod progress;
 mod protocol;
 mod reload;
+mod stdio;
 mod tasks;
 
 pub use announce::APPROVALS_LOGGER;
@@ -188,7 +190,12 @@ type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 /// stdin (or the process gets SIGTERM / Ctrl-C). Builds the first host with
 /// `factory`; an error there is returned (a configuration error).
 pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
-    serve(factory, options, tokio::io::stdin(), tokio::io::stdout()).await
+    let stdio = stdio::Stdio::open();
+    let switched = stdio.non_blocking();
+    tracing::debug!("stdin and stdout without blocking: {switched:?}");
+    let served = serve(factory, options, stdio.input, stdio.output).await;
+    stdio::Stdio::restore(switched);
+    served
 }
 
 /// Serves MCP on any byte streams (one JSON-RPC message per line).

@@ -460,3 +460,71 @@ fn stdio_approvals_are_announced_pending_then_decided() {
     );
     assert_eq!(r["result"]["isError"], false, "{r}");
 }
+
+/// stdin a socket pair (as Node's libuv gives a child) and stdout a pipe:
+/// both are served without blocking, a call goes through, and once the
+/// client closes stdin the server exits and leaves both in blocking mode
+/// (non-blocking mode belongs to the open file, which others may share).
+#[test]
+fn stdio_over_a_socket_pair_and_a_pipe_serves_and_leaves_them_blocking() {
+    use std::os::unix::net::UnixStream;
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.txt"), "hello over a socket\n").unwrap();
+    let (mut to_server, server_stdin) = UnixStream::pair().unwrap();
+    let (from_server, server_stdout) = std::io::pipe().unwrap();
+    // Our own handles on the server's ends, to read their flags after.
+    let stdin_end = server_stdin.try_clone().unwrap();
+    let stdout_end = server_stdout.try_clone().unwrap();
+    let mut child = Command::new(crate::support::bin())
+        .args(["serve", "--mcp", "--mode", "read-only", "--workspace"])
+        .arg(ws.path())
+        .arg("--state")
+        .arg(state.path())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(server_stdin)))
+        .stdout(Stdio::from(server_stdout))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(from_server).lines();
+    let mut ask = |v: Value| {
+        writeln!(to_server, "{v}").unwrap();
+        to_server.flush().unwrap();
+    };
+    ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "socket-test", "version": "0"}}}),
+    );
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    ask(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let line = lines.next().expect("the server closed stdout").unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v.get("id").is_some() {
+            answered.push(v);
+        }
+    }
+    assert_eq!(answered[0]["result"]["serverInfo"]["name"], "toolhost");
+    assert_eq!(
+        answered[1]["result"]["content"][0]["text"], "hello over a socket\n",
+        "{}",
+        answered[1]
+    );
+    // The client closes stdin: the server ends its session and exits.
+    to_server.shutdown(std::net::Shutdown::Write).unwrap();
+    drop(to_server);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    for (name, flags) in [
+        ("stdin", rustix::fs::fcntl_getfl(&stdin_end).unwrap()),
+        ("stdout", rustix::fs::fcntl_getfl(&stdout_end).unwrap()),
+    ] {
+        assert!(
+            !flags.contains(rustix::fs::OFlags::NONBLOCK),
+            "the server left its {name} non-blocking: {flags:?}"
+        );
+    }
+}
