@@ -128,6 +128,16 @@ async fn main() {
         println!("{}", network(quick).await);
         return;
     }
+    if args.iter().any(|a| a == "--file-access-only") {
+        let cache = tempfile::tempdir().unwrap();
+        let ctx = Ctx {
+            quick,
+            cache: cache.path().to_path_buf(),
+            workspace: tempfile::tempdir().unwrap(),
+        };
+        println!("{}", file_access(&ctx).await);
+        return;
+    }
     if args.iter().any(|a| a == "--languages-only") {
         let cache = tempfile::tempdir().unwrap();
         let ctx = Ctx {
@@ -953,6 +963,27 @@ fn mib(b: u64) -> f64 {
 /// How many untimed calls [`timed_calls`] makes before its `n` timed ones.
 fn warm_ups(n: usize) -> usize {
     (n / 10).clamp(3, 200)
+}
+
+/// What file access costs a call: the no-op tool without a file system,
+/// the same tool granted a read-only workspace (the body's own thread and
+/// the preopen, no file operation), and `read_file` of 4 KiB.
+async fn file_access(ctx: &Ctx) -> Value {
+    let text: String = "toolhost benchmark line of text.\n".repeat(4096 / 32);
+    std::fs::write(ctx.workspace.path().join("file4k.txt"), &text[..4096]).unwrap();
+    let runtime = Arc::new(Runtime::new(ctx.options()).unwrap());
+    let host = ctx.host(runtime, None).await;
+    let noop_ro = || CallRequest::new("noop", json!({})).mode(SandboxMode::ReadOnly);
+    let n = ctx.iters(3000);
+    let none = timed_calls(&host, noop, n).await;
+    let ro = timed_calls(&host, noop_ro, n).await;
+    let read = timed_calls(&host, read4k, n).await;
+    json!({
+        "noop_none": js(&none),
+        "noop_read_only": js(&ro),
+        "read_file_4k": js(&read),
+        "read_file_over_noop": round(read.p50 / none.p50 * 100.0) / 100.0,
+    })
 }
 
 async fn timed_calls(host: &Host, req: impl Fn() -> CallRequest, n: usize) -> Stats {
