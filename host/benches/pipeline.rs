@@ -967,7 +967,8 @@ fn warm_ups(n: usize) -> usize {
 
 /// What file access costs a call: the no-op tool without a file system,
 /// the same tool granted a read-only workspace (the body's own thread and
-/// the preopen, no file operation), and `read_file` of 4 KiB.
+/// the preopen, no file operation), granted a writable one (and a scratch
+/// directory per call), and `read_file` of 4 KiB. In-memory log: no fsync.
 async fn file_access(ctx: &Ctx) -> Value {
     let text: String = "toolhost benchmark line of text.\n".repeat(4096 / 32);
     std::fs::write(ctx.workspace.path().join("file4k.txt"), &text[..4096]).unwrap();
@@ -977,10 +978,12 @@ async fn file_access(ctx: &Ctx) -> Value {
     let n = ctx.iters(3000);
     let none = timed_calls(&host, noop, n).await;
     let ro = timed_calls(&host, noop_ro, n).await;
+    let write = timed_calls(&host, noop_write_grant, n).await;
     let read = timed_calls(&host, read4k, n).await;
     json!({
         "noop_none": js(&none),
         "noop_read_only": js(&ro),
+        "noop_workspace_write": js(&write),
         "read_file_4k": js(&read),
         "read_file_over_noop": round(read.p50 / none.p50 * 100.0) / 100.0,
     })
