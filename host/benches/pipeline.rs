@@ -67,11 +67,24 @@ fn rss_bytes() -> u64 {
 
 struct Ctx {
     quick: bool,
-    cache: PathBuf,
+    cache: tempfile::TempDir,
     workspace: tempfile::TempDir,
 }
 
 impl Ctx {
+    /// A fresh compile cache and a workspace holding `file4k.txt` (4 KiB).
+    fn new(quick: bool) -> Ctx {
+        let cache = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let text: String = "toolhost benchmark line of text.\n".repeat(4096 / 32);
+        std::fs::write(workspace.path().join("file4k.txt"), &text[..4096]).unwrap();
+        Ctx {
+            quick,
+            cache,
+            workspace,
+        }
+    }
+
     fn iters(&self, full: usize) -> usize {
         if self.quick {
             (full / 10).max(20)
@@ -82,7 +95,7 @@ impl Ctx {
 
     fn options(&self) -> RuntimeOptions {
         RuntimeOptions {
-            cache_dir: Some(self.cache.clone()),
+            cache_dir: Some(self.cache.path().to_path_buf()),
             max_concurrent_calls: 64,
             ..RuntimeOptions::default()
         }
@@ -129,33 +142,14 @@ async fn main() {
         return;
     }
     if args.iter().any(|a| a == "--file-access-only") {
-        let cache = tempfile::tempdir().unwrap();
-        let ctx = Ctx {
-            quick,
-            cache: cache.path().to_path_buf(),
-            workspace: tempfile::tempdir().unwrap(),
-        };
-        println!("{}", file_access(&ctx).await);
+        println!("{}", file_access(&Ctx::new(quick)).await);
         return;
     }
     if args.iter().any(|a| a == "--languages-only") {
-        let cache = tempfile::tempdir().unwrap();
-        let ctx = Ctx {
-            quick,
-            cache: cache.path().to_path_buf(),
-            workspace: tempfile::tempdir().unwrap(),
-        };
-        println!("{}", languages(&ctx).await);
+        println!("{}", languages(&Ctx::new(quick)).await);
         return;
     }
-    let cache = tempfile::tempdir().unwrap();
-    let ctx = Ctx {
-        quick,
-        cache: cache.path().to_path_buf(),
-        workspace: tempfile::tempdir().unwrap(),
-    };
-    let text: String = "toolhost benchmark line of text.\n".repeat(4096 / 32);
-    std::fs::write(ctx.workspace.path().join("file4k.txt"), &text[..4096]).unwrap();
+    let ctx = Ctx::new(quick);
 
     let mut report = serde_json::Map::new();
     report.insert("machine".into(), machine());
@@ -487,7 +481,7 @@ async fn main() {
     drop(durable_host);
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("--memory-child")
-        .env("TOOLHOST_BENCH_CACHE", &ctx.cache)
+        .env("TOOLHOST_BENCH_CACHE", ctx.cache.path())
         .env("TOOLHOST_BENCH_WS", ctx.workspace.path())
         .output()
         .unwrap();
@@ -970,8 +964,6 @@ fn warm_ups(n: usize) -> usize {
 /// the preopen, no file operation), granted a writable one (and a scratch
 /// directory per call), and `read_file` of 4 KiB. In-memory log: no fsync.
 async fn file_access(ctx: &Ctx) -> Value {
-    let text: String = "toolhost benchmark line of text.\n".repeat(4096 / 32);
-    std::fs::write(ctx.workspace.path().join("file4k.txt"), &text[..4096]).unwrap();
     let runtime = Arc::new(Runtime::new(ctx.options()).unwrap());
     let host = ctx.host(runtime, None).await;
     let noop_ro = || CallRequest::new("noop", json!({})).mode(SandboxMode::ReadOnly);

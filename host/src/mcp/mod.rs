@@ -190,11 +190,13 @@ type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 /// stdin (or the process gets SIGTERM / Ctrl-C). Builds the first host with
 /// `factory`; an error there is returned (a configuration error).
 pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
-    let stdio = stdio::Stdio::open();
-    let switched = stdio.non_blocking();
-    tracing::debug!("stdin and stdout without blocking: {switched:?}");
-    let served = serve(factory, options, stdio.input, stdio.output).await;
-    stdio::Stdio::restore(switched);
+    let stdio::Stdio {
+        input,
+        output,
+        restore,
+    } = stdio::Stdio::open();
+    let served = serve(factory, options, input, output).await;
+    drop(restore);
     served
 }
 

@@ -11,7 +11,7 @@
 //!
 //! Non-blocking mode belongs to the open file, which the client's end of
 //! the pipe does not share but another process given the same stdio could;
-//! [`Stdio::restore`] puts blocking mode back when the session ends.
+//! [`Restore`] puts blocking mode back when the session ends.
 
 use rustix::fs::FileType;
 use std::io;
@@ -51,8 +51,8 @@ pub(crate) type Output = Box<dyn AsyncWrite + Unpin + Send>;
 pub(crate) struct Stdio {
     pub input: Input,
     pub output: Output,
-    /// Which of fd 0 and fd 1 were switched to non-blocking mode.
-    switched: [bool; 2],
+    /// Puts blocking mode back when dropped (after the streams).
+    pub restore: Restore,
 }
 
 impl Stdio {
@@ -60,41 +60,51 @@ impl Stdio {
     /// sockets, tokio's blocking streams otherwise (or where switching
     /// fails). Needs a tokio runtime with I/O enabled.
     pub(crate) fn open() -> Stdio {
-        let (input, in_switched) = match open_input(io::stdin().as_fd()) {
-            Ok(Some(input)) => (input, true),
-            Ok(None) => (Box::new(tokio::io::stdin()) as Input, false),
-            Err(e) => {
-                tracing::debug!("stdin stays on blocking reads: {e}");
-                (Box::new(tokio::io::stdin()) as Input, false)
-            }
-        };
-        let (output, out_switched) = match open_output(io::stdout().as_fd()) {
-            Ok(Some(output)) => (output, true),
-            Ok(None) => (Box::new(tokio::io::stdout()) as Output, false),
-            Err(e) => {
-                tracing::debug!("stdout stays on blocking writes: {e}");
-                (Box::new(tokio::io::stdout()) as Output, false)
-            }
-        };
+        let (input, stdin) = or_blocking("stdin", open_input(io::stdin().as_fd()), || {
+            Box::new(tokio::io::stdin())
+        });
+        let (output, stdout) = or_blocking("stdout", open_output(io::stdout().as_fd()), || {
+            Box::new(tokio::io::stdout())
+        });
+        tracing::debug!("non-blocking stdio: stdin {stdin}, stdout {stdout}");
         Stdio {
             input,
             output,
-            switched: [in_switched, out_switched],
+            restore: Restore { stdin, stdout },
         }
     }
+}
 
-    /// Whether stdin and stdout are read and written without blocking.
-    pub(crate) fn non_blocking(&self) -> [bool; 2] {
-        self.switched
+/// The stream `opened`, and `true`; or, where `opened` is not a pipe or a
+/// socket or could not be switched, the `blocking` one and `false`.
+fn or_blocking<T>(
+    name: &str,
+    opened: io::Result<Option<T>>,
+    blocking: impl FnOnce() -> T,
+) -> (T, bool) {
+    match opened {
+        Ok(Some(stream)) => (stream, true),
+        Ok(None) => (blocking(), false),
+        Err(e) => {
+            tracing::debug!("{name} stays on tokio's blocking stream: {e}");
+            (blocking(), false)
+        }
     }
+}
 
-    /// Puts blocking mode back on the standard streams that were switched
-    /// (call once the session's streams are dropped).
-    pub(crate) fn restore(switched: [bool; 2]) {
-        if switched[0] {
+/// Which standard streams were switched to non-blocking mode; dropping it
+/// puts blocking mode back on them.
+pub(crate) struct Restore {
+    stdin: bool,
+    stdout: bool,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if self.stdin {
             let _ = rustix::io::ioctl_fionbio(io::stdin().as_fd(), false);
         }
-        if switched[1] {
+        if self.stdout {
             let _ = rustix::io::ioctl_fionbio(io::stdout().as_fd(), false);
         }
     }
@@ -103,25 +113,35 @@ impl Stdio {
 /// `fd` as a non-blocking input stream, if it is a pipe or a socket. The
 /// stream owns a duplicate of `fd`.
 pub(crate) fn open_input(fd: BorrowedFd<'_>) -> io::Result<Option<Input>> {
-    match kind(fd) {
-        Kind::Pipe => {
-            let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd.try_clone_to_owned()?)?;
-            Ok(Some(Box::new(pipe)))
-        }
-        Kind::Socket => Ok(Some(Box::new(socket(fd)?))),
-        Kind::Other => Ok(None),
-    }
+    use tokio::net::unix::pipe::Receiver;
+    open_as(
+        fd,
+        |dup| -> io::Result<Input> { Ok(Box::new(Receiver::from_owned_fd(dup)?)) },
+        |socket| -> Input { Box::new(socket) },
+    )
 }
 
 /// `fd` as a non-blocking output stream, if it is a pipe or a socket. The
 /// stream owns a duplicate of `fd`.
 pub(crate) fn open_output(fd: BorrowedFd<'_>) -> io::Result<Option<Output>> {
+    use tokio::net::unix::pipe::Sender;
+    open_as(
+        fd,
+        |dup| -> io::Result<Output> { Ok(Box::new(Sender::from_owned_fd(dup)?)) },
+        |socket| -> Output { Box::new(socket) },
+    )
+}
+
+/// A duplicate of `fd`, non-blocking: a pipe end made by `pipe`, a socket
+/// given to `socket`; `None` for anything else.
+fn open_as<S>(
+    fd: BorrowedFd<'_>,
+    pipe: impl FnOnce(OwnedFd) -> io::Result<S>,
+    socket: impl FnOnce(tokio::net::UnixStream) -> S,
+) -> io::Result<Option<S>> {
     match kind(fd) {
-        Kind::Pipe => {
-            let pipe = tokio::net::unix::pipe::Sender::from_owned_fd(fd.try_clone_to_owned()?)?;
-            Ok(Some(Box::new(pipe)))
-        }
-        Kind::Socket => Ok(Some(Box::new(socket(fd)?))),
+        Kind::Pipe => pipe(fd.try_clone_to_owned()?).map(Some),
+        Kind::Socket => Ok(Some(socket(stream_socket(fd)?))),
         Kind::Other => Ok(None),
     }
 }
@@ -129,7 +149,7 @@ pub(crate) fn open_output(fd: BorrowedFd<'_>) -> io::Result<Option<Output>> {
 /// A stream socket behind `fd`, non-blocking, registered with tokio. Reads
 /// and writes are plain `read(2)` and `write(2)` on the descriptor, so any
 /// stream socket works, not only a Unix one.
-fn socket(fd: BorrowedFd<'_>) -> io::Result<tokio::net::UnixStream> {
+fn stream_socket(fd: BorrowedFd<'_>) -> io::Result<tokio::net::UnixStream> {
     let owned: OwnedFd = fd.try_clone_to_owned()?;
     rustix::io::ioctl_fionbio(&owned, true)?;
     tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(owned))

@@ -296,6 +296,12 @@ impl Client {
             .await
     }
 
+    /// `tools/call` of `tool` with `args`; its answer.
+    async fn call_tool(&self, id: u64, tool: &str, args: Value) -> Value {
+        self.rpc(id, "tools/call", json!({"name": tool, "arguments": args}))
+            .await
+    }
+
     /// A request whose answer is the first message of its SSE stream.
     async fn rpc(&self, id: u64, method: &str, params: Value) -> Value {
         let mut reply = self
@@ -362,11 +368,7 @@ async fn http_initialize_list_and_call_read_file() {
         .collect();
     assert!(names.contains(&"read_file"), "{list}");
     let read = c
-        .rpc(
-            2,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
-        )
+        .call_tool(2, "read_file", json!({"path": "hello.txt"}))
         .await;
     assert_eq!(read["result"]["isError"], false, "{read}");
     assert!(
@@ -376,13 +378,7 @@ async fn http_initialize_list_and_call_read_file() {
         "{read}"
     );
     // A refusal is a result with a stable code, as over stdio.
-    let missing = c
-        .rpc(
-            3,
-            "tools/call",
-            json!({"name": "no_such_tool", "arguments": {}}),
-        )
-        .await;
+    let missing = c.call_tool(3, "no_such_tool", json!({})).await;
     assert_eq!(missing["result"]["isError"], true, "{missing}");
     // An unknown session is 404, another path is 404.
     let mut stale = s.client();
@@ -436,21 +432,13 @@ async fn http_refuses_bad_origin_and_host_before_dispatch() {
     // Loopback origins (any port), localhost by name and an allowed origin pass.
     let local = c.clone().with("origin", "http://localhost:5173");
     let ok = local
-        .rpc(
-            4,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
-        )
+        .call_tool(4, "read_file", json!({"path": "a.txt"}))
         .await;
     assert_eq!(ok["result"]["isError"], false, "{ok}");
     let mut by_name = c.clone().with("origin", "https://app.example:8443");
     by_name.host = format!("localhost:{}", s.addr.port());
     let ok = by_name
-        .rpc(
-            5,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
-        )
+        .call_tool(5, "read_file", json!({"path": "a.txt"}))
         .await;
     assert_eq!(ok["result"]["isError"], false, "{ok}");
     // Read-only calls are committed lazily: another process sees them once
@@ -553,13 +541,7 @@ async fn http_garbage_bodies_are_refused_and_the_server_keeps_serving() {
         }
     }
     assert!(!has_tool_events(&s.events()));
-    let r = c
-        .rpc(
-            2,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
-        )
-        .await;
+    let r = c.call_tool(2, "read_file", json!({"path": "a.txt"})).await;
     assert_eq!(r["result"]["isError"], false, "{r}");
 }
 
@@ -584,13 +566,7 @@ async fn http_partial_requests_are_cut_off_and_others_are_served() {
     }
     // While they hang, a whole client is served.
     let c = c.initialize(json!({})).await;
-    let r = c
-        .rpc(
-            2,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
-        )
-        .await;
+    let r = c.call_tool(2, "read_file", json!({"path": "a.txt"})).await;
     assert_eq!(r["result"]["isError"], false, "{r}");
     // Each slow connection ends (EOF, or a reset) within the header timeout
     // plus a margin; a connection still open past it fails the test.
