@@ -11,6 +11,7 @@
 
 use crate::bindings::{ContentBlock, ToolOutput, ToolProviderPre};
 use crate::runtime::engine::{EpochTicker, RuntimeOptions};
+use crate::runtime::scratch::ScratchPool;
 use crate::runtime::store::{CallState, Footprint, Receipt, Run, StoreBuilder};
 use crate::sandbox::SandboxSpec;
 use crate::state::{Interrupt, ProgressSink};
@@ -55,6 +56,8 @@ pub(crate) struct Invoker {
     /// Bodies abandoned in a host system call whose threads have not
     /// returned yet (see [`Invoker::invoke`]).
     abandoned: Arc<AtomicUsize>,
+    /// Scratch directories kept for later `workspace-write` calls.
+    scratch: Arc<ScratchPool>,
     _ticker: Arc<EpochTicker>,
 }
 
@@ -64,6 +67,7 @@ impl Invoker {
             engine,
             options: Arc::new(options),
             abandoned: Arc::new(AtomicUsize::new(0)),
+            scratch: Arc::default(),
             _ticker: Arc::new(ticker),
         }
     }
@@ -74,7 +78,7 @@ impl Invoker {
 
     /// A fresh store built by `builder` on this runtime's engine.
     pub(crate) fn store(&self, builder: &StoreBuilder<'_>) -> Result<Run, (ErrorCode, String)> {
-        builder.build(&self.engine, &self.options)
+        builder.build(&self.engine, &self.options, &self.scratch)
     }
 
     /// Bodies abandoned in a host system call whose threads have not

@@ -17,7 +17,9 @@
 //!   program needs that the engine does not enable;
 //! - `store`: the store of one call and every limit it runs under
 //!   ([`Receipt`]), with `wasi`, the call's WASI context per mode, and
-//!   `net`, its network grant enforced (wasi:http hook, socket check);
+//!   `net`, its network grant enforced (wasi:http hook, socket check),
+//!   and `scratch`, the scratch directories of `workspace-write` (an
+//!   untouched one is kept for a later call);
 //! - `invoke`: running a body, the thread hand-off, the deadline and
 //!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]);
 //! - `classify`: how a body ended, by type, as a stable code.
@@ -29,6 +31,7 @@ mod link;
 mod load;
 mod net;
 mod program;
+mod scratch;
 mod store;
 mod wasi;
 

@@ -18,6 +18,7 @@ use crate::output::{CapturedOutput, PassthroughOutput};
 use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
 use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
 use crate::runtime::net::{CallNet, HttpHooks};
+use crate::runtime::scratch::{Scratch, ScratchPool};
 use crate::runtime::wasi::build_wasi;
 use crate::sandbox::{CommandSpec, Limits, SandboxSpec};
 use crate::state::{Interrupt, LogRecord, ProgressSink};
@@ -292,6 +293,7 @@ impl<'a> StoreBuilder<'a> {
         &self,
         engine: &Engine,
         options: &RuntimeOptions,
+        scratch: &Arc<ScratchPool>,
     ) -> Result<Run, (ErrorCode, String)> {
         let limits = &self.spec.limits;
         if limits.max_memory > POOL_MAX_MEMORY && options.pooling {
@@ -320,6 +322,7 @@ impl<'a> StoreBuilder<'a> {
             self.command,
             self.blocking,
             &net,
+            scratch,
         )
         .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
         let state = CallState {
@@ -384,7 +387,8 @@ pub(crate) struct Run {
     max_output: usize,
     /// A command program's stdout and stderr, passed through.
     passthrough: Option<[PassthroughOutput; 2]>,
-    _scratch: Option<tempfile::TempDir>,
+    /// Dropped after the store, which holds the guest's descriptors.
+    _scratch: Option<Scratch>,
 }
 
 impl Run {

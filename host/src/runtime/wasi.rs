@@ -2,7 +2,9 @@
 //!
 //! This module is the only place that decides which host directories a guest
 //! sees and with which permissions, and the only one with ambient authority
-//! (it opens host directories by path, in [`build_wasi`]). Everything else a
+//! (it opens host directories by path, in [`build_wasi`]; the scratch
+//! directories it preopens are made and removed by `runtime::scratch`,
+//! under `TMPDIR` only). Everything else a
 //! tool could reach through WASI (env, args, stdin, sockets, name lookup) is
 //! empty or refused here; a command program (`toolhost exec`) gets exactly
 //! the args, env and stdin its [`CommandSpec`] lists, nothing from the host
@@ -11,6 +13,7 @@
 
 use crate::output::{CapturedOutput, HostStream, PassthroughOutput};
 use crate::runtime::net::CallNet;
+use crate::runtime::scratch::{Scratch, ScratchPool};
 use crate::sandbox::{CommandSpec, GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
 use std::path::Path;
 use std::sync::Arc;
@@ -24,8 +27,8 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 pub(crate) struct Built {
     /// The context (usable by components and preview 1 modules alike).
     pub wasi: WasiP1Ctx,
-    /// The per-call scratch directory, removed when dropped.
-    pub scratch: Option<tempfile::TempDir>,
+    /// The call's scratch directory (kept or removed when dropped).
+    pub scratch: Option<Scratch>,
     /// A command program's stdout and stderr.
     pub passthrough: Option<[PassthroughOutput; 2]>,
 }
@@ -58,7 +61,8 @@ pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, atte
 /// mounts the workspace at its mount point, and passes stdout and stderr
 /// through to the host's, up to `spec.limits.max_stdio` bytes each.
 /// `blocking`: file operations block the current thread (only for a body
-/// on a thread of its own).
+/// on a thread of its own). The scratch directory of `workspace-write`
+/// comes from `scratch_pool`.
 ///
 /// # Ambient Authority
 ///
@@ -70,6 +74,7 @@ pub(crate) fn build_wasi(
     command: Option<&CommandSpec>,
     blocking: bool,
     net: &Arc<CallNet>,
+    scratch_pool: &Arc<ScratchPool>,
 ) -> Result<Built, SandboxError> {
     let mut b = WasiCtxBuilder::new();
     // File operations block the current thread instead of going through
@@ -129,13 +134,10 @@ pub(crate) fn build_wasi(
         }
         SandboxMode::WorkspaceWrite => {
             preopen(&mut b, &spec.workspace, mount, FsPerms::ReadWrite)?;
-            let dir = tempfile::Builder::new()
-                .prefix("toolhost-scratch-")
-                .tempdir()
-                .map_err(|e| SandboxError::Preopen {
-                    path: std::env::temp_dir(),
-                    detail: e.to_string(),
-                })?;
+            let dir = scratch_pool.take().map_err(|e| SandboxError::Preopen {
+                path: std::env::temp_dir(),
+                detail: e.to_string(),
+            })?;
             preopen(&mut b, dir.path(), GUEST_SCRATCH, FsPerms::ReadWrite)?;
             scratch = Some(dir);
         }

@@ -386,6 +386,38 @@ async fn mode_workspace_write_scratch_is_removed() {
     );
 }
 
+/// Every call starts with an empty `/tmp`, whatever earlier calls of the
+/// same host did with theirs: left files behind, or wrote and removed them
+/// (an untouched scratch directory may be kept for a later call; one a call
+/// changed never is).
+#[tokio::test]
+async fn mode_workspace_write_scratch_starts_empty_after_earlier_calls() {
+    let fx = Fixture::new();
+    let host = host_with(probes::MODE_WORKSPACE_WRITE, &fx.ws, Limits::default()).await;
+    let mode = SandboxMode::WorkspaceWrite;
+    let empty = || (op("read_dir", "/tmp"), true);
+    // Untouched (only listed): kept.
+    assert_eq!(run_ops(&host, mode, &[empty()]).await, [""]);
+    // Files and a directory left behind.
+    let left = [
+        empty(),
+        (write("/tmp/left.txt", "secret"), true),
+        (op("mkdir", "/tmp/d"), true),
+        (op("read_dir", "/tmp"), true),
+    ];
+    assert_eq!(run_ops(&host, mode, &left).await[3], "d,left.txt");
+    // Written and removed again: empty, but changed.
+    let undone = [
+        empty(),
+        (write("/tmp/gone.txt", "secret"), true),
+        (op("remove_file", "/tmp/gone.txt"), true),
+    ];
+    assert_eq!(run_ops(&host, mode, &undone).await[0], "");
+    for _ in 0..3 {
+        assert_eq!(run_ops(&host, mode, &[empty()]).await, [""]);
+    }
+}
+
 #[tokio::test]
 async fn mode_danger_full_access() {
     let fx = Fixture::new();
