@@ -52,18 +52,97 @@ pub(crate) fn cut(s: &str, max: usize) -> String {
 /// Why the runtime interrupted a guest.
 #[derive(Clone, Default)]
 pub struct Interrupt {
-    cancelled: Arc<AtomicBool>,
+    inner: Arc<InterruptInner>,
+}
+
+#[derive(Default)]
+struct InterruptInner {
+    cancelled: AtomicBool,
+    /// Wakes [`Interrupt::cancelled`] futures (no timer polls the flag:
+    /// a timer per call would wake an idle runtime thread per call).
+    woken: tokio::sync::Notify,
 }
 
 impl Interrupt {
     /// Requests cancellation; the guest is interrupted at its next epoch
-    /// check or host call.
+    /// check or host call, and every [`Interrupt::cancelled`] future
+    /// resolves.
     pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        self.inner.woken.notify_waiters();
     }
 
     /// True once cancellation was requested.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once cancellation is requested (at once if it was).
+    pub async fn cancelled(&self) {
+        loop {
+            let woken = self.inner.woken.notified();
+            let mut woken = std::pin::pin!(woken);
+            // Registered before the flag is read: a `cancel` in between
+            // wakes this future instead of being missed.
+            woken.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::Interrupt;
+
+    /// Every waiter wakes on `cancel`, whether it started waiting before
+    /// (it is parked: no timer polls the flag) or after.
+    #[tokio::test]
+    async fn cancelled_wakes_every_waiter_and_resolves_at_once_afterwards() {
+        let interrupt = Interrupt::default();
+        let (started, mut all_started) = tokio::sync::mpsc::channel(4);
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (i, started) = (interrupt.clone(), started.clone());
+                tokio::spawn(async move {
+                    let cancelled = i.cancelled();
+                    let mut cancelled = std::pin::pin!(cancelled);
+                    // Polled once (pending) before the test cancels.
+                    assert!(futures_poll_once(cancelled.as_mut()).await.is_none());
+                    started.send(()).await.unwrap();
+                    cancelled.await;
+                })
+            })
+            .collect();
+        for _ in 0..3 {
+            all_started.recv().await.unwrap();
+        }
+        assert!(!interrupt.is_cancelled());
+        interrupt.cancel();
+        for w in waiters {
+            // A bound, so that a missed wake-up fails instead of hanging.
+            let bound = std::time::Duration::from_secs(10);
+            tokio::time::timeout(bound, w).await.unwrap().unwrap();
+        }
+        interrupt.cancelled().await;
+        interrupt.clone().cancelled().await;
+    }
+
+    /// Polls `f` once: `Some` if it was ready.
+    async fn futures_poll_once<F: std::future::Future>(
+        f: std::pin::Pin<&mut F>,
+    ) -> Option<F::Output> {
+        let mut f = Some(f);
+        std::future::poll_fn(|cx| {
+            let r = f.take().map(|f| f.poll(cx));
+            std::task::Poll::Ready(match r {
+                Some(std::task::Poll::Ready(v)) => Some(v),
+                _ => None,
+            })
+        })
+        .await
     }
 }

@@ -787,9 +787,7 @@ fn write_back(content: &mut Vec<ContentItem>, texts: Vec<String>) {
 
 /// Resolves once `interrupt` is cancelled.
 pub(super) async fn wait_cancelled(interrupt: &Interrupt) {
-    while !interrupt.is_cancelled() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    interrupt.cancelled().await;
 }
 
 fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Refusal> {

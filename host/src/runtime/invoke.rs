@@ -286,9 +286,7 @@ pub(crate) async fn race<R>(
 }
 
 async fn wait_cancelled(interrupt: &Interrupt) {
-    while !interrupt.is_cancelled() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    interrupt.cancelled().await;
 }
 
 /// A tool's result (already within the output cap) as the host's values,
