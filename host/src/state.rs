@@ -122,13 +122,17 @@ mod tests {
         }
         assert!(!interrupt.is_cancelled());
         interrupt.cancel();
+        // A bound, so that a missed wake-up fails instead of hanging.
+        let bound = std::time::Duration::from_secs(10);
         for w in waiters {
-            // A bound, so that a missed wake-up fails instead of hanging.
-            let bound = std::time::Duration::from_secs(10);
             tokio::time::timeout(bound, w).await.unwrap().unwrap();
         }
-        interrupt.cancelled().await;
-        interrupt.clone().cancelled().await;
+        tokio::time::timeout(bound, interrupt.cancelled())
+            .await
+            .unwrap();
+        tokio::time::timeout(bound, interrupt.clone().cancelled())
+            .await
+            .unwrap();
     }
 
     /// Polls `f` once: `Some` if it was ready.

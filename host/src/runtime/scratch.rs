@@ -23,10 +23,15 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 pub(crate) const MAX_IDLE: usize = 8;
 
 /// What the kept directories are checked against: everything a call could
-/// change about an empty directory and a later call could see.
+/// change about an empty directory and a later call could see. The access
+/// time is in it because a guest may set it (`set-times`) to any value,
+/// and where the clock behind `ctime` is coarse (kernels before 6.13,
+/// network file systems) that leaves `ctime` as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     ino: u64,
+    mode: u32,
+    atime: (i64, i64),
     mtime: (i64, i64),
     ctime: (i64, i64),
     size: u64,
@@ -40,22 +45,27 @@ impl Stamp {
     #[cfg(unix)]
     fn of_empty(path: &Path) -> Option<Stamp> {
         use std::os::unix::fs::MetadataExt;
+        // A file created and left within the same clock tick as the
+        // directory's last change leaves its times alone; its entry does
+        // not. Listed first, so that this listing's own update of the
+        // access time (once, under `relatime`) is in the stamp below.
+        if std::fs::read_dir(path).ok()?.next().is_some() {
+            return None;
+        }
         let m = std::fs::symlink_metadata(path).ok()?;
         if !m.is_dir() {
             return None;
         }
-        let stamp = Stamp {
+        Some(Stamp {
             ino: m.ino(),
+            mode: m.mode(),
+            atime: (m.atime(), m.atime_nsec()),
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
             size: m.size(),
             blocks: m.blocks(),
             nlink: m.nlink(),
-        };
-        // A file created and left within the same clock tick as the
-        // directory's last change leaves its times alone; its entry does not.
-        let empty = std::fs::read_dir(path).ok()?.next().is_none();
-        empty.then_some(stamp)
+        })
     }
 
     /// Elsewhere no directory is ever kept.
@@ -204,6 +214,29 @@ mod tests {
         assert_ne!(before.modified().unwrap(), after.modified().unwrap());
         drop(s);
         assert!(!dir.exists(), "a directory a call changed was kept");
+        assert_eq!(pool.idle(), 0);
+    }
+
+    /// Only the access time set (what `set-times` lets a guest do to its
+    /// `/tmp`): not kept, whatever the clock behind `ctime` does.
+    #[test]
+    fn a_directory_whose_access_time_was_set_is_removed() {
+        let pool = Arc::new(ScratchPool::default());
+        let (s, dir) = take(&pool);
+        let before = Stamp::of_empty(&dir).unwrap();
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(12_345);
+        let times = std::fs::FileTimes::new().set_accessed(when);
+        std::fs::File::open(&dir).unwrap().set_times(times).unwrap();
+        // The stamp sees the access time itself, not only the `ctime` that
+        // a fine-grained clock moves with it. (Its own listing may have
+        // moved an access time this old to now: different all the same.)
+        let after = Stamp::of_empty(&dir).unwrap();
+        assert_ne!(before.atime, after.atime);
+        drop(s);
+        assert!(
+            !dir.exists(),
+            "a directory whose access time was set was kept"
+        );
         assert_eq!(pool.idle(), 0);
     }
 

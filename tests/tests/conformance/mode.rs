@@ -310,18 +310,23 @@ fn find_scratch(marker: &str) -> Option<PathBuf> {
         .find(|p| p.join(marker).is_file())
 }
 
-/// Runs a call that writes `marker` into its scratch `/tmp` and then waits
-/// for `release` in the workspace. While it waits, finds the scratch
-/// directory on the host; if `release_it`, lets the call finish. Returns the
-/// result and the scratch directory seen during the call.
+/// Runs a call that writes `marker` into its scratch `/tmp`, waits for
+/// `release` in the workspace, then runs `then`. While it waits, finds the
+/// scratch directory on the host; if `release_it`, lets the call go on.
+/// Returns the result and the scratch directory seen during the call.
 async fn scratch_call(
     host: &Host,
     ws: &Path,
     marker: &str,
     release_it: bool,
+    then: &[Value],
 ) -> (CallResult, PathBuf) {
-    let ops =
-        json!({ "ops": [write(&format!("/tmp/{marker}"), "scratch"), op("wait_for", "release")] });
+    let mut ops = vec![
+        write(&format!("/tmp/{marker}"), "scratch"),
+        op("wait_for", "release"),
+    ];
+    ops.extend_from_slice(then);
+    let ops = json!({ "ops": ops });
     let watch = async {
         for _ in 0..2000 {
             if let Some(dir) = find_scratch(marker) {
@@ -358,7 +363,7 @@ async fn mode_workspace_write_scratch_is_removed() {
     );
 
     let host = host_with(probes::MODE_WORKSPACE_WRITE, &fx.ws, Limits::default()).await;
-    let (r, dir) = scratch_call(&host, &fx.ws, &marker, true).await;
+    let (r, dir) = scratch_call(&host, &fx.ws, &marker, true, &[]).await;
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(
         std::fs::read_to_string(dir.join(&marker)).ok(),
@@ -377,7 +382,7 @@ async fn mode_workspace_write_scratch_is_removed() {
         ..Limits::default()
     };
     let host = host_with(probes::MODE_WORKSPACE_WRITE, &fx.ws, limits).await;
-    let (r, dir) = scratch_call(&host, &fx.ws, &marker, false).await;
+    let (r, dir) = scratch_call(&host, &fx.ws, &marker, false, &[]).await;
     assert_eq!(r.code(), Some(ErrorCode::Timeout), "{r:?}");
     assert!(
         !dir.exists(),
@@ -405,14 +410,27 @@ async fn mode_workspace_write_scratch_starts_empty_after_earlier_calls() {
         (op("mkdir", "/tmp/d"), true),
         (op("read_dir", "/tmp"), true),
     ];
-    assert_eq!(run_ops(&host, mode, &left).await[3], "d,left.txt");
-    // Written and removed again: empty, but changed.
-    let undone = [
-        empty(),
-        (write("/tmp/gone.txt", "secret"), true),
-        (op("remove_file", "/tmp/gone.txt"), true),
+    let details = run_ops(&host, mode, &left).await;
+    assert_eq!(
+        (details[0].as_str(), details[3].as_str()),
+        ("", "d,left.txt")
+    );
+    // Written and removed again: empty when the call ends, but changed, so
+    // the directory is removed with its call, not kept.
+    let marker = format!("undone-{}", std::process::id());
+    let then = [
+        op("remove_file", &format!("/tmp/{marker}")),
+        op("read_dir", "/tmp"),
     ];
-    assert_eq!(run_ops(&host, mode, &undone).await[0], "");
+    let (r, dir) = scratch_call(&host, &fx.ws, &marker, true, &then).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical["results"][3]["detail"], "", "{r:?}");
+    assert!(
+        !dir.exists(),
+        "a scratch directory written to and emptied again outlived its call: {}",
+        dir.display()
+    );
+    std::fs::remove_file(fx.ws.join("release")).unwrap();
     for _ in 0..3 {
         assert_eq!(run_ops(&host, mode, &[empty()]).await, [""]);
     }
