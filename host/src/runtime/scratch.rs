@@ -13,11 +13,23 @@
 //! workspace contains `TMPDIR` could have written into it meanwhile.
 //!
 //! At most [`MAX_IDLE`] directories are kept; they are removed when the
-//! runtime is dropped (a killed process leaves them behind, empty).
+//! runtime is dropped.
+//!
+//! A runtime's scratch directories live in one directory of its own under
+//! `TMPDIR` (its home, `toolhost-scratch-*`), which holds `.owner`, a file
+//! the runtime keeps locked (`flock`) while it lives. A process that is
+//! killed cannot remove its home; the next runtime to make one removes
+//! every home whose `.owner` it can lock, since no live runtime holds it.
 
+use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// How a runtime's home under `TMPDIR` is named (then random characters).
+const HOME_PREFIX: &str = "toolhost-scratch-";
+/// The file in a home that its runtime keeps locked.
+const OWNER: &str = ".owner";
 
 /// The most untouched scratch directories kept for later calls.
 pub(crate) const MAX_IDLE: usize = 8;
@@ -81,13 +93,102 @@ struct Idle {
     stamp: Stamp,
 }
 
-/// The runtime's kept scratch directories.
-#[derive(Default)]
+/// A runtime's directory under `TMPDIR`: its scratch directories, and
+/// `.owner`, locked while it lives.
+struct Home {
+    /// Removed (with everything in it) before the lock is let go.
+    dir: tempfile::TempDir,
+    _owner: File,
+}
+
+impl Home {
+    /// Makes a home in `base`, its `.owner` locked before it has that name
+    /// (so that no sweep ever finds it unlocked), then removes the homes
+    /// of runtimes that are gone.
+    fn create(base: &Path) -> io::Result<Home> {
+        let dir = tempfile::Builder::new()
+            .prefix(HOME_PREFIX)
+            .tempdir_in(base)?;
+        // Only this user may look inside: what tools write to `/tmp` is
+        // theirs (the directory is made with the umask's permissions, and
+        // holds nothing yet).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        }
+        let pending = dir.path().join(".owner.new");
+        let owner = File::create(&pending)?;
+        owner.lock()?;
+        std::fs::rename(&pending, dir.path().join(OWNER))?;
+        sweep(base, dir.path());
+        Ok(Home { dir, _owner: owner })
+    }
+}
+
+/// Removes every home in `base` but `mine` whose `.owner` can be locked:
+/// its runtime is gone (killed, so its own drop never ran). Homes without
+/// an `.owner` (being made, or of another user) are left alone.
+fn sweep(base: &Path, mine: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry.file_name().to_string_lossy().starts_with(HOME_PREFIX);
+        if !ours || path == mine {
+            continue;
+        }
+        let Ok(owner) = File::open(path.join(OWNER)) else {
+            continue;
+        };
+        if owner.try_lock().is_ok() {
+            // Still locked by this sweep while it removes (does not follow
+            // the symbolic links a guest may have left in it).
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// The runtime's scratch directories: those kept for later calls, in its
+/// home (made at the first call that needs one).
 pub(crate) struct ScratchPool {
     idle: Mutex<Vec<Idle>>,
+    /// Dropped after `idle`.
+    home: Mutex<Option<Home>>,
+    base: PathBuf,
+}
+
+impl Default for ScratchPool {
+    /// A pool whose home will be under `TMPDIR`.
+    fn default() -> Self {
+        ScratchPool::in_dir(std::env::temp_dir())
+    }
 }
 
 impl ScratchPool {
+    /// A pool whose home will be in `base`.
+    pub(crate) fn in_dir(base: PathBuf) -> Self {
+        ScratchPool {
+            idle: Mutex::default(),
+            home: Mutex::default(),
+            base,
+        }
+    }
+
+    /// The home's path, made (and the homes of gone runtimes removed) the
+    /// first time.
+    fn home(&self) -> io::Result<PathBuf> {
+        let mut home = self.home.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(home) = home.as_ref() {
+            return Ok(home.dir.path().to_path_buf());
+        }
+        let made = Home::create(&self.base)?;
+        let path = made.dir.path().to_path_buf();
+        *home = Some(made);
+        Ok(path)
+    }
+
     /// A scratch directory for one call: a kept one that is still untouched,
     /// or a new one.
     pub(crate) fn take(self: &Arc<Self>) -> io::Result<Scratch> {
@@ -102,8 +203,8 @@ impl ScratchPool {
             // Changed while it was kept: removed here (by its drop).
         }
         let dir = tempfile::Builder::new()
-            .prefix("toolhost-scratch-")
-            .tempdir()?;
+            .prefix("call-")
+            .tempdir_in(self.home()?)?;
         let stamp = Stamp::of_empty(dir.path());
         Ok(self.hand_out(dir, stamp))
     }
@@ -172,6 +273,65 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
+    /// A pool whose home is in a directory of the test's own.
+    fn pool() -> (tempfile::TempDir, Arc<ScratchPool>) {
+        let base = tempfile::tempdir().unwrap();
+        let pool = Arc::new(ScratchPool::in_dir(base.path().to_path_buf()));
+        (base, pool)
+    }
+
+    /// A home as a runtime makes it, with something a guest left in it; its
+    /// `.owner` comes back open and locked when `alive`.
+    fn other_home(base: &Path, name: &str, alive: bool) -> (PathBuf, Option<File>) {
+        let home = base.join(format!("{HOME_PREFIX}{name}"));
+        std::fs::create_dir_all(home.join("call-x")).unwrap();
+        std::fs::write(home.join("call-x/left.txt"), "x").unwrap();
+        // A link out of the home, as a guest may leave in its `/tmp`.
+        let outside = base.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("keep.txt"), "keep").unwrap();
+        std::os::unix::fs::symlink(&outside, home.join("call-x/out")).unwrap();
+        let owner = File::create(home.join(OWNER)).unwrap();
+        if alive {
+            owner.lock().unwrap();
+            return (home, Some(owner));
+        }
+        (home, None)
+    }
+
+    /// A killed runtime's home (its `.owner` not locked) is removed by the
+    /// next runtime that makes one, and only what is in it; a live
+    /// runtime's home, and a directory without `.owner`, are left alone.
+    #[test]
+    fn homes_of_gone_runtimes_are_removed_and_live_ones_are_not() {
+        let (base, pool) = pool();
+        let (dead, _) = other_home(base.path(), "dead", false);
+        let (live, _lock) = other_home(base.path(), "live", true);
+        let old = base.path().join(format!("{HOME_PREFIX}old"));
+        std::fs::create_dir(&old).unwrap();
+        let unrelated = base.path().join("unrelated");
+        std::fs::create_dir(&unrelated).unwrap();
+        std::fs::write(unrelated.join(OWNER), "").unwrap();
+
+        let (s, dir) = take(&pool);
+        assert!(!dead.exists(), "the home of a gone runtime was left");
+        assert!(base.path().join("outside/keep.txt").is_file());
+        assert!(live.join("call-x/left.txt").is_file());
+        assert!(old.is_dir() && unrelated.is_dir());
+        let home = dir.parent().unwrap().to_path_buf();
+        assert!(home.join(OWNER).is_file());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&home).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "the home is open to other users");
+        // Its own home is locked while the pool lives: another sweep
+        // leaves it alone.
+        sweep(base.path(), base.path());
+        assert!(home.is_dir());
+        drop(s);
+        drop(pool);
+        assert!(!home.exists(), "a pool's home outlived it");
+    }
+
     fn take(pool: &Arc<ScratchPool>) -> (Scratch, PathBuf) {
         let s = pool.take().expect("a scratch directory");
         let p = s.path().to_path_buf();
@@ -180,7 +340,7 @@ mod tests {
 
     #[test]
     fn an_untouched_directory_is_kept_and_handed_out_again() {
-        let pool = Arc::new(ScratchPool::default());
+        let (_base, pool) = pool();
         let (s, first) = take(&pool);
         drop(s);
         assert!(first.is_dir());
@@ -195,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_directory_written_to_is_removed_even_if_emptied_again() {
-        let pool = Arc::new(ScratchPool::default());
+        let (_base, pool) = pool();
         // Left with a file in it.
         let (s, dir) = take(&pool);
         std::fs::write(dir.join("f"), "x").unwrap();
@@ -221,7 +381,7 @@ mod tests {
     /// `/tmp`): not kept, whatever the clock behind `ctime` does.
     #[test]
     fn a_directory_whose_access_time_was_set_is_removed() {
-        let pool = Arc::new(ScratchPool::default());
+        let (_base, pool) = pool();
         let (s, dir) = take(&pool);
         let before = Stamp::of_empty(&dir).unwrap();
         let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(12_345);
@@ -242,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_kept_directory_changed_meanwhile_is_not_handed_out() {
-        let pool = Arc::new(ScratchPool::default());
+        let (_base, pool) = pool();
         let (s, dir) = take(&pool);
         drop(s);
         assert_eq!(pool.idle(), 1);
@@ -257,7 +417,7 @@ mod tests {
 
     #[test]
     fn at_most_max_idle_are_kept() {
-        let pool = Arc::new(ScratchPool::default());
+        let (_base, pool) = pool();
         let held: Vec<_> = (0..MAX_IDLE + 3).map(|_| take(&pool)).collect();
         let paths: Vec<_> = held.iter().map(|(_, p)| p.clone()).collect();
         drop(held);

@@ -296,7 +296,8 @@ async fn mode_workspace_write() {
     );
 }
 
-/// The scratch directory of the call whose `/tmp` holds `marker`, if any.
+/// The scratch directory of the call whose `/tmp` holds `marker`, if any:
+/// in a runtime's home (`toolhost-scratch-*` under `TMPDIR`).
 fn find_scratch(marker: &str) -> Option<PathBuf> {
     std::fs::read_dir(std::env::temp_dir())
         .ok()?
@@ -306,7 +307,8 @@ fn find_scratch(marker: &str) -> Option<PathBuf> {
                 .to_string_lossy()
                 .starts_with("toolhost-scratch-")
         })
-        .map(|e| e.path())
+        .filter_map(|home| std::fs::read_dir(home.path()).ok())
+        .flat_map(|calls| calls.flatten().map(|e| e.path()))
         .find(|p| p.join(marker).is_file())
 }
 
