@@ -111,7 +111,7 @@ mod tests {
                     let cancelled = i.cancelled();
                     let mut cancelled = std::pin::pin!(cancelled);
                     // Polled once (pending) before the test cancels.
-                    assert!(futures_poll_once(cancelled.as_mut()).await.is_none());
+                    assert!(futures::poll!(cancelled.as_mut()).is_pending());
                     started.send(()).await.unwrap();
                     cancelled.await;
                 })
@@ -133,20 +133,5 @@ mod tests {
         tokio::time::timeout(bound, interrupt.clone().cancelled())
             .await
             .unwrap();
-    }
-
-    /// Polls `f` once: `Some` if it was ready.
-    async fn futures_poll_once<F: std::future::Future>(
-        f: std::pin::Pin<&mut F>,
-    ) -> Option<F::Output> {
-        let mut f = Some(f);
-        std::future::poll_fn(|cx| {
-            let r = f.take().map(|f| f.poll(cx));
-            std::task::Poll::Ready(match r {
-                Some(std::task::Poll::Ready(v)) => Some(v),
-                _ => None,
-            })
-        })
-        .await
     }
 }

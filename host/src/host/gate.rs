@@ -45,7 +45,7 @@ impl Gate {
         };
         tokio::select! {
             biased;
-            () = super::pipeline::wait_cancelled(interrupt) => None,
+            () = interrupt.cancelled() => None,
             pass = pass => Some(pass),
         }
     }

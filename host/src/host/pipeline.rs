@@ -468,7 +468,7 @@ impl Host {
             Err(_) => panicked(),
             Ok(decision) => tokio::select! {
                 r = AssertUnwindSafe(decision).catch_unwind() => r.unwrap_or_else(|_| panicked()),
-                () = wait_cancelled(interrupt) => (
+                () = interrupt.cancelled() => (
                     ApprovalOutcome::Cancelled,
                     Some("the call was cancelled while waiting for approval".into()),
                 ),
@@ -783,11 +783,6 @@ fn write_back(content: &mut Vec<ContentItem>, texts: Vec<String>) {
             None => false,
         },
     });
-}
-
-/// Resolves once `interrupt` is cancelled.
-pub(super) async fn wait_cancelled(interrupt: &Interrupt) {
-    interrupt.cancelled().await;
 }
 
 fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Refusal> {

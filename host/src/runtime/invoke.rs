@@ -183,7 +183,7 @@ impl Invoker {
                  the call was abandoned",
             ),
             _ = async {
-                wait_cancelled(&interrupt).await;
+                interrupt.cancelled().await;
                 tokio::time::sleep(STUCK_GRACE).await;
             } => stuck(
                 ErrorCode::Cancelled,
@@ -281,12 +281,8 @@ pub(crate) async fn race<R>(
         biased;
         r = body => Some(r),
         _ = tokio::time::sleep_until(deadline) => None,
-        _ = wait_cancelled(interrupt) => None,
+        _ = interrupt.cancelled() => None,
     }
-}
-
-async fn wait_cancelled(interrupt: &Interrupt) {
-    interrupt.cancelled().await;
 }
 
 /// A tool's result (already within the output cap) as the host's values,
