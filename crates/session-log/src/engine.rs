@@ -69,6 +69,14 @@ pub trait LogEngine: Send + Sync + Debug {
         self.append(&all, Durability::Durable)
     }
 
+    /// Whether a [`Durability::Durable`] commit waits for the storage (an
+    /// `fdatasync`, a database round trip), so that a caller on an async
+    /// executor should move it off the executor's thread. True unless the
+    /// engine keeps everything in memory.
+    fn durable_commit_blocks(&self) -> bool {
+        true
+    }
+
     /// Makes every earlier [`Durability::Lazy`] append durable. Does nothing when there
     /// is nothing to make durable.
     ///

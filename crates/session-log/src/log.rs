@@ -227,6 +227,12 @@ impl SessionLog {
         self.engine.append_intents_after(before, intents)
     }
 
+    /// Whether a durable commit waits for the storage (false only for the
+    /// in-memory log, whose commits never block).
+    pub fn durable_commit_blocks(&self) -> bool {
+        self.engine.durable_commit_blocks()
+    }
+
     /// Makes every earlier [`Durability::Lazy`] append durable: one WAL record of
     /// the lazy events in the WAL mode, an empty durable redb commit without a
     /// WAL; one `fdatasync` either way. Does nothing when there is nothing to make

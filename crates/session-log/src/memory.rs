@@ -34,6 +34,10 @@ impl LogEngine for MemoryEngine {
         Ok(self.lock()?.append(events))
     }
 
+    fn durable_commit_blocks(&self) -> bool {
+        false
+    }
+
     fn flush(&self) -> Result<(), LogError> {
         Ok(())
     }

@@ -131,11 +131,15 @@ impl Host {
             })
             .collect();
         crate::crashpoint::reached("before-intent");
-        if durable {
+        if durable && self.recorder.durable_commit_blocks() {
             // The fsync blocks this thread: on a multi-threaded runtime, let
             // the worker's other tasks move on meanwhile, so that concurrent
             // durable calls reach the log together and share one fsync.
             blocking(|| self.recorder.intents(&intents, Durability::Durable))?;
+        } else if durable {
+            // An in-memory log: the commit does not block, and handing the
+            // worker's core to another thread would cost more than it.
+            self.recorder.intents(&intents, Durability::Durable)?;
         } else {
             self.recorder.intents(&intents, Durability::Lazy)?;
         }

@@ -150,6 +150,27 @@ impl LogEngine for Recording {
 }
 
 #[test]
+fn only_the_in_memory_log_says_its_durable_commits_do_not_block() {
+    // The host runs a durable commit in place only when this is false; a
+    // storage engine that said so would hold up an executor's thread.
+    assert!(!SessionLog::in_memory().unwrap().durable_commit_blocks());
+    let dir = tempfile::tempdir().unwrap();
+    for (log, what) in [
+        (
+            SessionLog::open_with_backend(MemStorage::new()).unwrap(),
+            "redb without a WAL",
+        ),
+        (
+            SessionLog::open_with_journal(MemStorage::new(), MemStorage::new()).unwrap(),
+            "redb with its intent WAL",
+        ),
+        (SessionLog::open(dir.path()).unwrap(), "a state directory"),
+    ] {
+        assert!(log.durable_commit_blocks(), "{what}");
+    }
+}
+
+#[test]
 fn an_engine_from_outside_the_crate_plugs_in_through_from_engine() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = SessionLog::from_engine(Recording {
