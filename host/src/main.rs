@@ -374,16 +374,6 @@ struct LogArgs {
 struct UsageError(anyhow::Error);
 
 fn main() -> ExitCode {
-    // wasmtime makes (and drops) an error each time a store is dropped, so
-    // once per call; under `RUST_BACKTRACE=1` each such error captured a
-    // backtrace, about 60-100 µs per call (BENCHMARKS.md). Library
-    // backtraces are off unless `RUST_LIB_BACKTRACE` asks for them; a
-    // panic still prints its backtrace under `RUST_BACKTRACE`.
-    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
-        // SAFETY: the first statement of `main`: no other thread exists yet
-        // that could read or write the environment.
-        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
-    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
