@@ -14,6 +14,8 @@ use super::Storage;
 struct GateState {
     /// Writes so far.
     writes: u64,
+    /// Syncs waiting at the gate now.
+    held: u64,
     /// While set, a sync waits until `writes` reaches it.
     open_at: Option<u64>,
     /// How long a held sync waits at most.
@@ -38,6 +40,33 @@ impl SyncGate {
         state.timeout = timeout;
     }
 
+    /// Opens the gate: held syncs go on, and later ones do not wait.
+    pub fn open(&self) {
+        let (lock, cv) = &*self.state;
+        let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        state.open_at = None;
+        cv.notify_all();
+    }
+
+    /// Waits until a sync is held at the gate, for at most `timeout`; returns whether
+    /// one is.
+    pub fn wait_for_a_held_sync(&self, timeout: Duration) -> bool {
+        let (lock, cv) = &*self.state;
+        let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let deadline = Instant::now() + timeout;
+        while state.held == 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            state = cv
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
     fn wrote(&self) {
         let (lock, cv) = &*self.state;
         let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -49,6 +78,11 @@ impl SyncGate {
         let (lock, cv) = &*self.state;
         let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
         let deadline = Instant::now() + state.timeout;
+        let holding = state.open_at.is_some();
+        if holding {
+            state.held += 1;
+            cv.notify_all();
+        }
         while let Some(open_at) = state.open_at {
             let now = Instant::now();
             if state.writes >= open_at || now >= deadline {
@@ -58,6 +92,9 @@ impl SyncGate {
                 .wait_timeout(state, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+        }
+        if holding {
+            state.held -= 1;
         }
     }
 }

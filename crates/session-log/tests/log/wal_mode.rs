@@ -447,3 +447,85 @@ fn a_failed_group_sync_fails_every_append_it_covers() {
     let r = log.append(&[result("c0")], Durability::Lazy);
     assert!(matches!(r, Err(LogError::Storage(_))), "{r:?}");
 }
+
+#[test]
+fn appends_and_reads_go_on_while_a_checkpoint_commits_and_nothing_is_lost_or_doubled() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    use toolhost_log::GatedStorage;
+
+    let (db, wal) = (MemStorage::new(), MemStorage::new());
+    let db_storage = GatedStorage::new(db.clone());
+    let gate = db_storage.gate();
+    let log = Arc::new(SessionLog::open_with_journal(db_storage, wal.clone()).unwrap());
+    // An intent big enough that the WAL passes the checkpoint threshold (768 KiB): the
+    // next lazy append checkpoints.
+    let big = NewEvent::new(
+        "a",
+        EventKind::ToolIntent,
+        serde_json::json!({ "tool": "write_file", "big": "x".repeat(800 * 1024) }),
+    );
+    log.record_intents_after(&[call("a")], std::slice::from_ref(&big))
+        .unwrap();
+    // The checkpoint's commit syncs the database: hold it there (at most 10 s, so
+    // that a log whose appends wait for it fails below instead of hanging).
+    gate.hold_syncs_until_writes(u64::MAX, Duration::from_secs(10));
+    let done = Arc::new(AtomicBool::new(false));
+    let checkpointer = {
+        let (log, done) = (log.clone(), done.clone());
+        std::thread::spawn(move || {
+            log.append(&[result("a")], Durability::Lazy).unwrap();
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    assert!(
+        gate.wait_for_a_held_sync(Duration::from_secs(10)),
+        "the lazy append did not start a checkpoint"
+    );
+    // A reader arrives while the commit is held (redb makes it wait for the commit)...
+    let reader = {
+        let log = log.clone();
+        std::thread::spawn(move || log.events().unwrap())
+    };
+    // ...and another call's durable and lazy appends go on all the same.
+    one_call(&log, "b");
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the appends waited for the checkpoint's commit"
+    );
+    let expected = vec![
+        call("a"),
+        big.clone(),
+        result("a"),
+        call("b"),
+        intent("b"),
+        result("b"),
+    ];
+    // Power lost while the commit is held: every durable event is in the WAL (b's
+    // record carried a's lazy result; b's own result was never made durable).
+    let crashed = open(&db.crash(), &wal.crash());
+    assert_eq!(shape(&crashed.events().unwrap()), expected[..5].to_vec());
+    drop(crashed);
+
+    gate.open();
+    checkpointer.join().unwrap();
+    // The reader saw each event once, whether it read before the checkpoint took the
+    // events out of memory or after.
+    let read = reader.join().unwrap();
+    assert_eq!(shape(&read), expected);
+    assert_eq!(seqs(&read), (1..=6).collect::<Vec<u64>>());
+    let after = log.events().unwrap();
+    assert_eq!(shape(&after), expected);
+    assert_eq!(
+        shape(&log.events_for_call("a").unwrap()),
+        expected[..3].to_vec()
+    );
+    assert!(log.pending_calls().unwrap().is_empty());
+    // The checkpoint's second phase committed b's events and emptied the WAL: they are
+    // all in the database.
+    let db_only = SessionLog::open_with_backend(db.crash()).unwrap();
+    assert_eq!(shape(&db_only.events().unwrap()), expected);
+    let crashed = open(&db.crash(), &wal.crash());
+    assert_eq!(shape(&crashed.events().unwrap()), expected);
+}
