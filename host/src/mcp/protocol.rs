@@ -677,14 +677,6 @@ impl ServerHandler for Server {
             )),
         };
         let interrupt = Interrupt::default();
-        let watcher = {
-            let ct = context.ct.clone();
-            let interrupt = interrupt.clone();
-            tokio::spawn(async move {
-                ct.cancelled().await;
-                interrupt.cancel();
-            })
-        };
         let (progress, forwarder) = match context.meta.get_progress_token() {
             Some(token) => {
                 let (sink, forwarder) = ProgressForwarder::start(context.peer.clone(), token);
@@ -692,22 +684,31 @@ impl ServerHandler for Server {
             }
             None => (None, None),
         };
-        let result = host
-            .call(CallRequest {
-                tool: request.name.to_string(),
-                args: args.clone(),
-                scope: self.scope.clone(),
-                mode: self.mode,
-                principal: principal.clone(),
-                interrupt: Some(interrupt),
-                progress,
-                approver: Some(approver),
-                client: Some(client_of(&context, &self.client)),
-                call_id,
-                ..CallRequest::default()
-            })
-            .await;
-        watcher.abort();
+        let call = host.call(CallRequest {
+            tool: request.name.to_string(),
+            args: args.clone(),
+            scope: self.scope.clone(),
+            mode: self.mode,
+            principal: principal.clone(),
+            interrupt: Some(interrupt.clone()),
+            progress,
+            approver: Some(approver),
+            client: Some(client_of(&context, &self.client)),
+            call_id,
+            ..CallRequest::default()
+        });
+        // A `notifications/cancelled` for this request interrupts the call,
+        // which then ends as the pipeline ends a cancelled call (after its
+        // body has stopped). Raced here rather than in a watcher task: no
+        // task spawned and aborted per call.
+        tokio::pin!(call);
+        let result = tokio::select! {
+            r = &mut call => r,
+            () = context.ct.cancelled() => {
+                interrupt.cancel();
+                call.await
+            }
+        };
         // The tool's log records, before the response (never after it), at
         // the level the request asked for in its `_meta` (2026-07-28), else
         // at the session's (`logging/setLevel`, 2025-11-25).
