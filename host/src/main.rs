@@ -14,6 +14,54 @@ use toolhost::{
     SandboxMode,
 };
 
+/// Prints to stdout like `print!`, but a stdout that cannot be written
+/// does not panic: see [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*), false) };
+}
+
+/// Prints a line to stdout like `println!`, but a stdout that cannot be
+/// written does not panic: see [`write_stdout`].
+macro_rules! outln {
+    () => { write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*), true) };
+}
+
+/// The exit status when stdout is a closed pipe (`toolhost log | head`):
+/// what a shell reports for a program that SIGPIPE ended (128 + 13).
+const EXIT_STDOUT_CLOSED: i32 = 141;
+
+/// Writes to stdout. A reader that went away (a closed pipe) ends the
+/// process quietly with [`EXIT_STDOUT_CLOSED`], as the command-line tools it
+/// is piped with do; any other write error is reported on stderr and the
+/// process exits with status 1 (where `println!` would panic). Whatever the
+/// command did (a call and its log records) is complete before anything is
+/// printed.
+fn write_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(args)
+        .and_then(|()| {
+            if newline {
+                stdout.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(EXIT_STDOUT_CLOSED)
+        }
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "toolhost",
@@ -723,7 +771,7 @@ async fn run_batch(
         eprintln!("warning: the session log could not be flushed: {e}");
     }
     if a.json {
-        println!("{}", serde_json::to_string(&results).unwrap_or_default());
+        outln!("{}", serde_json::to_string(&results).unwrap_or_default());
     } else {
         for r in &results {
             print_result(r, false);
@@ -738,7 +786,7 @@ async fn run_batch(
 
 fn print_result(result: &CallResult, json: bool) {
     if json {
-        println!("{}", serde_json::to_string(result).unwrap_or_default());
+        outln!("{}", serde_json::to_string(result).unwrap_or_default());
         return;
     }
     match &result.error {
@@ -758,9 +806,9 @@ fn print_result(result: &CallResult, json: bool) {
                         None => format!("[resource {}; see --json]", resource.uri),
                     },
                 };
-                print!("{text}");
+                out!("{text}");
                 if !text.ends_with('\n') {
-                    println!();
+                    outln!();
                 }
             }
         }
@@ -797,7 +845,7 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
             .iter()
             .map(|t| toolhost::provider_tool(provider, &t.descriptor))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
     if a.json {
@@ -812,11 +860,11 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
                 v
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", serde_json::to_string_pretty(&all)?);
     } else {
         for t in tools {
             let d = &t.descriptor;
-            println!("{:<12} {:<16} {}", d.name, d.min_mode, d.description);
+            outln!("{:<12} {:<16} {}", d.name, d.min_mode, d.description);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1071,10 +1119,10 @@ async fn explain(a: ExplainArgs) -> Result<ExitCode> {
     }
     let e = host.explain(&request);
     if a.json {
-        println!("{}", serde_json::to_string(&e)?);
+        outln!("{}", serde_json::to_string(&e)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{} as {} (scope {}, mode {})",
         e.tool,
         e.principal,
@@ -1082,7 +1130,7 @@ async fn explain(a: ExplainArgs) -> Result<ExitCode> {
         e.mode
     );
     for p in &e.patches {
-        println!("  patch     {p}");
+        outln!("  patch     {p}");
     }
     for l in &e.layers {
         let get = |k: &str| l.get(k).and_then(|v| v.as_str()).unwrap_or("");
@@ -1094,26 +1142,26 @@ async fn explain(a: ExplainArgs) -> Result<ExitCode> {
             "" => "no opinion".to_string(),
             d => format!("{d} ({})", get("rule")),
         };
-        println!("  {:<28} {seen}; {decision}", get("layer"));
+        outln!("  {:<28} {seen}; {decision}", get("layer"));
         if let Some(reason) = l.get("reason").and_then(|v| v.as_str()) {
-            println!("  {:<28}   reason: {reason}", "");
+            outln!("  {:<28}   reason: {reason}", "");
         }
         if let Some(g) = l.get("guard").filter(|g| !g.is_null()) {
-            println!("  {:<28}   guard denies: {g}", "");
+            outln!("  {:<28}   guard denies: {g}", "");
         }
     }
     match &e.guard {
-        Some(g) => println!("  {:<28} {g}", "guards"),
-        None if !e.layers.is_empty() => println!("  {:<28} pass", "guards"),
+        Some(g) => outln!("  {:<28} {g}", "guards"),
+        None if !e.layers.is_empty() => outln!("  {:<28} pass", "guards"),
         None => {}
     }
     match &e.answer {
-        toolhost::Answer::Allow => println!("answer: allow (nobody is asked)"),
+        toolhost::Answer::Allow => outln!("answer: allow (nobody is asked)"),
         toolhost::Answer::Ask { reason, approver } => {
-            println!("answer: ask approver {approver}: {reason}")
+            outln!("answer: ask approver {approver}: {reason}")
         }
         toolhost::Answer::Refused { code, message } => {
-            println!("answer: refused {code}: {message}")
+            outln!("answer: refused {code}: {message}")
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1125,14 +1173,18 @@ async fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
             let queue = approval_queue_of(&state)?;
             let pending = queue.pending().await.map_err(|e| anyhow!("{e}"))?;
             if json {
-                println!("{}", serde_json::to_string(&pending)?);
+                outln!("{}", serde_json::to_string(&pending)?);
             } else if pending.is_empty() {
-                println!("no approvals pending");
+                outln!("no approvals pending");
             } else {
                 for r in pending {
-                    println!(
+                    outln!(
                         "{}  {} {} (mode {}): {}",
-                        r.approval_id, r.tool, r.args, r.mode, r.reason
+                        r.approval_id,
+                        r.tool,
+                        r.args,
+                        r.mode,
+                        r.reason
                     );
                 }
             }
@@ -1148,7 +1200,7 @@ async fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
             let queue = approval_queue_of(&state)?;
             match queue.decide(&id, decision, &by).await {
                 Ok(()) => {
-                    println!("{id}: {}", decision.as_str());
+                    outln!("{id}: {}", decision.as_str());
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e @ toolhost::DecideError::Io { .. }) => Err(anyhow!("{e}")),
@@ -1241,12 +1293,12 @@ fn show_log(a: LogArgs) -> Result<ExitCode> {
             let line = serde_json::json!({
                 "seq": e.seq, "call_id": e.call_id, "kind": e.kind.as_str(), "at_unix_ms": e.at_unix_ms, "payload": e.payload,
             });
-            println!("{line}");
+            outln!("{line}");
         }
     } else {
-        println!("{:>6}  {:<17} {:<32} summary", "seq", "kind", "call");
+        outln!("{:>6}  {:<17} {:<32} summary", "seq", "kind", "call");
         for e in events {
-            println!(
+            outln!(
                 "{:>6}  {:<17} {:<32} {}",
                 e.seq,
                 e.kind.as_str(),
@@ -1316,10 +1368,10 @@ fn recover(a: StateArgs) -> Result<ExitCode> {
     let log = open_log(&a)?;
     let r = log.recover().map_err(|e| anyhow!("{e}"))?;
     if r.recovered.is_empty() {
-        println!("nothing to recover");
+        outln!("nothing to recover");
     } else {
         for id in &r.recovered {
-            println!("{id}: TOOL_OUTCOME_UNKNOWN");
+            outln!("{id}: TOOL_OUTCOME_UNKNOWN");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1333,23 +1385,23 @@ async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
         toolhost::conformance::check_component(runtime, &a.tool.display().to_string(), &bytes)
             .await;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("conformance of {}", report.component);
+        outln!("conformance of {}", report.component);
         for c in &report.checks {
             let v = match c.verdict {
                 toolhost::conformance::Verdict::Pass => "pass",
                 toolhost::conformance::Verdict::Fail => "FAIL",
                 toolhost::conformance::Verdict::Warn => "warn",
             };
-            println!("  {v:<4}  {:<28} {}", c.check, c.detail);
+            outln!("  {v:<4}  {:<28} {}", c.check, c.detail);
         }
         let failed = report
             .checks
             .iter()
             .filter(|c| c.verdict == toolhost::conformance::Verdict::Fail)
             .count();
-        println!("{} checks, {failed} failed", report.checks.len());
+        outln!("{} checks, {failed} failed", report.checks.len());
     }
     Ok(if report.passed() {
         ExitCode::SUCCESS

@@ -52,3 +52,66 @@ fn tool_picks_one_tool_of_a_component() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// A command whose stdout is a pipe nobody reads any more (the reader of
+/// `toolhost log | head` has exited).
+fn with_stdout_closed(args: &[&str], state: &std::path::Path) -> std::process::Output {
+    // The read end is closed before the process starts: its first write
+    // to stdout fails with EPIPE, whatever the timing.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(crate::support::bin())
+        .args(args)
+        .arg("--state")
+        .arg(state)
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_the_cli_quietly_after_the_call_is_recorded() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "hello\n").unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let workspace = ws.path().to_str().unwrap();
+    let run_args = [
+        "run",
+        "read_file",
+        "--args",
+        r#"{"path":"a.txt"}"#,
+        "--mode",
+        "read-only",
+        "--workspace",
+        workspace,
+    ];
+    for json in [false, true] {
+        let mut args = run_args.to_vec();
+        if json {
+            args.push("--json");
+        }
+        let out = with_stdout_closed(&args, state.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "--json {json}: {err}");
+        assert!(!err.contains("panicked"), "--json {json}: {err}");
+    }
+    // `toolhost log` into a closed pipe: the same quiet end.
+    let out = with_stdout_closed(&["log", "--workspace", workspace], state.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Both calls ran and were recorded before anything was printed.
+    let log = Command::new(crate::support::bin())
+        .args(["log", "--json", "--workspace", workspace, "--state"])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(log.status.success(), "{log:?}");
+    let results = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|l| l.contains(r#""kind":"tool/result""#) && l.contains(r#""status":"ok""#))
+        .count();
+    assert_eq!(results, 2);
+}
