@@ -122,15 +122,15 @@ impl Recorder {
             .map_err(|e| e.to_string())
     }
 
-    /// Commits the intents of one or more calls (and their held `tool/call`
-    /// events) in one commit: durable (synced before it returns) or lazy
-    /// (riding on the next durable commit), as the checkpoint decided.
     /// Whether a durable commit of the log blocks (see
     /// [`SessionLog::durable_commit_blocks`]).
     pub(crate) fn durable_commit_blocks(&self) -> bool {
         self.log.durable_commit_blocks()
     }
 
+    /// Commits the intents of one or more calls (and their held `tool/call`
+    /// events) in one commit: durable (synced before it returns) or lazy
+    /// (riding on the next durable commit), as the checkpoint decided.
     pub(crate) fn intents(
         &self,
         intents: &[(String, serde_json::Value)],

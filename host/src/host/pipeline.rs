@@ -131,17 +131,20 @@ impl Host {
             })
             .collect();
         crate::crashpoint::reached("before-intent");
+        let durability = if durable {
+            Durability::Durable
+        } else {
+            Durability::Lazy
+        };
         if durable && self.recorder.durable_commit_blocks() {
             // The fsync blocks this thread: on a multi-threaded runtime, let
             // the worker's other tasks move on meanwhile, so that concurrent
-            // durable calls reach the log together and share one fsync.
-            blocking(|| self.recorder.intents(&intents, Durability::Durable))?;
-        } else if durable {
-            // An in-memory log: the commit does not block, and handing the
-            // worker's core to another thread would cost more than it.
-            self.recorder.intents(&intents, Durability::Durable)?;
+            // durable calls reach the log together and share one fsync. (An
+            // in-memory log's commit does not block: handing the worker's
+            // core to another thread would cost more than the commit.)
+            blocking(|| self.recorder.intents(&intents, durability))?;
         } else {
-            self.recorder.intents(&intents, Durability::Lazy)?;
+            self.recorder.intents(&intents, durability)?;
         }
         crate::crashpoint::reached("after-intent");
         Ok(())
