@@ -7,8 +7,9 @@
 use crate::common::*;
 use serde_json::{Value, json};
 use std::net::{IpAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 use toolhost::policy::Policy;
 use toolhost::policy::egress::StaticResolver;
 use toolhost::{Host, Limits, SandboxMode};
@@ -20,7 +21,8 @@ toolhost_conformance::foreach_egress!(assert_test_exists);
 struct Counted {
     port: u16,
     ip: &'static str,
-    count: Arc<AtomicUsize>,
+    /// Connections accepted so far, and a wake-up for each.
+    count: Arc<(Mutex<usize>, Condvar)>,
     stop: Arc<AtomicBool>,
 }
 
@@ -28,7 +30,7 @@ impl Counted {
     fn start(ip: &'static str) -> Counted {
         let listener = TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let count = Arc::new(AtomicUsize::new(0));
+        let count = Arc::new((Mutex::new(0), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (c, s) = (count.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -38,7 +40,9 @@ impl Counted {
                     break;
                 }
                 if let Ok(stream) = stream {
-                    c.fetch_add(1, Ordering::SeqCst);
+                    let (n, accepted) = &*c;
+                    *n.lock().unwrap() += 1;
+                    accepted.notify_all();
                     held.push(stream);
                 }
             }
@@ -52,7 +56,19 @@ impl Counted {
     }
 
     fn count(&self) -> usize {
-        self.count.load(Ordering::SeqCst)
+        *self.count.0.lock().unwrap()
+    }
+
+    /// The count once it reaches `n`, or after 5 s, whichever is first: a
+    /// connection the guest made is accepted on the listener's own thread,
+    /// possibly after the guest's call has returned.
+    fn count_reaching(&self, n: usize) -> usize {
+        let (count, accepted) = &*self.count;
+        let guard = count.lock().unwrap();
+        let (guard, _) = accepted
+            .wait_timeout_while(guard, Duration::from_secs(5), |c| *c < n)
+            .unwrap();
+        *guard
     }
 }
 
@@ -207,7 +223,7 @@ allow = [
     // The granted TCP address connects; the request limit holds per call.
     let attempts = run(&host, json!({"tcp": [format!("127.0.0.1:{t}")]})).await;
     assert_eq!(attempts[0]["ok"], true, "{attempts:?}");
-    assert_eq!(tcp_ok.count(), 1);
+    assert_eq!(tcp_ok.count_reaching(1), 1);
 
     let limited = format!(
         "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\nmax_requests = 2\n"
@@ -223,12 +239,7 @@ allow = [
     let attempts = r.canonical["attempts"].as_array().unwrap();
     let oks: Vec<bool> = attempts.iter().map(|a| a["ok"] == true).collect();
     assert_eq!(oks, [true, true, false], "{attempts:?}");
-    // The listener counts on its own thread: wait (bounded) for it.
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while tcp_ok.count() < 3 && std::time::Instant::now() < until {
-        std::thread::yield_now();
-    }
-    assert_eq!(tcp_ok.count(), 3);
+    assert_eq!(tcp_ok.count_reaching(3), 3);
     let codes: Vec<Value> = r
         .receipt
         .network
