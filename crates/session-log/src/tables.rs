@@ -12,8 +12,11 @@ use redb::{MultimapTableDefinition, TableDefinition};
 /// [`LogError::NewerFormat`](crate::LogError::NewerFormat), never misread.
 ///
 /// History: 1, the tables below; 2, the same tables plus the intent WAL
-/// (`session.wal`), which a format-1 reader would ignore.
-pub const FORMAT_VERSION: u64 = 2;
+/// (`session.wal`), which a format-1 reader would ignore; 3, an event of 1 KiB or more
+/// may be stored LZ4-compressed (in the events table and in the WAL), which a format-2
+/// reader would take for damage. A format-3 reader reads the events of formats 1 and 2
+/// as they are (their values are all JSON).
+pub const FORMAT_VERSION: u64 = 3;
 
 /// Metadata: `format_version` → [`FORMAT_VERSION`] of the writer that created the file.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -22,7 +25,8 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 pub(crate) const FORMAT_VERSION_KEY: &str = "format_version";
 
 /// Events: global sequence number (from 1, strictly increasing) → the JSON encoding of
-/// [`StoredEvent`](crate::event::StoredEvent).
+/// [`StoredEvent`](crate::event::StoredEvent), LZ4-compressed when that makes a JSON of
+/// 1 KiB or more shorter (see `event.rs`).
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 
 /// Index: call id → the sequence numbers of its events.

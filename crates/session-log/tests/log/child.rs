@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use toolhost_log::{Durability, LogError, SessionLog};
 
 use crate::engines::Backend;
-use crate::{call, intent, result};
+use crate::{call, intent, large_result, result};
 
 const ACTION: &str = "TOOLHOST_LOG_CHILD_ACTION";
 const DIR: &str = "TOOLHOST_LOG_CHILD_DIR";
@@ -141,6 +141,16 @@ fn probe() {
             log.append(&[call("lazy2")], Durability::Lazy).unwrap();
             println!("CHILD: acknowledged");
             // Die without closing the log: no destructor, no flush.
+            std::process::exit(3);
+        }
+        "crash-large" => {
+            // Large (compressed) events, durable in the WAL only, then death.
+            let log = SessionLog::open(dir).unwrap();
+            log.append(&[call("big1"), large_result("big1")], Durability::Durable)
+                .unwrap();
+            log.append(&[large_result("big2")], Durability::Durable)
+                .unwrap();
+            println!("CHILD: acknowledged");
             std::process::exit(3);
         }
         "crash-on" => {

@@ -6,6 +6,7 @@
 
 mod both;
 mod child;
+mod compressed;
 mod crash;
 mod engine;
 mod engines;
@@ -49,6 +50,37 @@ pub fn result(id: &str) -> NewEvent {
         EventKind::ToolResult,
         json!({ "status": "ok", "content": [{ "type": "text", "text": format!("done {id}") }] }),
     )
+}
+
+/// A `tool/result` event of about 9 KB whose text appears twice (in the canonical
+/// result and in the content), as a `read_file` result's does.
+pub fn large_result(id: &str) -> NewEvent {
+    let text: String = (0..120)
+        .map(|i| format!("{id}: line {i} of a file, \"quoted\"\n"))
+        .collect();
+    NewEvent::new(
+        id,
+        EventKind::ToolResult,
+        json!({
+            "canonical": { "bytes": text.len(), "content": text },
+            "content": [{ "type": "text", "text": text }],
+        }),
+    )
+}
+
+/// `len` characters that do not compress (hex digits of a xorshift sequence): a large
+/// event that keeps its size in the WAL and the database.
+pub fn incompressible(len: usize) -> String {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut s = String::with_capacity(len + 16);
+    while s.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{x:016x}"));
+    }
+    s.truncate(len);
+    s
 }
 
 /// The (call id, kind, payload) of events, to compare with what was appended.

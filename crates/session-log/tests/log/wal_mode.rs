@@ -340,7 +340,7 @@ fn a_wal_grown_by_a_large_record_shrinks_back_at_the_next_checkpoint() {
     let wal = dir.path().join("session.wal");
     // 2.5 MiB: under the size at which a durable append checkpoints (3 MiB), over the
     // size the file is cut back from (2 MiB).
-    let big = "x".repeat(5 << 19);
+    let big = crate::incompressible(5 << 19);
     {
         let log = SessionLog::open(dir.path()).unwrap();
         assert_eq!(std::fs::metadata(&wal).unwrap().len(), 1 << 20);
@@ -464,7 +464,7 @@ fn appends_and_reads_go_on_while_a_checkpoint_commits_and_nothing_is_lost_or_dou
     let big = NewEvent::new(
         "a",
         EventKind::ToolIntent,
-        serde_json::json!({ "tool": "write_file", "big": "x".repeat(800 * 1024) }),
+        serde_json::json!({ "tool": "write_file", "big": crate::incompressible(800 * 1024) }),
     );
     log.record_intents_after(&[call("a")], std::slice::from_ref(&big))
         .unwrap();
