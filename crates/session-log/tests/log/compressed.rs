@@ -73,6 +73,10 @@ fn large_events_read_back_the_same_from_memory_the_wal_and_the_database() {
         // Dropping the writer checkpoints everything into the database.
     }
     assert_large_ones_compressed(dir.path(), &expected);
+    // A reader (`toolhost log`) reads them from the database, and so does a writer.
+    let reader = SessionLog::open_read_only(dir.path()).unwrap();
+    assert_eq!(shape(&reader.events().unwrap()), expected);
+    drop(reader);
     let again = SessionLog::open(dir.path()).unwrap();
     assert_eq!(shape(&again.events().unwrap()), expected);
     assert_eq!(shape(&again.events_for_call("a").unwrap()), expected[..2]);
