@@ -157,8 +157,8 @@ impl StoredEventRef<'_> {
 ///
 /// A tool's result often carries its text twice (in its canonical result and in the
 /// content the model reads); LZ4 stores the second copy as a back reference, and text
-/// itself about halves. Stored whole, a 4 KiB `read_file` result took about 19 KB of
-/// the redb file, as its 8.7 KB of JSON did not fit a 4 KiB page.
+/// itself about halves. Stored whole, a 4 KiB `read_file` result took 19–28 KB of the
+/// redb file, as its 8.7 KB of JSON did not fit a 4 KiB page.
 const COMPRESSED: u8 = 0x01;
 
 /// The tag byte and the length before the LZ4 block.

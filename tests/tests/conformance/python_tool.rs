@@ -2,7 +2,9 @@
 //! CPython compiled to WASI, a program-backed tool. Runs code, reads a CSV
 //! of the workspace with pandas in `read-only` and cannot write there; an
 //! endless loop ends `TIMEOUT` and a huge allocation `MEMORY_LIMIT`, and
-//! the host keeps serving; the interpreter is compiled once into the
+//! the host keeps serving; the code runs as `python -c` would run it (exit
+//! status, traceback, atexit handlers, files held open) though the process
+//! skips CPython's teardown; the interpreter is compiled once into the
 //! cache and a second host loads it from there.
 //!
 //! Needs `TOOLHOST_PYTHON_TOOL_DIR` (the directory the install script
@@ -91,6 +93,76 @@ async fn python_tool_interpreter() {
     assert!(stderr.contains("Error"), "{stderr}");
     assert_eq!(r.canonical["exit_code"], 1);
     assert_eq!(snapshot(ws.path()), before);
+
+    // The code runs as `python -c` runs it (scripts/python-run-code.py), and the
+    // process ends without CPython's teardown: what outlives the code is still
+    // finished (atexit handlers, files held by globals, buffered output).
+    let r = python(
+        &host,
+        "import sys\nprint(sys.argv, __name__, sorted(k for k in globals() if not k.startswith('__')))",
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    assert_eq!(r.canonical["stdout"], "['-c'] __main__ ['sys']\n", "{r:?}");
+    for (code, status) in [
+        ("import sys; sys.exit(3)", 3),
+        ("import sys; sys.exit(300)", 300 & 0xFF),
+        ("import sys; sys.exit(None)", 0),
+        ("import os; print('flushed'); os._exit(5)", 5),
+    ] {
+        let r = python(&host, code, SandboxMode::ReadOnly).await;
+        assert_eq!(r.canonical["exit_code"], status, "{code}: {r:?}");
+    }
+    let r = python(
+        &host,
+        "import sys; sys.exit('bad input')",
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    assert_eq!(r.canonical["exit_code"], 1, "{r:?}");
+    assert_eq!(r.canonical["stderr"], "bad input\n", "{r:?}");
+    let r = python(
+        &host,
+        "def f():\n    raise ValueError('deep')\nf()",
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    assert_eq!(r.canonical["exit_code"], 1, "{r:?}");
+    assert_eq!(
+        r.canonical["stderr"],
+        "Traceback (most recent call last):\n  File \"<string>\", line 3, in <module>\n    f()\n    ~^^\n  \
+         File \"<string>\", line 2, in f\n    raise ValueError('deep')\nValueError: deep\n",
+        "{r:?}"
+    );
+    let r = python(
+        &host,
+        "import atexit\natexit.register(lambda: print('at exit'))\nprint('partial line', end='')",
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(r.canonical["stdout"], "partial lineat exit\n", "{r:?}");
+    let r = python(
+        &host,
+        "f = open('kept.txt', 'w')\nf.write('held by a global, never closed')",
+        SandboxMode::WorkspaceWrite,
+    )
+    .await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("kept.txt")).unwrap(),
+        "held by a global, never closed"
+    );
+    std::fs::remove_file(ws.path().join("kept.txt")).unwrap();
+    // The teardown is skipped: an object kept alive only by a reference cycle is
+    // not finalized (plain `python -c` prints "finalized" twice here).
+    let r = python(
+        &host,
+        "class C:\n    def __del__(self): print('finalized')\nc = C()\nc.me = c\nd = C()",
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    assert_eq!(r.canonical["stdout"], "finalized\n", "{r:?}");
 
     // A huge allocation: MEMORY_LIMIT. Then the host still serves.
     let r = python(
