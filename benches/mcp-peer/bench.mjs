@@ -118,11 +118,8 @@ const files = {};
 for (const [label, file] of Object.entries(FILES)) {
   const results = {};
   for (const server of servers) results[server.name] = await measure(server, file);
-  const ratio = (k, which, inverse) => {
-    const a = results.toolhost[k][which];
-    const b = results.reference[k][which];
-    return Math.round((inverse ? b / a : a / b) * 100) / 100;
-  };
+  const ratio = (k, which) =>
+    Math.round((results.toolhost[k][which] / results.reference[k][which]) * 100) / 100;
   const ratios = {};
   for (const k of ["sequential", "concurrent"]) {
     ratios[k] = {

@@ -131,18 +131,7 @@ fn a_format_2_log_whose_large_events_are_json_is_read_and_upgraded() {
     let values = stored_values(dir.path());
     assert_eq!(values[0].1[0], b'{', "the old event was rewritten");
     assert_eq!(values[1].1[0], 0x01, "the new event is not compressed");
-    let db = redb::Database::create(dir.path().join("session.redb")).unwrap();
-    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
-    let version = read
-        .open_table(META)
-        .unwrap()
-        .get("format_version")
-        .unwrap()
-        .unwrap()
-        .value();
-    assert_eq!(version, FORMAT_VERSION);
-    drop(read);
-    drop(db);
+    assert_eq!(crate::stored_format_version(dir.path()), FORMAT_VERSION);
     let log = SessionLog::open(dir.path()).unwrap();
     assert_eq!(shape(&log.events().unwrap()), [old, new]);
 }

@@ -83,6 +83,18 @@ pub fn incompressible(len: usize) -> String {
     s
 }
 
+/// The format version recorded in the state directory `dir`'s database.
+pub fn stored_format_version(dir: &std::path::Path) -> u64 {
+    let db = redb::Database::create(dir.join("session.redb")).unwrap();
+    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
+    read.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+        .unwrap()
+        .get("format_version")
+        .unwrap()
+        .unwrap()
+        .value()
+}
+
 /// The (call id, kind, payload) of events, to compare with what was appended.
 pub fn shape(events: &[Event]) -> Vec<NewEvent> {
     events

@@ -74,16 +74,7 @@ fn a_format_1_log_is_upgraded_in_place_and_keeps_its_events() {
         .collect();
     assert_eq!(ids, ["a", "b"]);
     drop(log);
-    let db = redb::Database::create(dir.path().join("session.redb")).unwrap();
-    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
-    let version = read
-        .open_table(meta)
-        .unwrap()
-        .get("format_version")
-        .unwrap()
-        .unwrap()
-        .value();
-    assert_eq!(version, FORMAT_VERSION);
+    assert_eq!(crate::stored_format_version(dir.path()), FORMAT_VERSION);
 }
 
 #[test]
