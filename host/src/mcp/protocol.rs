@@ -512,8 +512,16 @@ impl ServerHandler for Server {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
+        // One initialize per session: a repeated one would add the same
+        // client to the session list again, once per message, and every
+        // approval notice would then be sent to it once per entry.
+        if self.peer.set(context.peer.clone()).is_err() {
+            return Err(McpError::invalid_request(
+                "this session is already initialized; open a new session to initialize again",
+                None,
+            ));
+        }
         context.peer.set_peer_info(request.clone());
-        let _ = self.peer.set(context.peer.clone());
         let principal = self
             .principal_of(&context)
             .unwrap_or_else(|| toolhost_policy::LOCAL_PRINCIPAL.to_string());

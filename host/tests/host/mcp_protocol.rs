@@ -461,6 +461,67 @@ fn stdio_approvals_are_announced_pending_then_decided() {
     assert_eq!(r["result"]["isError"], false, "{r}");
 }
 
+/// A session initializes once: a repeated `initialize` is refused, and it
+/// does not enter the client in the session list again (each entry would
+/// get its own copy of every approval notice).
+#[test]
+fn a_repeated_initialize_is_refused_and_notices_come_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n",
+    )
+    .unwrap();
+    let mut s = Server::start_with(
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--approver",
+            "auto-approve",
+        ],
+        json!({}),
+    );
+    for id in 2..5 {
+        s.send(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "again", "version": "0"}}}));
+        let r = s.response(&json!(id));
+        assert_eq!(error_code(&r), Some(-32600), "{r}");
+    }
+    s.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel", "params": {"level": "info"}}));
+    s.response(&json!(5));
+    s.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}}));
+    let mut decided = 0;
+    let mut pending = 0;
+    loop {
+        let v = s.next(Duration::from_secs(30)).expect("a message");
+        if v["id"] == 6 {
+            assert_eq!(v["result"]["isError"], false, "{v}");
+            break;
+        }
+        if v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER {
+            match v["params"]["data"]["state"].as_str() {
+                Some("pending") => pending += 1,
+                Some("decided") => decided += 1,
+                _ => panic!("{v}"),
+            }
+        }
+    }
+    // Notices travel apart from the response: collect what is still coming.
+    for v in s.drain(Duration::from_secs(1)) {
+        if v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER {
+            match v["params"]["data"]["state"].as_str() {
+                Some("pending") => pending += 1,
+                Some("decided") => decided += 1,
+                _ => panic!("{v}"),
+            }
+        }
+    }
+    assert_eq!((pending, decided), (1, 1));
+    s.assert_alive(7);
+}
+
 /// stdin a socket pair (as Node's libuv gives a child) and stdout a pipe:
 /// both are served without blocking, a call goes through, and once the
 /// client closes stdin the server exits and leaves both in blocking mode
