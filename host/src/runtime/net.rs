@@ -50,10 +50,13 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-/// The most records (and `denied` lines) one call keeps: refusals do not
-/// count against `max_requests`, so a guest looping on refused requests
-/// must not grow them without bound. Later ones are counted, not kept.
-const MAX_RECORDS: usize = 256;
+/// The most refusal records one call keeps: refusals do not count against
+/// `max_requests`, so a guest looping on refused requests (or anyone
+/// sending datagrams to a guest's UDP socket) must not grow them without
+/// bound. Later ones are counted, not kept. Records of allowed requests are
+/// always kept (`max_requests` bounds them), so refusals can never push the
+/// traffic that did happen out of the receipt.
+const MAX_REFUSED_RECORDS: usize = 256;
 
 /// What the hook's future resolves to.
 type SendResult = Result<
@@ -84,17 +87,23 @@ struct NetLog {
     bytes_in: u64,
     /// UDP destinations already allowed (a datagram stream is one record).
     udp_peers: Vec<SocketAddr>,
-    /// Records not kept (over [`MAX_RECORDS`]).
+    /// Refusal records kept (at most [`MAX_REFUSED_RECORDS`]).
+    refused: usize,
+    /// Refusal records not kept (over [`MAX_REFUSED_RECORDS`]).
     dropped: u64,
 }
 
 impl NetLog {
-    /// Keeps `record` unless the call already has [`MAX_RECORDS`]; returns
-    /// its index (`usize::MAX` when dropped: updates then do nothing).
+    /// Keeps `record`, unless it is a refusal and the call already kept
+    /// [`MAX_REFUSED_RECORDS`] of them; returns its index (`usize::MAX`
+    /// when dropped: updates then do nothing).
     fn keep(&mut self, record: EgressRecord) -> usize {
-        if self.records.len() >= MAX_RECORDS {
-            self.dropped += 1;
-            return usize::MAX;
+        if matches!(record.outcome, EgressOutcome::Refused { .. }) {
+            if self.refused >= MAX_REFUSED_RECORDS {
+                self.dropped += 1;
+                return usize::MAX;
+            }
+            self.refused += 1;
         }
         self.records.push(record);
         self.records.len() - 1
@@ -124,7 +133,7 @@ impl CallNet {
         })
     }
 
-    /// How many records were not kept (over the per-call cap).
+    /// How many refusal records were not kept (over the per-call cap).
     pub(crate) fn dropped(&self) -> u64 {
         self.log.lock().map(|l| l.dropped).unwrap_or(0)
     }
@@ -163,20 +172,38 @@ impl CallNet {
 
     /// Records a request refused by a per-call limit.
     fn refuse_limit(&self, request: &Request, path: &str, reason: String) {
+        self.refuse_with(request, path, "limit_reached", reason, 0);
+    }
+
+    /// Records a request given up because its name's lookup outlasted the
+    /// request's time (nothing was connected).
+    fn refuse_timeout(&self, request: &Request, path: &str, started: Instant) {
+        self.refuse_with(
+            request,
+            path,
+            "dns_timeout",
+            "the name's lookup did not finish within the request's time \
+             (network.request_timeout_ms, the call's deadline)"
+                .to_string(),
+            elapsed_ms(started),
+        );
+    }
+
+    fn refuse_with(&self, request: &Request, path: &str, code: &str, reason: String, ms: u64) {
         let record = EgressRecord {
             method: request.method.clone(),
             url: request.url_without_query(path),
             outcome: EgressOutcome::Refused {
-                code: "limit_reached".to_string(),
+                code: code.to_string(),
                 reason,
             },
             status: None,
             bytes_in: 0,
             bytes_out: 0,
-            ms: 0,
+            ms,
         };
         self.deny(format!(
-            "network: {} {}: limit_reached",
+            "network: {} {}: {code}",
             request.method.as_deref().unwrap_or(request.scheme.as_str()),
             record.url
         ));
@@ -319,17 +346,34 @@ impl CallNet {
             rule,
             approved,
         } = admitted;
+        // The request's whole time, its name's lookup included: its own
+        // timeout, cut at the call's deadline and at the guest's connect
+        // timeout.
+        let limits = egress.policy.limits();
+        let mut budget = self.request_budget(limits.request_timeout());
+        if let Some(t) = options.and_then(|o| o.connect_timeout) {
+            budget = budget.min(t.max(Duration::from_millis(1)));
+        }
+        let until = tokio::time::Instant::now() + budget;
         // Resolve once and check every address (a name's lookup blocks, so
-        // it runs off the executor).
+        // it runs off the executor; a lookup that outlasts the request's
+        // time is given up, its thread left to finish on its own).
         let plan = match &request.host {
             Host::Ip(_) => connect_plan_approved(&request, &egress.policy, &rule, &NoLookup),
             Host::Name(_) => {
-                let (request, egress, rule) = (request.clone(), egress.clone(), rule.clone());
-                tokio::task::spawn_blocking(move || {
-                    connect_plan_approved(&request, &egress.policy, &rule, &*egress.resolver)
-                })
-                .await
-                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?
+                let (looked_up, egress, rule) = (request.clone(), egress.clone(), rule.clone());
+                let lookup = tokio::task::spawn_blocking(move || {
+                    connect_plan_approved(&looked_up, &egress.policy, &rule, &*egress.resolver)
+                });
+                match tokio::time::timeout_at(until, lookup).await {
+                    Ok(joined) => {
+                        joined.map_err(|e| HttpError::InternalError(Some(e.to_string())))?
+                    }
+                    Err(_) => {
+                        self.refuse_timeout(&request, &path, started);
+                        return Err(HttpError::DnsTimeout);
+                    }
+                }
             }
         };
         let plan = match plan {
@@ -340,12 +384,6 @@ impl CallNet {
             }
         };
         let index = self.push(EgressRecord::allowed(&request, &path, &rule, approved));
-        let limits = egress.policy.limits();
-        let mut budget = self.request_budget(limits.request_timeout());
-        if let Some(t) = options.and_then(|o| o.connect_timeout) {
-            budget = budget.min(t.max(Duration::from_millis(1)));
-        }
-        let until = tokio::time::Instant::now() + budget;
 
         // The credential of exactly this host, replacing the guest's header
         // of that name; the Host header names the request's host.
@@ -402,7 +440,15 @@ impl CallNet {
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
                 .await
                 .map_err(HttpError::Hyper)?;
-            let conn = wasmtime_wasi::runtime::spawn(conn);
+            // The connection lives at most until the request's time is up
+            // (a request body the guest streams slowly, a response body it
+            // reads slowly: neither outlasts it).
+            let conn = wasmtime_wasi::runtime::spawn(async move {
+                match tokio::time::timeout_at(until, conn).await {
+                    Ok(r) => r.map_err(HttpError::Hyper),
+                    Err(_) => Err(HttpError::ConnectionReadTimeout),
+                }
+            });
             let response = sender.send_request(req).await.map_err(HttpError::Hyper)?;
             Ok::<_, HttpError>((response, conn))
         };
@@ -435,12 +481,7 @@ impl CallNet {
             }
             .boxed_unsync()
         });
-        let io = Box::new(async move {
-            match conn.await {
-                Ok(()) => Ok(()),
-                Err(e) => Err(HttpError::Hyper(e)),
-            }
-        });
+        let io = Box::new(conn);
         Ok((response, io as Box<dyn Future<Output = _> + Send>))
     }
 
@@ -600,8 +641,8 @@ fn server_name(host: &Host) -> Result<rustls_pki_types::ServerName<'static>, Htt
 
 /// A response body that counts its bytes into the call's records and
 /// stops at the call's response byte limit and the request's deadline.
-struct LimitedBody {
-    inner: Pin<Box<hyper::body::Incoming>>,
+struct LimitedBody<B = hyper::body::Incoming> {
+    inner: Pin<Box<B>>,
     net: Arc<CallNet>,
     index: usize,
     max: u64,
@@ -610,7 +651,7 @@ struct LimitedBody {
     done: bool,
 }
 
-impl LimitedBody {
+impl<B> LimitedBody<B> {
     fn finish(&mut self) {
         if !self.done {
             self.done = true;
@@ -620,7 +661,7 @@ impl LimitedBody {
     }
 }
 
-impl Body for LimitedBody {
+impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
     type Data = Bytes;
     type Error = HttpError;
 
@@ -631,6 +672,13 @@ impl Body for LimitedBody {
         let this = self.get_mut();
         if this.done {
             return Poll::Ready(None);
+        }
+        // The request's time is checked before each read, not only while
+        // the guest waits: a slow body always has data waiting for a guest
+        // that reads slowly.
+        if tokio::time::Instant::now() >= this.until.deadline() {
+            this.finish();
+            return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));
         }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(None) => {
@@ -677,5 +725,81 @@ impl WasiHttpHooks for HttpHooks {
             Err(e) => Box::new(async move { Err(e) }),
             Ok(admitted) => Box::new(net.send(admitted, request, options)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+
+    fn record(refused: bool, n: usize) -> EgressRecord {
+        EgressRecord {
+            method: Some("GET".into()),
+            url: format!("http://127.0.0.1:1/{n}"),
+            outcome: if refused {
+                EgressOutcome::Refused {
+                    code: "denied".into(),
+                    reason: "no grant".into(),
+                }
+            } else {
+                EgressOutcome::Allowed {
+                    rule: "network.allow[0]".into(),
+                }
+            },
+            status: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            ms: 0,
+        }
+    }
+
+    /// Refusals, however many, never push an allowed request out of the
+    /// records: only refusals are capped.
+    #[test]
+    fn refusals_are_capped_but_never_crowd_out_allowed_requests() {
+        let mut log = NetLog::default();
+        for n in 0..MAX_REFUSED_RECORDS + 44 {
+            log.keep(record(true, n));
+        }
+        let index = log.keep(record(false, 9999));
+        assert_ne!(index, usize::MAX);
+        assert_eq!(log.records[index].url, "http://127.0.0.1:1/9999");
+        assert_eq!(log.dropped, 44);
+        assert_eq!(log.records.len(), MAX_REFUSED_RECORDS + 1);
+    }
+
+    /// A response body whose request time is up ends with a read timeout
+    /// even when data is waiting (a guest that reads slowly never sees the
+    /// body pending, where the timer alone would be looked at).
+    #[tokio::test]
+    async fn a_body_with_data_waiting_still_ends_at_the_request_time() {
+        let net = CallNet::new(
+            NetworkGrant::default(),
+            Instant::now() + Duration::from_secs(60),
+            Arc::default(),
+        );
+        let inner = Full::new(Bytes::from_static(b"waiting"))
+            .map_err(|never: std::convert::Infallible| match never {});
+        let body = |until| LimitedBody::<_> {
+            inner: Box::pin(inner.clone()),
+            net: net.clone(),
+            index: usize::MAX,
+            max: 1 << 20,
+            until: Box::pin(tokio::time::sleep_until(until)),
+            started: Instant::now(),
+            done: false,
+        };
+        let now = tokio::time::Instant::now();
+        let in_time = body(now + Duration::from_secs(60)).collect().await;
+        assert_eq!(
+            in_time.map(|c| c.to_bytes()).ok(),
+            Some(Bytes::from_static(b"waiting"))
+        );
+        let late = body(now).frame().await;
+        assert!(
+            matches!(late, Some(Err(HttpError::ConnectionReadTimeout))),
+            "{late:?}"
+        );
     }
 }

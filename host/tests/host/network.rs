@@ -535,6 +535,46 @@ async fn the_response_byte_limit_and_the_request_timeout_hold() {
     drop(hold);
 }
 
+/// A resolver whose every lookup hangs until the test lets it go (a
+/// name server that does not answer).
+struct HangingResolver(Mutex<std::sync::mpsc::Receiver<()>>);
+
+impl toolhost::policy::egress::Resolver for HangingResolver {
+    fn resolve(
+        &self,
+        _host: &str,
+        _port: u16,
+    ) -> Result<Vec<std::net::SocketAddr>, toolhost::policy::egress::ResolveError> {
+        let _ = self.0.lock().unwrap().recv();
+        Err(toolhost::policy::egress::ResolveError::new("let go"))
+    }
+}
+
+/// The request timeout covers the name's lookup: a lookup that does not
+/// answer ends the request with DNS-timeout at the request's time, long
+/// before the call's deadline, and nothing is connected.
+#[tokio::test]
+async fn a_lookup_that_never_answers_ends_at_the_request_timeout() {
+    let (release, hang) = std::sync::mpsc::channel::<()>();
+    let resolver = HangingResolver(Mutex::new(hang));
+    let policy = "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://silent.test\"]\nrequest_timeout_ms = 300\n";
+    let (_ws, host) = host_with(policy, move |b| {
+        b.resolver(Arc::new(resolver));
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let r = fetch(&host, json!({"url": "http://silent.test/"})).await;
+    assert!(tool_error(&r).starts_with("DNS-timeout"), "{r:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(record_codes(&r), ["dns_timeout"], "{r:?}");
+    assert_eq!(r.receipt.network[0].status, None);
+    drop(release);
+}
+
 /// An approver that answers `outcome` and remembers what it was asked.
 #[derive(Clone)]
 struct Asked {
