@@ -236,6 +236,11 @@ impl IntentWal {
         self.len
     }
 
+    /// The file's length: records, then zeros.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// Declares that the current round's records end at `end` (after reading them at
     /// open), so that [`IntentWal::reset`] clears them.
     pub(crate) fn set_round_end(&mut self, end: u64) {

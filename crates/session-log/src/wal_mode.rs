@@ -195,7 +195,7 @@ impl RedbLog {
     pub(crate) fn attach_wal(&mut self, storage: Box<dyn Storage>) -> Result<(), LogError> {
         let wal_error = |e: std::io::Error| storage_error("intent WAL", &e);
         let mut wal = IntentWal::new(storage).map_err(wal_error)?;
-        let (events, end) = wal.read_records().map_err(wal_error)?;
+        let (events, _) = wal.read_records().map_err(wal_error)?;
         let (last, missing) = {
             let read = self.db.begin_read().map_err(from_redb)?;
             let table = read.open_table(EVENTS).map_err(from_redb)?;
@@ -245,9 +245,16 @@ impl RedbLog {
             .map_or(last, |s| s.seq)
             .checked_add(1)
             .ok_or_else(exhausted)?;
-        wal.set_round_end(end);
+        // Clear the whole file, not only the records read, and make that
+        // durable before any new record: behind a torn record there can be
+        // intact records whose events were lost with it (a device writes
+        // back out of order). Their numbers are handed out again from here,
+        // so one of them would otherwise read as the continuation of a new
+        // record that happens to end where it starts. One sync per open.
+        wal.set_round_end(wal.capacity());
         wal.reset().map_err(wal_error)?;
         wal.prepare().map_err(wal_error)?;
+        wal.storage().sync_data().map_err(wal_error)?;
         let storage = wal.storage();
         self.wal = Some(WalMutex {
             state: Mutex::new(WalState {
