@@ -128,6 +128,9 @@ pub struct Manifest {
     /// The tool's descriptor (schema, mode, side effect, concurrency).
     pub descriptor: Descriptor,
     argv: Vec<ArgTemplate>,
+    /// Arguments whose values may begin an argv element with `-` (which
+    /// the program reads as an option); any other such value is refused.
+    allow_dash: Vec<String>,
     /// The argument passed as stdin, if any.
     pub stdin: Option<String>,
     /// The environment, exactly.
@@ -149,6 +152,8 @@ struct Raw {
     wasm: Option<String>,
     input_schema: toml::Value,
     argv: Vec<String>,
+    #[serde(default)]
+    allow_dash: Vec<String>,
     #[serde(default)]
     stdin: Option<String>,
     #[serde(default)]
@@ -300,6 +305,11 @@ impl Manifest {
             }
             argv.push(template);
         }
+        if let Some(field) = raw.allow_dash.iter().find(|f| !declared(f)) {
+            return Err(invalid(format!(
+                "allow_dash names {field:?}, which input_schema.properties does not declare"
+            )));
+        }
         if let Some(field) = &raw.stdin
             && !declared(field)
         {
@@ -383,6 +393,7 @@ impl Manifest {
             wasm,
             descriptor,
             argv,
+            allow_dash: raw.allow_dash,
             stdin: raw.stdin,
             env,
             workspace,
@@ -397,6 +408,11 @@ impl Manifest {
     /// only a placeholder of an array argument expands to one element per
     /// item; one whose argument is absent or null is left out. Nothing is
     /// ever given to a shell.
+    ///
+    /// An element that begins with an argument's value may not begin with
+    /// `-` unless the manifest's `allow_dash` names that argument: the
+    /// program would read it as an option (`--files0-from=.env` given as a
+    /// file name), which nothing that inspects the arguments would see.
     pub fn argv(&self, args: &serde_json::Value) -> Result<Vec<String>, String> {
         let mut out = Vec::with_capacity(self.argv.len());
         for template in &self.argv {
@@ -405,10 +421,10 @@ impl Manifest {
                     None | Some(serde_json::Value::Null) => {}
                     Some(serde_json::Value::Array(items)) => {
                         for item in items {
-                            out.push(scalar(f, item)?);
+                            out.push(self.operand(f, scalar(f, item)?)?);
                         }
                     }
-                    Some(v) => out.push(scalar(f, v)?),
+                    Some(v) => out.push(self.operand(f, scalar(f, v)?)?),
                 }
                 continue;
             }
@@ -429,10 +445,25 @@ impl Manifest {
                 }
             }
             if !absent {
-                out.push(s);
+                match template.0.first() {
+                    Some(Piece::Field(f)) => out.push(self.operand(f, s)?),
+                    _ => out.push(s),
+                }
             }
         }
         Ok(out)
+    }
+
+    /// `element`, which begins with argument `field`'s value, unless it
+    /// begins with `-` and `allow_dash` does not name `field`.
+    fn operand(&self, field: &str, element: String) -> Result<String, String> {
+        if element.starts_with('-') && !self.allow_dash.iter().any(|f| f == field) {
+            return Err(format!(
+                "argument {field:?} begins with '-', which the program would read as an \
+                 option; the tool's manifest does not allow that (allow_dash)"
+            ));
+        }
+        Ok(element)
     }
 
     /// The stdin of a call with the validated `args`: the named argument's
@@ -562,6 +593,58 @@ input_schema = '{"type":"object","properties":{"a":{"type":"string"},"xs":{"type
         let argv = m.argv(&json!({}));
         assert_eq!(argv, Ok(vec!["t".to_string(), "{lit}".into(), "-x".into()]));
         assert!(m.argv(&json!({"a": "x\u{0}y"})).is_err());
+    }
+
+    #[test]
+    fn an_argument_that_would_become_an_option_is_refused_unless_allowed() {
+        let m = parse(r#"argv = ["t", "-l", "{xs}", "{a}{n}", "--a={a}"]"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        for args in [
+            json!({"xs": ["ok", "--files0-from=.env"]}),
+            json!({"xs": "-f/ws/.env"}),
+            json!({"a": "-o", "n": 1}),
+            json!({"xs": [-5]}),
+        ] {
+            let got = m.argv(&args);
+            assert!(
+                got.as_ref().is_err_and(|e| e.contains("begins with '-'")),
+                "{args}: {got:?}"
+            );
+        }
+        // Inside an element, after fixed text, a dash is only text.
+        assert_eq!(
+            m.argv(&json!({"a": "x", "n": -1, "xs": ["a-b"]})),
+            Ok(vec![
+                "t".to_string(),
+                "-l".into(),
+                "a-b".into(),
+                "x-1".into(),
+                "--a=x".into()
+            ])
+        );
+        assert_eq!(
+            m.argv(&json!({"xs": "x"})).map(|v| v.len()),
+            Ok(3),
+            "the option-like fixed text of the manifest stays"
+        );
+        let m = parse(
+            r#"argv = ["t", "{xs}"]
+allow_dash = ["xs"]"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            m.argv(&json!({"xs": ["-1"]})),
+            Ok(vec!["t".to_string(), "-1".into()])
+        );
+        let got = parse(
+            r#"argv = ["t"]
+allow_dash = ["nope"]"#,
+        );
+        assert!(
+            got.as_ref()
+                .is_err_and(|e| e.detail.contains("allow_dash names \"nope\"")),
+            "{got:?}"
+        );
     }
 
     #[test]
