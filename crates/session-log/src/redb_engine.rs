@@ -265,7 +265,13 @@ impl LogEngine for RedbLog {
         if let Some(wal) = &self.wal {
             return self.flush_wal_mode(wal);
         }
-        if !self.lazy_pending.load(Ordering::SeqCst) {
+        // A durable commit clears the flag before it commits: taking the
+        // writer first waits until any such commit in flight is durable (or
+        // has failed, and set the flag again).
+        let writer = self.db.begin_write().map_err(from_redb)?;
+        let pending = self.lazy_pending.load(Ordering::SeqCst);
+        writer.abort().map_err(from_redb)?;
+        if !pending {
             return Ok(());
         }
         self.write(Durability::Durable, |_| Ok(()))

@@ -342,10 +342,14 @@ impl RedbLog {
     /// nothing when every event is durable already.
     pub(crate) fn flush_wal_mode(&self, wal: &WalMutex) -> Result<(), LogError> {
         let mut state = Self::state(wal)?;
-        if state.unsynced.is_empty() {
-            return Ok(());
-        }
-        let ticket = wal_record(wal, &mut state, &[])?;
+        let ticket = if state.unsynced.is_empty() {
+            // Nothing left to write, but a record that carried lazy events
+            // may still be waiting for its sync: wait for the last one
+            // written (at once when it is synced already).
+            wal.written.load(Ordering::SeqCst)
+        } else {
+            wal_record(wal, &mut state, &[])?
+        };
         drop(state);
         wal.wait_synced(ticket)
     }

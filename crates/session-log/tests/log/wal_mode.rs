@@ -570,3 +570,133 @@ fn appends_and_reads_go_on_while_a_checkpoint_commits_and_nothing_is_lost_or_dou
     let crashed = open(&db.crash(), &wal.crash());
     assert_eq!(shape(&crashed.events().unwrap()), expected);
 }
+
+/// A storage whose syncs, once armed, wait until the test releases them,
+/// and say when one has started. A wait is bounded (10 s), so that a
+/// broken test fails instead of hanging.
+#[derive(Clone)]
+pub(crate) struct GatedStorage {
+    inner: MemStorage,
+    gate: std::sync::Arc<Gate>,
+}
+
+#[derive(Default)]
+pub(crate) struct Gate {
+    /// (armed, a sync is waiting, released)
+    state: std::sync::Mutex<(bool, bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    pub(crate) fn arm(&self) {
+        self.state.lock().unwrap().0 = true;
+    }
+
+    /// Waits until a sync is held at the gate.
+    pub(crate) fn wait_held(&self) {
+        let state = self.state.lock().unwrap();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, std::time::Duration::from_secs(10), |s| !s.1)
+            .unwrap();
+        assert!(state.1, "no sync reached the gate");
+    }
+
+    pub(crate) fn release(&self) {
+        self.state.lock().unwrap().2 = true;
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn released(&self) -> bool {
+        self.state.lock().unwrap().2
+    }
+}
+
+impl GatedStorage {
+    pub(crate) fn new(inner: MemStorage) -> (GatedStorage, std::sync::Arc<Gate>) {
+        let gate = std::sync::Arc::new(Gate::default());
+        (
+            GatedStorage {
+                inner,
+                gate: gate.clone(),
+            },
+            gate,
+        )
+    }
+}
+
+impl toolhost_log::Storage for GatedStorage {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read(offset, out)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write(offset, data)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        let mut state = self.gate.state.lock().unwrap();
+        if state.0 && !state.2 {
+            state.1 = true;
+            self.gate.changed.notify_all();
+            let (_state, _) = self
+                .gate
+                .changed
+                .wait_timeout_while(state, std::time::Duration::from_secs(10), |s| !s.2)
+                .unwrap();
+        }
+        self.inner.sync_data()
+    }
+}
+
+/// `flush` returns only once every earlier lazy append is durable, also
+/// when a concurrent durable append already carried them and is still in
+/// its sync: the host relies on it before it tells anyone of an approval
+/// request. Checked for the WAL mode and for redb alone.
+pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync::Arc<Gate>) {
+    let log = std::sync::Arc::new(log);
+    log.append(&[result("lazy")], Durability::Lazy).unwrap();
+    gate.arm();
+    let durable = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            log.record_intents_after(&[call("d")], &[intent("d")])
+                .unwrap();
+        })
+    };
+    gate.wait_held();
+    let (done, flushed) = std::sync::mpsc::channel();
+    let flusher = {
+        let (log, gate) = (log.clone(), gate.clone());
+        std::thread::spawn(move || {
+            log.flush().unwrap();
+            done.send(gate.released()).unwrap();
+        })
+    };
+    // A flush that returns while the sync is held has broken its promise;
+    // one that waits is let go after a while (only a broken flush can be
+    // seen returning early, so this cannot fail a correct one).
+    let early = flushed.recv_timeout(std::time::Duration::from_millis(500));
+    gate.release();
+    assert_ne!(early, Ok(false), "flush returned before the sync finished");
+    durable.join().unwrap();
+    flusher.join().unwrap();
+}
+
+#[test]
+fn flush_waits_for_a_wal_sync_in_flight_that_carries_its_events() {
+    let (wal, gate) = GatedStorage::new(MemStorage::new());
+    let log = SessionLog::open_with_journal(MemStorage::new(), wal).unwrap();
+    flush_waits_for_a_sync_in_flight(log, gate);
+}
+
+#[test]
+fn flush_waits_for_a_database_commit_in_flight_that_carries_its_events() {
+    let (db, gate) = GatedStorage::new(MemStorage::new());
+    let log = SessionLog::open_with_backend(db).unwrap();
+    flush_waits_for_a_sync_in_flight(log, gate);
+}
