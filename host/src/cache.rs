@@ -125,6 +125,11 @@ pub struct CompileCache {
 
 impl CompileCache {
     /// A cache in `dir` (created on first write), or no disk cache for `None`.
+    /// The directory entries are kept in, if any.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     pub fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);

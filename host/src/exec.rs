@@ -8,7 +8,7 @@
 use crate::runtime::{LoadError, Receipt, Run, Runtime, StoreBuilder, race};
 pub use crate::sandbox::{CommandSpec, SandboxSpec};
 use crate::state::Interrupt;
-use toolhost_core::ErrorCode;
+use toolhost_core::{ErrorCode, SandboxMode};
 
 /// How a command program ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +50,25 @@ pub async fn run_command(
     interrupt: Interrupt,
 ) -> Result<ExecReport, LoadError> {
     let program = runtime.link_program(source, bytes)?;
+    // A program that may write the workspace must not be able to write the
+    // compile cache there: the host maps its entries as native code.
+    if spec.mode == SandboxMode::WorkspaceWrite
+        && let (Some(cache), Ok(workspace)) = (runtime.cache().dir(), spec.workspace.canonicalize())
+        && let Some(inside) = crate::sandbox::resolved_inside(cache, &workspace)
+    {
+        return Ok(ExecReport {
+            outcome: ExecOutcome::Failed {
+                code: ErrorCode::SandboxUnavailable,
+                message: format!(
+                    "the compile cache {} is inside the workspace {}, which this program may \
+                     write; use TOOLHOST_CACHE_DIR outside the workspace",
+                    inside.display(),
+                    workspace.display()
+                ),
+            },
+            receipt: Receipt::default(),
+        });
+    }
     let mut builder = StoreBuilder::new(spec);
     builder.interrupt(interrupt).command(command);
     let mut run = match runtime.store(&builder) {

@@ -8,7 +8,7 @@
 //! holds every limit (`runtime::store`).
 
 use crate::egress::NetworkGrant;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toolhost_core::SandboxMode;
 
@@ -209,6 +209,38 @@ pub enum SandboxError {
         /// What failed.
         detail: String,
     },
+}
+
+/// `dir` (made absolute, symlinks of its longest existing prefix resolved)
+/// when it is `workspace` (canonical) or inside it.
+pub(crate) fn resolved_inside(dir: &Path, workspace: &Path) -> Option<PathBuf> {
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|c| c.join(dir))
+            .unwrap_or_else(|_| dir.to_path_buf())
+    };
+    // Resolve the longest existing prefix, so a state dir that does not
+    // exist yet is still compared through symlinks.
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(p), Some(n)) => {
+                rest.push(n.to_os_string());
+                existing = p;
+            }
+            _ => break,
+        }
+    }
+    let mut resolved = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    for n in rest.into_iter().rev() {
+        resolved.push(n);
+    }
+    resolved.starts_with(workspace).then_some(resolved)
 }
 
 #[cfg(test)]

@@ -281,6 +281,9 @@ impl HostBuilder {
             Some(r) => r,
             None => Arc::new(Runtime::new(self.runtime_options.clone())?),
         };
+        if let Some(dir) = runtime.cache().dir() {
+            check_cache_dir(dir, &workspace)?;
+        }
         // Global tools first, then each scope in declaration order with its
         // own tools, so that a restriction is checked against exactly what
         // the scope inherits.
@@ -468,40 +471,30 @@ fn register(registry: &mut Registry, scope: Option<&str>, loaded: Loaded) -> Res
 /// what tools did, and any call may be escalated to a mode that writes the
 /// workspace, so no state inside it can be trusted.
 fn check_state_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
-    let abs = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .map(|c| c.join(dir))
-            .unwrap_or_else(|_| dir.to_path_buf())
-    };
-    // Resolve the longest existing prefix, so a state dir that does not
-    // exist yet is still compared through symlinks.
-    let mut existing = abs.as_path();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(p), Some(n)) => {
-                rest.push(n.to_os_string());
-                existing = p;
-            }
-            _ => break,
-        }
-    }
-    let mut resolved = existing
-        .canonicalize()
-        .unwrap_or_else(|_| existing.to_path_buf());
-    for n in rest.into_iter().rev() {
-        resolved.push(n);
-    }
-    if resolved.starts_with(workspace) {
-        return Err(HostError::UnsafeState(format!(
+    match crate::sandbox::resolved_inside(dir, workspace) {
+        Some(resolved) => Err(HostError::UnsafeState(format!(
             "state directory {} is inside the workspace {}, where tools could rewrite the session log; use --state outside the workspace",
             resolved.display(),
             workspace.display()
-        )));
+        ))),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Refuses a compile cache inside the workspace, for the same reason and a
+/// worse outcome: the host maps the cache's entries as native code, so a
+/// tool that may write the workspace could write code the host runs outside
+/// any sandbox (the checksums beside the entries catch accidents, not a
+/// writer who can rewrite them too).
+fn check_cache_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
+    match crate::sandbox::resolved_inside(dir, workspace) {
+        Some(resolved) => Err(HostError::UnsafeState(format!(
+            "compile cache {} is inside the workspace {}, where tools could rewrite the code the host runs natively; use --cache (or TOOLHOST_CACHE_DIR) outside the workspace",
+            resolved.display(),
+            workspace.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn session_id() -> String {

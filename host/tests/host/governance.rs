@@ -1818,3 +1818,44 @@ async fn a_client_over_its_limit_is_rate_limited_before_validation_and_logged() 
         .await;
     assert!(anon.is_ok(), "{anon:?}");
 }
+
+/// A compile cache inside the workspace is refused, as a state directory
+/// there is: a tool that may write the workspace could rewrite the compiled
+/// code the host maps and runs natively. Also through a symlink, and for a
+/// cache directory that does not exist yet.
+#[tokio::test]
+async fn a_compile_cache_inside_the_workspace_is_refused() {
+    let ws = workspace();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(ws.path(), outside.path().join("link")).unwrap();
+    for cache in [
+        ws.path().join(".cache"),
+        ws.path().to_path_buf(),
+        outside.path().join("link/sub/cache"),
+    ] {
+        let mut b = toolhost::HostBuilder::new();
+        b.embedded_tools()
+            .workspace(ws.path())
+            .runtime_options(toolhost::RuntimeOptions {
+                cache_dir: Some(cache.clone()),
+                ..toolhost::RuntimeOptions::default()
+            });
+        match b.build().await {
+            Err(HostError::UnsafeState(m)) => assert!(m.contains("compile cache"), "{m}"),
+            Err(e) => panic!("{}: {e}", cache.display()),
+            Ok(_) => panic!(
+                "{}: a cache inside the workspace was accepted",
+                cache.display()
+            ),
+        }
+    }
+    // Beside the workspace it is fine.
+    let mut b = toolhost::HostBuilder::new();
+    b.embedded_tools()
+        .workspace(ws.path())
+        .runtime_options(toolhost::RuntimeOptions {
+            cache_dir: Some(crate::support::cache_dir()),
+            ..toolhost::RuntimeOptions::default()
+        });
+    assert!(b.build().await.is_ok());
+}

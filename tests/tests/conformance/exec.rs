@@ -699,3 +699,29 @@ fn exec_allow_net_errors_exit_2() {
         );
     }
 }
+
+/// A program that may write the workspace does not run while the compile
+/// cache is inside that workspace (it could rewrite code the host maps and
+/// runs natively); read-only, it runs.
+#[test]
+fn exec_refuses_a_writable_workspace_that_holds_the_compile_cache() {
+    let ws = tempfile::tempdir().unwrap();
+    let cache = ws.path().join(".cache/toolhost");
+    let in_ws = |mode: &str| {
+        let mut c = exec(p1::FS);
+        c.env("TOOLHOST_CACHE_DIR", &cache)
+            .args(["--mode", mode, "--workspace"])
+            .arg(ws.path());
+        run(c.args(["--", "write", "out.txt", "x"]))
+    };
+    let out = in_ws("workspace-write");
+    assert_status(&out, 125, "workspace-write with the cache inside");
+    assert!(
+        stderr(&out).contains("SANDBOX_UNAVAILABLE") && stderr(&out).contains("compile cache"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!ws.path().join("out.txt").exists());
+    let out = in_ws("read-only");
+    assert_ne!(out.status.code(), Some(125), "{}", stderr(&out));
+}
