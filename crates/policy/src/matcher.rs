@@ -6,7 +6,33 @@
 //! filesystem (no symlinks, no current directory): that is the sandbox's job.
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
+
+/// The longest glob or regex a policy may give, in bytes. Far above any
+/// real pattern; it keeps a hostile file from building a matcher that
+/// costs megabytes (globset panics on one past its own size limit).
+const MAX_PATTERN_BYTES: usize = 4096;
+
+/// What one compiled regex may take (the regex crate's default is 10 MiB).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Refuses a pattern longer than [`MAX_PATTERN_BYTES`].
+fn check_length(kind: &str, text: &str) -> Result<(), String> {
+    if text.len() > MAX_PATTERN_BYTES {
+        return Err(format!(
+            "{kind} of {} bytes is too long (at most {MAX_PATTERN_BYTES})",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Compiles `glob` into a matcher, turning globset's panic on a pattern
+/// past its size limit into an error.
+fn compile(glob: &Glob) -> Result<GlobMatcher, String> {
+    std::panic::catch_unwind(|| glob.compile_matcher())
+        .map_err(|_| format!("glob {:?} is too large to compile", glob.glob()))
+}
 
 /// A tool-name pattern: an exact name or a glob (globset syntax).
 #[derive(Debug, Clone)]
@@ -21,9 +47,10 @@ impl ToolPattern {
         if text.trim().is_empty() {
             return Err("empty tool pattern (use \"*\" for every tool)".to_string());
         }
-        let glob = Glob::new(text)
-            .map_err(|e| format!("invalid tool glob {text:?}: {}", e.kind()))?
-            .compile_matcher();
+        check_length("tool glob", text)?;
+        let glob = compile(
+            &Glob::new(text).map_err(|e| format!("invalid tool glob {text:?}: {}", e.kind()))?,
+        )?;
         Ok(ToolPattern {
             text: text.to_string(),
             glob,
@@ -42,24 +69,30 @@ impl ToolPattern {
 /// Compiles a glob over argument strings and paths. `*` and `?` do not cross
 /// `/`; `**` does.
 pub(crate) fn path_glob(text: &str) -> Result<GlobMatcher, String> {
-    GlobBuilder::new(text)
+    check_length("glob", text)?;
+    let glob = GlobBuilder::new(text)
         .literal_separator(true)
         .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| format!("invalid glob {text:?}: {}", e.kind()))
+        .map_err(|e| format!("invalid glob {text:?}: {}", e.kind()))?;
+    compile(&glob)
 }
 
 /// Compiles a regex; the message keeps only regex's one-line explanation.
 pub(crate) fn regex(text: &str) -> Result<Regex, String> {
-    Regex::new(text).map_err(|e| {
-        let full = e.to_string();
-        let short = full
-            .lines()
-            .find_map(|l| l.strip_prefix("error: "))
-            .unwrap_or(&full)
-            .to_string();
-        format!("invalid regex {text:?}: {short}")
-    })
+    check_length("regex", text)?;
+    RegexBuilder::new(text)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            let full = e.to_string();
+            let short = full
+                .lines()
+                .find_map(|l| l.strip_prefix("error: "))
+                .unwrap_or(&full)
+                .to_string();
+            format!("invalid regex {text:?}: {short}")
+        })
 }
 
 /// Checks that `pointer` is a JSON pointer (RFC 6901) to something inside the
@@ -116,15 +149,35 @@ impl ArgMatcher {
         })
     }
 
-    pub(crate) fn matches(&self, args: &serde_json::Value) -> bool {
-        let text = match args.pointer(&self.pointer) {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => v.to_string(),
-            _ => return false,
+    /// Whether the value at the pointer matches. A string with a `.` or
+    /// `..` segment is tested as it is and as a path with those resolved
+    /// ([`normalize_path`]), so that `src/../.git/x` is not taken for a
+    /// file under `src/`: with `strict` (an allow rule) both must match,
+    /// otherwise (deny and ask) either does. Either way the spelling can
+    /// only make a rule stricter, never more permissive.
+    pub(crate) fn matches(&self, args: &serde_json::Value, strict: bool) -> bool {
+        let test = |text: &str| match &self.test {
+            Test::Glob(g) => g.is_match(text),
+            Test::Regex(r) => r.is_match(text),
         };
-        match &self.test {
-            Test::Glob(g) => g.is_match(&text),
-            Test::Regex(r) => r.is_match(&text),
+        match args.pointer(&self.pointer) {
+            Some(serde_json::Value::String(s)) => {
+                // Only a text with a `.` or `..` segment is read as a path
+                // too (a URL's `//` is left alone).
+                if !s.split('/').any(|seg| seg == "." || seg == "..") {
+                    return test(s);
+                }
+                let normal = normalize_path(s);
+                if strict {
+                    test(s) && test(&normal)
+                } else {
+                    test(s) || test(&normal)
+                }
+            }
+            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                test(&v.to_string())
+            }
+            _ => false,
         }
     }
 }
@@ -185,12 +238,12 @@ mod tests {
     #[test]
     fn arg_matchers_match_scalars_only() {
         let m = ArgMatcher::regex("/n", "^4").unwrap();
-        assert!(m.matches(&json!({"n": 42})));
-        assert!(!m.matches(&json!({"n": [42]})));
-        assert!(!m.matches(&json!({})));
+        assert!(m.matches(&json!({"n": 42}), true));
+        assert!(!m.matches(&json!({"n": [42]}), true));
+        assert!(!m.matches(&json!({}), true));
         let g = ArgMatcher::glob("/p", "src/*").unwrap();
-        assert!(g.matches(&json!({"p": "src/a.rs"})));
-        assert!(!g.matches(&json!({"p": "src/a/b.rs"})));
+        assert!(g.matches(&json!({"p": "src/a.rs"}), true));
+        assert!(!g.matches(&json!({"p": "src/a/b.rs"}), true));
     }
 
     #[test]

@@ -71,10 +71,14 @@ impl Guard for PolicyGuard {
             };
             for path in strings_in(value) {
                 let normal = normalize_path(path);
+                // The directory a glob protects is covered too: `**/.git/**`
+                // denies `.git` and `src/.git/` (which normalises to
+                // `src/.git`), as it denies what is inside them.
+                let as_dir = format!("{normal}/");
                 if let Some((glob, _)) = check
                     .globs
                     .iter()
-                    .find(|(_, g)| g.is_match(path) || g.is_match(&normal))
+                    .find(|(_, g)| g.is_match(path) || g.is_match(&normal) || g.is_match(&as_dir))
                 {
                     return GuardVerdict::Deny {
                         reason: format!("{} (path {path:?} matches {glob:?})", self.reason),

@@ -112,6 +112,9 @@ impl Rule {
                 .side_effects
                 .as_ref()
                 .is_none_or(|list| list.contains(&facts.side_effect))
-            && self.args.iter().all(|m| m.matches(facts.args))
+            && self
+                .args
+                .iter()
+                .all(|m| m.matches(facts.args, self.decision() == DecisionKind::Allow))
     }
 }

@@ -318,3 +318,70 @@ fn names_round_trip() {
     assert!("full".parse::<Preset>().is_err());
     assert!(DecisionKind::Deny > DecisionKind::Ask && DecisionKind::Ask > DecisionKind::Allow);
 }
+
+/// `.` and `..` in a path argument never widen a rule: an allow rule for
+/// `src/**` does not cover `src/../.git/hooks/pre-commit`, and a deny rule
+/// for `secrets/**` still covers `./secrets/k` and `a/../secrets/k`. A URL's
+/// `//` is not a path to normalise.
+#[test]
+fn dot_segments_in_arguments_never_widen_a_rule() {
+    let p = load(
+        r#"
+version = 1
+default = "ask"
+[[rules]]
+tool = "write_file"
+decision = "allow"
+args = [ { pointer = "/path", glob = "src/**" } ]
+[[rules]]
+tool = "read_file"
+decision = "deny"
+reason = "no secrets"
+args = [ { pointer = "/path", glob = "secrets/**" } ]
+[[rules]]
+tool = "http_fetch"
+decision = "allow"
+args = [ { pointer = "/url", glob = "https://api.example.com/**" } ]
+"#,
+    );
+    let kind = |tool: &str, args: serde_json::Value| {
+        p.evaluate(&facts(tool, &args, SideEffect::Write))
+            .decision
+            .kind()
+    };
+    assert_eq!(
+        kind("write_file", json!({"path": "src/a.rs"})),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        kind(
+            "write_file",
+            json!({"path": "src/../.git/hooks/pre-commit"})
+        ),
+        DecisionKind::Ask
+    );
+    assert_eq!(
+        kind("write_file", json!({"path": "src/./a.rs"})),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        kind("read_file", json!({"path": "secrets/k"})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind("read_file", json!({"path": "./secrets/k"})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind("read_file", json!({"path": "a/../secrets/k"})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind("read_file", json!({"path": "a/secrets/k"})),
+        DecisionKind::Ask
+    );
+    assert_eq!(
+        kind("http_fetch", json!({"url": "https://api.example.com/v1"})),
+        DecisionKind::Allow
+    );
+}

@@ -196,7 +196,14 @@ reason = "off limits"
     assert!(denied(json!({"path": "/tmp/../etc/shadow"})));
     assert!(denied(json!({"path": "a/./.git/x"})));
     assert!(denied(json!({"path": ["ok.txt", "/etc/hosts"]})));
+    // The protected directories themselves, however spelled.
+    assert!(denied(json!({"path": ".git"})));
+    assert!(denied(json!({"path": "src/.git/"})));
+    assert!(denied(json!({"path": "./src/../.git"})));
+    assert!(denied(json!({"path": "/etc"})));
     assert!(!denied(json!({"path": "src/main.rs"})));
+    assert!(!denied(json!({"path": ".github"})));
+    assert!(!denied(json!({"path": "src"})));
     assert!(!denied(json!({"other": "/etc/passwd"})));
     let d = guards
         .check(&facts(

@@ -240,3 +240,39 @@ fn a_bad_item_late_in_the_file_rejects_the_whole_file() {
                [[rules]]\ntool = \"write_file\"\ndecision = \"allow\"\n[post_execute]\nmax_content_chars = -5\n";
     assert_error(src, 10, &["max_content_chars"]);
 }
+
+/// Patterns too large to compile cheaply are errors with their line, not a
+/// panic or megabytes of matcher: a glob of 200,000 `?` (globset panics on
+/// it), a glob or regex past the length cap, and a short regex whose
+/// automaton is past the size cap.
+#[test]
+fn oversized_patterns_are_rejected_not_compiled() {
+    let huge = "?".repeat(200_000);
+    assert_error(
+        &format!("version = 1\n[[rules]]\ntool = \"{huge}\"\ndecision = \"allow\"\n"),
+        3,
+        &["rules[0].tool", "too long"],
+    );
+    let head = "version = 1\n[[rules]]\ntool = \"a\"\ndecision = \"allow\"\n";
+    assert_error(
+        &format!("{head}args = [ {{ pointer = \"/p\", glob = \"{huge}\" }} ]\n"),
+        5,
+        &["rules[0].args[0].glob", "too long"],
+    );
+    let long_regex = "a".repeat(5000);
+    assert_error(
+        &format!("{head}args = [ {{ pointer = \"/p\", regex = \"{long_regex}\" }} ]\n"),
+        5,
+        &["rules[0].args[0].regex", "too long"],
+    );
+    assert_error(
+        &format!("{head}args = [ {{ pointer = \"/p\", regex = '\\w{{2000}}' }} ]\n"),
+        5,
+        &["rules[0].args[0].regex", "invalid regex"],
+    );
+    // Within the caps, large patterns still load.
+    let fine = "?".repeat(4000);
+    crate::load(&format!(
+        "version = 1\n[[rules]]\ntool = \"{fine}\"\ndecision = \"allow\"\n"
+    ));
+}
