@@ -624,6 +624,13 @@ impl Host {
             );
         }
         let mut result = CallResult::ok(a.call_id.clone(), name, canonical, content, meta, receipt);
+        // Credentials are redacted before anything edits the content (the
+        // content cap could otherwise cut a secret in two, and leave a part
+        // that no longer reads as the secret); `commit` redacts again, for
+        // what hooks put in and for every other path.
+        if let Some(egress) = &self.egress {
+            redact_secrets(&mut result, &egress.credentials);
+        }
         // 8. post-execute: the policy file's rules, then library hooks.
         if let Err(blocked) = self.post_execute(a.tool, &mut result) {
             return CallResult::error(

@@ -454,6 +454,47 @@ prefix = "Bearer "
     assert!(!format!("{host:?} {r:?} {r2:?}").contains(SECRET));
 }
 
+/// The content cap never leaves part of a credential: the secret is
+/// redacted before the policy cuts the content, so a cut that falls inside
+/// the echoed secret keeps no prefix of it.
+#[tokio::test]
+async fn the_content_cap_never_cuts_a_credential_in_two() {
+    let with = echo_headers("127.0.0.1");
+    let dir = tempdir();
+    let secret_file = dir.path().join("token");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let policy = |cap: Option<usize>| {
+        format!(
+            "version = 1\ndefault = \"allow\"\n{}\n[network]\nallow = [\"http://127.0.0.1:{}\"]\n\n\
+             [[credentials]]\nhost = \"127.0.0.1\"\nheader = \"Authorization\"\nvalue_file = \"{}\"\nprefix = \"Bearer \"\n",
+            cap.map(|c| format!("[post_execute]\nmax_content_chars = {c}\n"))
+                .unwrap_or_default(),
+            with.port(),
+            secret_file.display()
+        )
+    };
+    // Where the secret starts in the content the model reads.
+    let (_ws1, uncapped) = host(&policy(None)).await;
+    let r = fetch(&uncapped, json!({"url": with.url("/")})).await;
+    let text = r.content[0].as_text().to_string();
+    let at = text
+        .find("[REDACTED]")
+        .expect("the echoed secret, redacted");
+    let at = text[..at].chars().count();
+    // A cap that falls six characters into it.
+    let (_ws2, capped) = host(&policy(Some(at + 6))).await;
+    let r = fetch(&capped, json!({"url": with.url("/")})).await;
+    assert!(r.is_ok(), "{r:?}");
+    let text = r.content[0].as_text();
+    assert!(text.contains("characters cut by policy"), "{text}");
+    assert!(!text.contains(&SECRET[..6]), "{text}");
+    let log = serde_json::to_string(&capped.log().events().unwrap()).unwrap();
+    assert!(
+        !log.contains(&SECRET[..6]),
+        "part of the secret is in the log"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_credential_stops_the_host() {
     let policy = r#"version = 1
