@@ -88,9 +88,10 @@ impl ProgramTool {
     /// operations are done in place instead of each being handed to
     /// tokio's blocking pool (an interpreter reads hundreds of files from
     /// its standard library on every start). The deadline and cancellation
-    /// are raced there as everywhere else; unlike a component tool's body,
-    /// one stuck in a host system call that never returns (a FIFO without
-    /// a writer) is not abandoned: the call waits for it.
+    /// are raced there as everywhere else, and, as for a component tool's
+    /// body with file access, one stuck in a host system call that never
+    /// returns (a FIFO without a writer, a hung network mount) is abandoned
+    /// [`crate::runtime::STUCK_GRACE`] after its deadline or cancellation.
     pub(crate) async fn run(
         self: &Arc<Self>,
         runtime: &Arc<Runtime>,
@@ -98,25 +99,18 @@ impl ProgramTool {
         spec: &SandboxSpec,
         interrupt: Interrupt,
     ) -> (BodyOutcome, Receipt) {
-        let (tool, runtime, args, body_spec) =
-            (self.clone(), runtime.clone(), args.clone(), spec.clone());
-        let handle = tokio::runtime::Handle::current();
-        let joined = tokio::task::spawn_blocking(move || {
-            handle.block_on(tool.run_here(&runtime, &args, &body_spec, interrupt))
-        })
-        .await;
-        joined.unwrap_or_else(|e| {
-            (
-                BodyOutcome::Err {
-                    code: ErrorCode::Trap,
-                    message: format!("the thread running the program failed: {e}"),
-                },
-                Receipt {
-                    mode: Some(spec.mode),
-                    ..Receipt::default()
-                },
-            )
-        })
+        // The manifest's timeout, when tighter, is the deadline the body
+        // is abandoned after.
+        let mut spec = spec.clone();
+        if let Some(t) = self.manifest.limits.timeout {
+            spec.limits.deadline = spec.limits.deadline.min(t);
+        }
+        let (tool, rt, args) = (self.clone(), runtime.clone(), args.clone());
+        runtime
+            .on_own_thread(&spec, interrupt, move |spec, interrupt| async move {
+                tool.run_here(&rt, &args, &spec, interrupt).await
+            })
+            .await
     }
 
     /// [`ProgramTool::run`] on the current thread, whose file operations

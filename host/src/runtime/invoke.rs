@@ -125,6 +125,37 @@ impl Invoker {
         if spec.mode == SandboxMode::None {
             return self.invoke_here(body, interrupt, progress, false).await;
         }
+        let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
+        let (tool, args_json) = (body.tool.to_string(), body.args_json.to_string());
+        self.on_own_thread(spec, interrupt, move |spec, interrupt| async move {
+            let body = Body {
+                pre: &pre,
+                needs: needs.as_ref(),
+                tool: &tool,
+                args_json: &args_json,
+                spec: &spec,
+            };
+            invoker.invoke_here(body, interrupt, progress, true).await
+        })
+        .await
+    }
+
+    /// Runs the body that `make` builds on a blocking thread of its own,
+    /// whose file operations block in place, and waits for it until its
+    /// deadline (or cancellation) and [`STUCK_GRACE`] have passed; a body
+    /// still running then is stuck in a host system call and is abandoned
+    /// (see [`Invoker::invoke`]). Both component bodies with file access
+    /// and program bodies run this way.
+    pub(crate) async fn on_own_thread<F, Fut>(
+        &self,
+        spec: &SandboxSpec,
+        interrupt: Interrupt,
+        make: F,
+    ) -> (BodyOutcome, Receipt)
+    where
+        F: FnOnce(SandboxSpec, Interrupt) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = (BodyOutcome, Receipt)>,
+    {
         let started = Instant::now();
         // The call ends without its body's result (refused, or abandoned).
         let stuck = |code: ErrorCode, message: &str| {
@@ -152,24 +183,10 @@ impl Invoker {
                 ),
             );
         }
-        let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
-        let (tool, args_json, body_spec) = (
-            body.tool.to_string(),
-            body.args_json.to_string(),
-            spec.clone(),
-        );
-        let body_interrupt = interrupt.clone();
+        let (body_spec, body_interrupt) = (spec.clone(), interrupt.clone());
         let handle = tokio::runtime::Handle::current();
-        let mut body = tokio::task::spawn_blocking(move || {
-            let body = Body {
-                pre: &pre,
-                needs: needs.as_ref(),
-                tool: &tool,
-                args_json: &args_json,
-                spec: &body_spec,
-            };
-            handle.block_on(invoker.invoke_here(body, body_interrupt, progress, true))
-        });
+        let mut body =
+            tokio::task::spawn_blocking(move || handle.block_on(make(body_spec, body_interrupt)));
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
         let ended = tokio::select! {
             biased;

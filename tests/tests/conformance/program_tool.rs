@@ -642,3 +642,64 @@ fn program_tool_hot_reload() {
     });
     assert!(mcp.tool_names(5).is_empty());
 }
+
+/// A program stuck in a host file system call (reading a FIFO that has no
+/// writer, where neither the epoch nor a dropped future can stop it) is
+/// abandoned at its deadline, as a component tool's body is: the call ends
+/// TIMEOUT shortly after the manifest's 300 ms, and the host goes on
+/// serving.
+#[tokio::test]
+async fn a_program_stuck_in_a_host_call_is_abandoned_at_its_deadline() {
+    let tools = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("in.txt"), "inside").unwrap();
+    let pipe = ws.path().join("pipe");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&pipe)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let m = install(
+        tools.path(),
+        "fs",
+        p1::FS,
+        &format!("{FS}limits = {{ timeout_ms = 300 }}\n"),
+    );
+    let host = host_of(&[&m], ws.path(), None).await;
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        call(
+            &host,
+            "fs",
+            json!({"op": "read", "path": "/pipe"}),
+            SandboxMode::ReadOnly,
+        ),
+    )
+    .await;
+    let took = started.elapsed();
+    // Let the stuck reader go (a writer opens and closes the FIFO).
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(0o4000) // O_NONBLOCK on Linux
+            .open(&pipe);
+    }
+    let r = r.expect("the call outlived its deadline by 20 s");
+    assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "ended after {took:?}"
+    );
+    let r = call(
+        &host,
+        "fs",
+        json!({"op": "read", "path": "/in.txt"}),
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+}
