@@ -32,6 +32,12 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+/// What a content block counts toward the output cap beside its text.
+pub(crate) const BLOCK_OVERHEAD: usize = 32;
+
+/// The most content blocks a tool's result may have.
+pub(crate) const MAX_CONTENT_BLOCKS: usize = 1024;
+
 /// Everything one `Store` holds.
 pub(crate) struct CallState {
     /// The call's WASI context and resource table. A preview 1 context
@@ -459,13 +465,27 @@ impl Run {
 
     /// Fails `OUTPUT_TOO_LARGE` when a tool's result (canonical, content,
     /// attached content and meta together) is above the call's output cap.
+    ///
+    /// Each content block counts [`BLOCK_OVERHEAD`] bytes beside its text
+    /// (an empty block still becomes a value and a JSON object the host
+    /// carries), and a result of more than [`MAX_CONTENT_BLOCKS`] blocks is
+    /// too large whatever their size.
     pub(crate) fn check_output(&self, out: &ToolOutput) -> Result<(), (ErrorCode, String)> {
+        if out.content.len() > MAX_CONTENT_BLOCKS {
+            return Err((
+                ErrorCode::OutputTooLarge,
+                format!(
+                    "the result has {} content blocks; the limit is {MAX_CONTENT_BLOCKS}",
+                    out.content.len()
+                ),
+            ));
+        }
         let size = out.canonical.len()
             + out.meta.as_ref().map_or(0, |m| m.len())
             + out
                 .content
                 .iter()
-                .map(|ContentBlock::Text(t)| t.len())
+                .map(|ContentBlock::Text(t)| t.len() + BLOCK_OVERHEAD)
                 .sum::<usize>()
             + self.store.data().host.attached_bytes;
         if size > self.max_output {
@@ -478,6 +498,26 @@ impl Run {
             ));
         }
         Ok(())
+    }
+
+    /// A tool's error message, cut to the call's output cap (an error is
+    /// part of the result the host carries, records and sends).
+    pub(crate) fn bounded_error(&self, code: &str, message: &str) -> String {
+        let full = code.len() + 2 + message.len();
+        if full <= self.max_output {
+            return format!("{code}: {message}");
+        }
+        let keep = self.max_output.saturating_sub(code.len() + 2);
+        let mut end = keep.min(message.len());
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!(
+            "{code}: {}[... {} bytes of the error cut: the limit is {}]",
+            &message[..end],
+            message.len() - end,
+            self.max_output
+        )
     }
 
     /// The content blocks the call attached through `content.attach`.

@@ -118,6 +118,41 @@ async fn runtime_output_flood() {
     // The same tool with a small result works.
     let small = call(&host, "output_flood", json!({"mib": 0}), SandboxMode::None).await;
     assert!(small.is_ok(), "{small:?}");
+    // An error message is part of the result: it is cut to the cap.
+    let r = call(
+        &host,
+        "output_flood",
+        json!({"mib": 0, "error_mib": 8}),
+        SandboxMode::None,
+    )
+    .await;
+    assert_eq!(r.code(), Some(ErrorCode::ToolError), "{r:?}");
+    let message = &r.error.as_ref().unwrap().message;
+    assert!(message.starts_with("flood: eee"), "{}", &message[..40]);
+    assert!(message.len() <= (1 << 20) + 100, "{} bytes", message.len());
+    assert!(
+        message.ends_with("the limit is 1048576]"),
+        "{}",
+        &message[message.len() - 80..]
+    );
+    // Empty blocks carry no text but are not free: too many is too large.
+    let r = call(
+        &host,
+        "output_flood",
+        json!({"mib": 0, "empty_blocks": 100_000}),
+        SandboxMode::None,
+    )
+    .await;
+    assert_eq!(r.code(), Some(ErrorCode::OutputTooLarge), "{r:?}");
+    let r = call(
+        &host,
+        "output_flood",
+        json!({"mib": 0, "empty_blocks": 1000}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.content.len(), 1000);
     assert_echo_works(&host).await;
 }
 

@@ -1,5 +1,7 @@
 //! Returns a result of `mib` MiB: above the output cap the call must end
-//! with OUTPUT_TOO_LARGE.
+//! with OUTPUT_TOO_LARGE. Also: an error message of `error_mib` MiB, and
+//! `empty_blocks` empty content blocks (no text, but each a block the host
+//! must carry).
 
 #[path = "../shared/echo.rs"]
 mod echo;
@@ -11,11 +13,17 @@ use toolhost_guest::{Tool, ToolError};
 #[derive(Deserialize, JsonSchema)]
 struct Args {
     mib: usize,
+    #[serde(default)]
+    error_mib: usize,
+    #[serde(default)]
+    empty_blocks: usize,
 }
 
 #[derive(Serialize, JsonSchema)]
 struct Out {
     data: String,
+    #[serde(skip)]
+    blocks: usize,
 }
 
 struct OutputFlood;
@@ -26,9 +34,23 @@ impl Tool for OutputFlood {
     type Args = Args;
     type Output = Out;
     fn run(args: Args) -> Result<Out, ToolError> {
+        if args.error_mib > 0 {
+            return Err(ToolError::new("flood", "e".repeat(args.error_mib << 20)));
+        }
         Ok(Out {
             data: "x".repeat(args.mib << 20),
+            blocks: args.empty_blocks,
         })
+    }
+
+    fn content(out: &Out) -> Vec<toolhost_guest::Content> {
+        if out.blocks == 0 {
+            let json = serde_json::to_string(out).unwrap_or_default();
+            return vec![toolhost_guest::Content::text(json)];
+        }
+        (0..out.blocks)
+            .map(|_| toolhost_guest::Content::text(String::new()))
+            .collect()
     }
 }
 
