@@ -367,6 +367,52 @@ fn sweep(dir: &Path) {
 }
 
 /// The decision a wait that timed out publishes.
+/// A request whose wait has not ended: if the wait is dropped first (the
+/// call was cancelled), the request is decided `cancelled` by `cancelled`,
+/// so that it does not stay pending for good, and no operator can decide it
+/// after its call has gone.
+enum Unfinished {
+    Dir(PathBuf, String),
+    #[cfg(feature = "postgres")]
+    Postgres(std::sync::Arc<toolhost_log::PgApprovals>, String),
+    Finished,
+}
+
+impl Unfinished {
+    /// The wait ended: nothing to do on drop.
+    fn finish(&mut self) {
+        *self = Unfinished::Finished;
+    }
+}
+
+fn cancelled() -> ApprovalDecision {
+    ApprovalDecision {
+        outcome: ApprovalOutcome::Cancelled,
+        by: "cancelled".into(),
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        match self {
+            Unfinished::Finished => {}
+            Unfinished::Dir(dir, id) => {
+                // An operator's decision that got in first stands.
+                let _ = publish(dir, id, &cancelled());
+            }
+            #[cfg(feature = "postgres")]
+            Unfinished::Postgres(pg, id) => {
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    let (pg, id) = (pg.clone(), std::mem::take(id));
+                    handle.spawn(async move {
+                        let _ = pg_publish(&pg, &id, &cancelled()).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
 fn timed_out() -> ApprovalDecision {
     ApprovalDecision {
         outcome: ApprovalOutcome::Unavailable,
@@ -408,7 +454,7 @@ impl QueueApprover {
     #[cfg(feature = "postgres")]
     async fn wait_in_pg(
         &self,
-        pg: &toolhost_log::PgApprovals,
+        pg: &std::sync::Arc<toolhost_log::PgApprovals>,
         request: &ApprovalRequest,
     ) -> Result<ApprovalDecision, DecideError> {
         let id = &request.approval_id;
@@ -417,6 +463,7 @@ impl QueueApprover {
         }
         let text = serde_json::to_string(request).map_err(|e| pg_io(pg, e))?;
         pg.register(id, &text).await.map_err(|e| pg_io(pg, e))?;
+        let mut unfinished = Unfinished::Postgres(pg.clone(), id.clone());
         let decided = self
             .poll_decision(|| async {
                 match pg.decision(id).await.map_err(|e| pg_io(pg, e))? {
@@ -425,6 +472,7 @@ impl QueueApprover {
                 }
             })
             .await?;
+        unfinished.finish();
         if let Some(d) = decided {
             return Ok(d);
         }
@@ -451,10 +499,12 @@ impl QueueApprover {
         let bytes = serde_json::to_vec(request).map_err(|e| io(dir, e))?;
         let temp = temp_file(dir, &bytes)?;
         std::fs::rename(&temp, request_path(dir, id)).map_err(|e| io(dir, e))?;
-        if let Some(d) = self
+        let mut unfinished = Unfinished::Dir(dir.to_path_buf(), id.clone());
+        let decided = self
             .poll_decision(|| std::future::ready(Ok(read_decision(dir, id))))
-            .await?
-        {
+            .await;
+        unfinished.finish();
+        if let Some(d) = decided? {
             return Ok(d);
         }
         // The wait is over: timeout, unless a decision got in first.
@@ -555,6 +605,38 @@ mod tests {
         }
         // Both outcomes are possible; neither side may ever see two.
         assert!(decider_won <= 200);
+    }
+
+    /// A wait dropped before any decision (its call was cancelled) decides
+    /// the request `cancelled`: it is no longer pending, and an operator's
+    /// later decision is refused instead of approving a call that is gone.
+    #[tokio::test]
+    async fn a_cancelled_wait_leaves_its_request_decided_cancelled() {
+        let state = tempfile::tempdir().unwrap();
+        let approver = QueueApprover::new(state.path(), Duration::from_secs(60));
+        let asked = request("c1");
+        let waiting = tokio::spawn({
+            let asked = asked.clone();
+            async move { approver.decide(&asked).await }
+        });
+        // The request is registered, then the wait is dropped.
+        let registered = async {
+            while pending_approvals(state.path()).unwrap().is_empty() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), registered)
+            .await
+            .unwrap();
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        assert!(pending_approvals(state.path()).unwrap().is_empty());
+        let dir = approvals_dir(state.path());
+        assert_eq!(read_decision(&dir, "c1"), Some(cancelled()));
+        assert!(matches!(
+            decide_approval(state.path(), "c1", ApprovalOutcome::AllowedOnce, "op"),
+            Err(DecideError::AlreadyDecided { .. })
+        ));
     }
 
     #[test]
