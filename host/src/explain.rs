@@ -64,7 +64,9 @@ pub struct Explanation {
 impl Host {
     /// Explains `request` without running it: every layer's view, the
     /// guards, whether approval would be asked, and the final answer. Pure:
-    /// nothing is recorded and nobody is asked.
+    /// nothing is recorded, nobody is asked, and no rate-limit token is
+    /// taken (so the answer does not say whether the client is over its
+    /// rate limit).
     pub fn explain(&self, request: &CallRequest) -> Explanation {
         let principal = request
             .principal
@@ -73,7 +75,7 @@ impl Host {
         let base_mode = request.mode.unwrap_or_else(|| self.policy.default_mode());
         let mode = request.escalation.as_ref().map_or(base_mode, |e| e.mode);
         let view = self.view(request, &principal, mode);
-        let answer = match self.assess(request) {
+        let answer = match self.assess(request, crate::host::Charge::Nothing) {
             Err((code, message)) => Answer::Refused { code, message },
             Ok(a) => match (a.approval_reason, a.approval) {
                 (None, _) => Answer::Allow,

@@ -19,6 +19,7 @@ mod pipeline;
 mod rate;
 
 pub use builder::HostBuilder;
+pub(crate) use pipeline::Charge;
 pub use pipeline::MAX_ARGS_BYTES;
 pub use rate::LIBRARY_CLIENT;
 

@@ -57,6 +57,15 @@ pub(crate) struct Admitted<'h> {
 
 type Refusal = (ErrorCode, String);
 
+/// Whether [`Host::assess`] takes the call's rate-limit tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Charge {
+    /// A call: its tokens are taken (or it is refused RATE_LIMITED).
+    RateLimits,
+    /// An explanation: the rate limits are not consulted.
+    Nothing,
+}
+
 /// What [`Host::assess`] found: a call that passed phases 1-4 and the
 /// sandbox check, and what approval it still needs.
 pub(crate) struct Assessed<'h> {
@@ -171,8 +180,8 @@ impl Host {
                     "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL) }),
         );
 
-        // 1-4: lookup, validation, patches, policy, guards (pure).
-        let a = self.assess(&req)?;
+        // 1-4: lookup, rate limits, validation, patches, policy, guards.
+        let a = self.assess(&req, Charge::RateLimits)?;
 
         // 5. approval: for `ask`, and for every escalation.
         // Nobody is asked about a call that is already cancelled.
@@ -221,10 +230,16 @@ impl Host {
         })
     }
 
-    /// Phases 1-4 and the sandbox check, without side effects: what
-    /// [`Host::admit`] decides before anyone is asked, and what
-    /// `Host::explain` reports. Records nothing.
-    pub(crate) fn assess<'h>(&'h self, req: &CallRequest) -> Result<Assessed<'h>, Refusal> {
+    /// Phases 1-4 and the sandbox check: what [`Host::admit`] decides
+    /// before anyone is asked, and what `Host::explain` reports. Records
+    /// nothing; with [`Charge::RateLimits`] it takes the call's rate-limit
+    /// tokens (a call), with [`Charge::Nothing`] it leaves the rate limits
+    /// alone (an explanation, which must not use up a client's calls).
+    pub(crate) fn assess<'h>(
+        &'h self,
+        req: &CallRequest,
+        charge: Charge,
+    ) -> Result<Assessed<'h>, Refusal> {
         let principal = req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
         let scopes = self.registry.scope_chain(req.scope.as_deref());
         let subject = Subject {
@@ -240,11 +255,13 @@ impl Host {
 
         // 1b. rate limits, before validation costs anything: a client over
         // its limit gets RATE_LIMITED and the call goes no further.
-        self.rate.admit(
-            req.client.as_deref(),
-            &tool.descriptor.name,
-            std::time::Instant::now(),
-        )?;
+        if charge == Charge::RateLimits {
+            self.rate.admit(
+                req.client.as_deref(),
+                &tool.descriptor.name,
+                std::time::Instant::now(),
+            )?;
+        }
 
         // 2. parse and validate the arguments.
         let mut args = parse_args(tool, &req.args)?;

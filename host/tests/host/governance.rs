@@ -1859,3 +1859,21 @@ async fn a_compile_cache_inside_the_workspace_is_refused() {
         });
     assert!(b.build().await.is_ok());
 }
+
+/// Explaining a call takes none of the client's rate-limit tokens: a
+/// client with one call left may ask for explanations and still make it.
+#[tokio::test]
+async fn explaining_a_call_does_not_use_up_the_rate_limit() {
+    let ws = workspace();
+    let mut b = builder(ws.path());
+    b.policy(policy(RATE_LIMITED_WRITES));
+    let host = b.build().await.unwrap();
+    for _ in 0..5 {
+        let e = host.explain(&write("a.txt", "1").client("carol"));
+        assert_eq!(e.answer, toolhost::Answer::Allow, "{e:?}");
+    }
+    let first = host.call(write("a.txt", "1").client("carol")).await;
+    assert!(first.is_ok(), "{first:?}");
+    let r = host.call(write("b.txt", "2").client("carol")).await;
+    assert_eq!(r.code(), Some(ErrorCode::RateLimited), "{r:?}");
+}
