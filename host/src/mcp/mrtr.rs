@@ -141,6 +141,10 @@ struct Bound {
     tool: String,
     /// SHA-256 of the call's arguments as the client sent them.
     args: String,
+    /// SHA-256 of what the human was asked about: the tool, the arguments
+    /// after the policy's patches, the mode and the network grants asked
+    /// for. A retry is approved only for exactly that.
+    asked: String,
     mode: SandboxMode,
     nonce: String,
     /// When the state expires (also stamped, and checked, by the codec).
@@ -229,6 +233,7 @@ impl ApprovalStates {
             call: asked.call_id.clone(),
             tool: asked.tool.clone(),
             args: args_digest(args),
+            asked: asked_digest(asked),
             mode: asked.mode,
             nonce: hex::encode(nonce),
             expires_ms: now_ms().saturating_add(self.ttl.as_millis() as u64),
@@ -385,6 +390,18 @@ fn args_digest(args: &str) -> String {
     hex::encode(Sha256::digest(args.as_bytes()))
 }
 
+/// SHA-256 (hex) of what an approval request asks about (not its ids or
+/// its reason's wording).
+fn asked_digest(r: &ApprovalRequest) -> String {
+    let asked = json!({
+        "tool": r.tool,
+        "args": r.args,
+        "mode": r.mode,
+        "network": r.network,
+    });
+    hex::encode(Sha256::digest(asked.to_string().as_bytes()))
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -458,7 +475,8 @@ impl Approver for AnswerApprover {
         request: &'a ApprovalRequest,
     ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
         // The pipeline may ask about something else than was answered (the
-        // policy changed the mode in between): that is no approval.
+        // policy or the tools were reloaded in between: another mode, other
+        // patched arguments, other network grants): that is no approval.
         let decision = if request.tool != self.bound.tool || request.mode != self.bound.mode {
             (
                 ApprovalOutcome::Unavailable,
@@ -466,6 +484,16 @@ impl Approver for AnswerApprover {
                     "the answer was given for {} in mode {}, not {} in mode {}",
                     self.bound.tool, self.bound.mode, request.tool, request.mode
                 )),
+            )
+        } else if asked_digest(request) != self.bound.asked {
+            (
+                ApprovalOutcome::Unavailable,
+                Some(
+                    "the call is no longer what the answer was given for (its arguments after \
+                     the policy's patches, or the network grants it asks for, changed); call \
+                     again to be asked anew"
+                        .to_string(),
+                ),
             )
         } else {
             (self.outcome, self.detail.clone())
@@ -551,6 +579,38 @@ mod tests {
             code(redeem_write(&s, &state, args, Some(&accept()), &log)),
             Some(ErrorCode::ApprovalStateReplayed)
         );
+    }
+
+    /// The answer approves only what the human was asked about: the same
+    /// call whose patched arguments or network grants changed since (a
+    /// reloaded policy) is not approved by it.
+    #[test]
+    fn an_answer_does_not_approve_a_call_that_changed_since() {
+        let s = states(DEFAULT_APPROVAL_STATE_TTL);
+        let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
+        let args = r#"{"path":"a"}"#;
+        let redeemed = |_: ()| {
+            let state = issue(&s, args);
+            redeem_write(&s, &state, args, Some(&accept()), &log)
+                .unwrap_or_else(|(c, m)| panic!("{c}: {m}"))
+                .approver
+        };
+        let outcome = |approver: &AnswerApprover, r: &ApprovalRequest| {
+            futures::executor::block_on(approver.decide(r)).0
+        };
+        let approver = redeemed(());
+        assert_eq!(outcome(&approver, &asked()), ApprovalOutcome::AllowedOnce);
+        let mut patched = asked();
+        patched.args = json!({"path": "other"});
+        assert_eq!(outcome(&approver, &patched), ApprovalOutcome::Unavailable);
+        let mut networked = asked();
+        networked.network = vec!["https://example.com".into()];
+        assert_eq!(outcome(&approver, &networked), ApprovalOutcome::Unavailable);
+        // Ids and the reason's wording are not what was approved.
+        let mut reworded = asked();
+        reworded.reason = "another wording".into();
+        reworded.approval_id = "x".into();
+        assert_eq!(outcome(&approver, &reworded), ApprovalOutcome::AllowedOnce);
     }
 
     #[test]
