@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::pin::Pin;
 use std::time::Duration;
 use toolhost_core::SandboxMode;
@@ -172,21 +172,38 @@ impl Approver for TtyApprover {
     }
 }
 
+/// One prompt on the terminal at a time: two calls asking at once would
+/// otherwise print their prompts together, and an answer typed after the
+/// last prompt could be read by the other call's thread, approving what the
+/// person did not read.
+static TTY_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
     let tty = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/tty");
-    let Ok(mut tty) = tty else {
+    let Ok(tty) = tty else {
         return (
             ApprovalOutcome::Unavailable,
             Some("no terminal to ask on".into()),
         );
     };
+    ask_on(tty, request)
+}
+
+/// Asks on `tty` (its turn taken first): prints the request with its
+/// approval id and reads one line, byte by byte, so that nothing typed
+/// after the answer's newline is consumed here.
+fn ask_on(
+    mut tty: impl std::io::Read + Write,
+    request: &ApprovalRequest,
+) -> (ApprovalOutcome, Option<String>) {
+    let _turn = TTY_TURN.lock().unwrap_or_else(|p| p.into_inner());
     let args = serde_json::to_string_pretty(&request.args).unwrap_or_default();
     let mut prompt = format!(
-        "\n── toolhost: approval needed ──\n  tool:   {}\n  mode:   {}\n  reason: {}\n",
-        request.tool, request.mode, request.reason
+        "\n── toolhost: approval needed ({}) ──\n  tool:   {}\n  mode:   {}\n  reason: {}\n",
+        request.approval_id, request.tool, request.mode, request.reason
     );
     if let Some(j) = &request.justification {
         prompt.push_str(&format!("  justification: {j}\n"));
@@ -195,26 +212,45 @@ fn ask_tty(request: &ApprovalRequest) -> (ApprovalOutcome, Option<String>) {
         "  args:\n{}\nAllow this call once? [y/N] ",
         indent(&args)
     ));
-    if tty.write_all(prompt.as_bytes()).is_err() {
+    if tty
+        .write_all(prompt.as_bytes())
+        .and_then(|()| tty.flush())
+        .is_err()
+    {
         return (
             ApprovalOutcome::Unavailable,
             Some("cannot write to the terminal".into()),
         );
     }
     // An answer is a word: read at most a short line, however much is typed.
-    let mut line = String::new();
-    let mut reader = std::io::BufReader::new(std::io::Read::take(tty, MAX_TTY_ANSWER));
-    match reader.read_line(&mut line) {
-        Ok(0) => (ApprovalOutcome::Cancelled, Some("end of input".into())),
-        Ok(_) => match line.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => (ApprovalOutcome::AllowedOnce, None),
-            "" => (ApprovalOutcome::Cancelled, Some("no answer".into())),
-            _ => (ApprovalOutcome::Rejected, None),
-        },
-        Err(e) => (
-            ApprovalOutcome::Unavailable,
-            Some(format!("cannot read the terminal: {e}")),
-        ),
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    let ended = loop {
+        match tty.read(&mut byte) {
+            Ok(0) => break line.is_empty(),
+            Ok(_) if byte[0] == b'\n' => break false,
+            Ok(_) if line.len() as u64 >= MAX_TTY_ANSWER => {}
+            Ok(_) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return (
+                    ApprovalOutcome::Unavailable,
+                    Some(format!("cannot read the terminal: {e}")),
+                );
+            }
+        }
+    };
+    if ended {
+        return (ApprovalOutcome::Cancelled, Some("end of input".into()));
+    }
+    match String::from_utf8_lossy(&line)
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "y" | "yes" => (ApprovalOutcome::AllowedOnce, None),
+        "" => (ApprovalOutcome::Cancelled, Some("no answer".into())),
+        _ => (ApprovalOutcome::Rejected, None),
     }
 }
 
@@ -358,8 +394,79 @@ pub fn approver_from_spec(spec: &str, timeout: Duration) -> Result<Box<dyn Appro
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests: a failure is a panic")]
 mod tests {
     use super::*;
+
+    fn request(id: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            approval_id: id.into(),
+            call_id: "c".into(),
+            tool: "write_file".into(),
+            args: serde_json::json!({"path": id}),
+            reason: "r".into(),
+            mode: SandboxMode::WorkspaceWrite,
+            justification: None,
+            network: Vec::new(),
+        }
+    }
+
+    /// Reads from `term` until a whole prompt has come.
+    fn prompt(term: &mut std::os::unix::net::UnixStream) -> String {
+        use std::io::Read;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains("[y/N] ") {
+            let n = term.read(&mut buf).unwrap_or(0);
+            assert!(
+                n > 0,
+                "the terminal closed: {}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    /// Two calls asking on one terminal at once: the prompts come one at a
+    /// time, each names its approval, and each answer goes to the call
+    /// whose prompt was on screen.
+    #[test]
+    fn terminal_prompts_take_turns_and_answers_reach_their_own_call() {
+        for _ in 0..20 {
+            let (mut term, tty) = std::os::unix::net::UnixStream::pair().unwrap();
+            let asks: Vec<_> = ["first", "second"]
+                .into_iter()
+                .map(|id| {
+                    let tty = tty.try_clone().unwrap();
+                    std::thread::spawn(move || (id, ask_on(tty, &request(id))))
+                })
+                .collect();
+            let shown = prompt(&mut term);
+            let (yes, no) = if shown.contains("(first)") {
+                ("first", "second")
+            } else {
+                ("second", "first")
+            };
+            assert!(
+                !shown.contains(&format!("({no})")),
+                "two prompts at once: {shown}"
+            );
+            term.write_all(b"y\n").unwrap();
+            let shown = prompt(&mut term);
+            assert!(shown.contains(&format!("({no})")), "{shown}");
+            term.write_all(b"n\n").unwrap();
+            for ask in asks {
+                let (id, (outcome, _)) = ask.join().unwrap();
+                let expected = if id == yes {
+                    ApprovalOutcome::AllowedOnce
+                } else {
+                    ApprovalOutcome::Rejected
+                };
+                assert_eq!(outcome, expected, "{id}");
+            }
+        }
+    }
 
     #[test]
     fn decisions_parse_strictly() {
