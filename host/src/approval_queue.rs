@@ -371,17 +371,29 @@ fn sweep(dir: &Path) {
 /// call was cancelled), the request is decided `cancelled` by `cancelled`,
 /// so that it does not stay pending for good, and no operator can decide it
 /// after its call has gone.
-enum Unfinished {
+struct Unfinished {
+    queue: QueueOf,
+    finished: bool,
+}
+
+/// Where an [`Unfinished`] request is decided.
+enum QueueOf {
     Dir(PathBuf, String),
     #[cfg(feature = "postgres")]
     Postgres(std::sync::Arc<toolhost_log::PgApprovals>, String),
-    Finished,
 }
 
 impl Unfinished {
+    fn new(queue: QueueOf) -> Unfinished {
+        Unfinished {
+            queue,
+            finished: false,
+        }
+    }
+
     /// The wait ended: nothing to do on drop.
     fn finish(&mut self) {
-        *self = Unfinished::Finished;
+        self.finished = true;
     }
 }
 
@@ -394,14 +406,16 @@ fn cancelled() -> ApprovalDecision {
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        match self {
-            Unfinished::Finished => {}
-            Unfinished::Dir(dir, id) => {
+        if self.finished {
+            return;
+        }
+        match &mut self.queue {
+            QueueOf::Dir(dir, id) => {
                 // An operator's decision that got in first stands.
                 let _ = publish(dir, id, &cancelled());
             }
             #[cfg(feature = "postgres")]
-            Unfinished::Postgres(pg, id) => {
+            QueueOf::Postgres(pg, id) => {
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {
                     let (pg, id) = (pg.clone(), std::mem::take(id));
                     handle.spawn(async move {
@@ -463,7 +477,7 @@ impl QueueApprover {
         }
         let text = serde_json::to_string(request).map_err(|e| pg_io(pg, e))?;
         pg.register(id, &text).await.map_err(|e| pg_io(pg, e))?;
-        let mut unfinished = Unfinished::Postgres(pg.clone(), id.clone());
+        let mut unfinished = Unfinished::new(QueueOf::Postgres(pg.clone(), id.clone()));
         let decided = self
             .poll_decision(|| async {
                 match pg.decision(id).await.map_err(|e| pg_io(pg, e))? {
@@ -499,7 +513,7 @@ impl QueueApprover {
         let bytes = serde_json::to_vec(request).map_err(|e| io(dir, e))?;
         let temp = temp_file(dir, &bytes)?;
         std::fs::rename(&temp, request_path(dir, id)).map_err(|e| io(dir, e))?;
-        let mut unfinished = Unfinished::Dir(dir.to_path_buf(), id.clone());
+        let mut unfinished = Unfinished::new(QueueOf::Dir(dir.to_path_buf(), id.clone()));
         let decided = self
             .poll_decision(|| std::future::ready(Ok(read_decision(dir, id))))
             .await;
