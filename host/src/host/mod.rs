@@ -288,11 +288,18 @@ impl Host {
 
     /// Whether any network grant could apply to a call of `tool`: what MCP's
     /// `openWorldHint` reports, and what makes a tool no longer read-only
-    /// whatever its sandbox mode. This host grants no network to any call
-    /// (DESIGN.md §2b: network is an explicit grant, and none exists here),
-    /// so the answer is `false` for every tool; a policy with network grants
-    /// answers from them.
-    pub fn may_reach_network(&self, _tool: &str) -> bool {
-        false
+    /// whatever its sandbox mode. The policy's `allow` grants apply to every
+    /// tool's calls; its `ask` grants to the calls of tools that declare the
+    /// side effect `external` (asked for per call). Without `[network]`, no
+    /// tool may.
+    pub fn may_reach_network(&self, tool: &str) -> bool {
+        let Some(egress) = &self.egress else {
+            return false;
+        };
+        let external = self
+            .registry
+            .resolve(None, tool)
+            .is_some_and(|t| t.descriptor.side_effect == toolhost_core::SideEffect::External);
+        !egress.policy.allow().is_empty() || (external && !egress.policy.ask().is_empty())
     }
 }
