@@ -174,11 +174,22 @@ impl ArgMatcher {
                     test(s) || test(&normal)
                 }
             }
-            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
-                test(&v.to_string())
-            }
+            Some(serde_json::Value::Number(n)) => test(&number_text(n)),
+            Some(v @ serde_json::Value::Bool(_)) => test(&v.to_string()),
             _ => false,
         }
+    }
+}
+
+/// A number's text for matching: a whole number written as a float
+/// (`1e3`, `1000.0`), which JSON Schema counts as an integer, reads as the
+/// integer (`1000`), so that a rule written for integers sees it.
+fn number_text(n: &serde_json::Number) -> String {
+    match n.as_f64() {
+        Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            format!("{}", f as i64)
+        }
+        _ => n.to_string(),
     }
 }
 
@@ -239,6 +250,12 @@ mod tests {
     fn arg_matchers_match_scalars_only() {
         let m = ArgMatcher::regex("/n", "^4").unwrap();
         assert!(m.matches(&json!({"n": 42}), true));
+        // Whole numbers written as floats read as integers.
+        let whole = ArgMatcher::regex("/n", "^[0-9]{4,}$").unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(r#"{"n": 1e3}"#).unwrap();
+        assert!(whole.matches(&parsed, true));
+        assert!(whole.matches(&json!({"n": 1000.0}), true));
+        assert!(!whole.matches(&json!({"n": 1000.5}), true));
         assert!(!m.matches(&json!({"n": [42]}), true));
         assert!(!m.matches(&json!({}), true));
         let g = ArgMatcher::glob("/p", "src/*").unwrap();

@@ -430,7 +430,7 @@ impl Admission {
             let digest = Sha256::digest(token.as_bytes());
             return HttpClient(format!("mcp-http-token-{}", hex::encode(&digest[..8])));
         }
-        HttpClient(format!("mcp-http-{}", remote.ip()))
+        HttpClient(address_client(remote.ip()))
     }
 
     /// rmcp's own `Host` list (it checks again after the front door).
@@ -856,9 +856,38 @@ pub async fn serve_http_until(
     Ok(())
 }
 
+/// The rate-limit client of a request from `ip`: the address itself for
+/// IPv4 (and IPv4-mapped IPv6), its /64 for IPv6, since one host commonly
+/// holds a whole /64 and could otherwise take a fresh bucket per address.
+fn address_client(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => format!("mcp-http-{v4}"),
+            None => {
+                let s = v6.segments();
+                format!("mcp-http-{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+        v4 => format!("mcp-http-{v4}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One IPv6 /64 is one rate-limit client; IPv4, mapped or not, is its
+    /// address.
+    #[test]
+    fn rate_limit_clients_are_addresses_and_ipv6_prefixes() {
+        let client = |ip: &str| address_client(ip.parse().unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(client("192.0.2.7"), "mcp-http-192.0.2.7");
+        assert_eq!(client("::ffff:192.0.2.7"), "mcp-http-192.0.2.7");
+        assert_eq!(client("2001:db8:1:2::1"), "mcp-http-2001:db8:1:2::/64");
+        assert_eq!(client("2001:db8:1:2:ffff::9"), client("2001:db8:1:2::1"));
+        assert_ne!(client("2001:db8:1:3::1"), client("2001:db8:1:2::1"));
+        assert_eq!(client("::1"), "mcp-http-0:0:0:0::/64");
+    }
 
     fn admission(origins: &[&str], hosts: &[&str], tokens: Option<&str>) -> Admission {
         let mut o = HttpOptions::new(SocketAddr::from(([127, 0, 0, 1], 8123)));
