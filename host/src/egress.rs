@@ -98,6 +98,10 @@ fn tls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig,
 pub struct NetworkGrant {
     pub(crate) egress: Option<Arc<Egress>>,
     pub(crate) ask_approved: bool,
+    /// The policy has network grants, but the tool does not declare the
+    /// side effect `external`, so it gets none of them (what a refusal
+    /// says).
+    pub(crate) not_external: bool,
 }
 
 impl fmt::Debug for NetworkGrant {
@@ -144,6 +148,35 @@ impl NetworkGrant {
         NetworkGrant {
             egress,
             ask_approved,
+            not_external: false,
+        }
+    }
+
+    /// The grant of a call of a tool with the declared `side_effect`: the
+    /// host's network grants for a tool that declares `external` (the
+    /// `ask` ones when `ask_approved`), none for any other. A tool cannot
+    /// use the network while declaring that it does not act outside the
+    /// host, which is what the policy's rules and presets decide on.
+    pub(crate) fn for_tool(
+        egress: Option<Arc<Egress>>,
+        side_effect: toolhost_core::SideEffect,
+        ask_approved: bool,
+    ) -> NetworkGrant {
+        if side_effect == toolhost_core::SideEffect::External {
+            return NetworkGrant::new(egress, ask_approved);
+        }
+        NetworkGrant {
+            not_external: egress.is_some(),
+            ..NetworkGrant::none()
+        }
+    }
+
+    /// Why a request of this call is refused when it has no grants at all.
+    pub(crate) fn off_reason(&self) -> toolhost_egress::DenyReason {
+        if self.not_external {
+            toolhost_egress::DenyReason::NotExternal
+        } else {
+            toolhost_egress::DenyReason::NetworkOff
         }
     }
 

@@ -60,6 +60,9 @@ impl Decision {
 pub enum DenyReason {
     /// The policy grants no network access at all.
     NetworkOff,
+    /// The policy grants network access, but only to tools that declare the
+    /// side effect `external`, and this one does not.
+    NotExternal,
     /// The host is an address literal (in whatever spelling) of a refused
     /// range, and no grant names that address. Refused before any lookup.
     AddressRefused {
@@ -101,11 +104,12 @@ pub enum DenyReason {
 }
 
 impl DenyReason {
-    /// A stable code: `network_off`, `address_refused`, `host_not_granted`,
+    /// A stable code: `network_off`, `not_external`, `address_refused`, `host_not_granted`,
     /// `scheme_not_granted`, `port_not_granted`, `method_not_granted`.
     pub fn code(&self) -> &'static str {
         match self {
             DenyReason::NetworkOff => "network_off",
+            DenyReason::NotExternal => "not_external",
             DenyReason::AddressRefused { .. } => "address_refused",
             DenyReason::HostNotGranted { .. } => "host_not_granted",
             DenyReason::SchemeNotGranted { .. } => "scheme_not_granted",
@@ -119,6 +123,10 @@ impl fmt::Display for DenyReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DenyReason::NetworkOff => f.write_str("the policy grants no network access"),
+            DenyReason::NotExternal => f.write_str(
+                "the tool does not declare the side effect `external`; only such tools get the \
+                 policy's network grants",
+            ),
             DenyReason::AddressRefused { addr, risk } => write!(
                 f,
                 "{} is {risk}, and no grant names that address",

@@ -288,10 +288,9 @@ impl Host {
 
     /// Whether any network grant could apply to a call of `tool`: what MCP's
     /// `openWorldHint` reports, and what makes a tool no longer read-only
-    /// whatever its sandbox mode. The policy's `allow` grants apply to every
-    /// tool's calls; its `ask` grants to the calls of tools that declare the
-    /// side effect `external` (asked for per call). Without `[network]`, no
-    /// tool may.
+    /// whatever its sandbox mode. The policy's grants apply only to the
+    /// calls of tools that declare the side effect `external` (its `ask`
+    /// grants once asked for per call); without `[network]`, no tool may.
     pub fn may_reach_network(&self, tool: &str) -> bool {
         let Some(egress) = &self.egress else {
             return false;
@@ -300,6 +299,6 @@ impl Host {
             .registry
             .resolve(None, tool)
             .is_some_and(|t| t.descriptor.side_effect == toolhost_core::SideEffect::External);
-        !egress.policy.allow().is_empty() || (external && !egress.policy.ask().is_empty())
+        external && (!egress.policy.allow().is_empty() || !egress.policy.ask().is_empty())
     }
 }

@@ -225,7 +225,11 @@ impl Host {
             progress: req.progress,
             // Reaching this point with `ask` grants named means the
             // approval above returned `allowed-once`.
-            network: NetworkGrant::new(self.egress.clone(), !a.ask_network.is_empty()),
+            network: NetworkGrant::for_tool(
+                self.egress.clone(),
+                a.tool.descriptor.side_effect,
+                !a.ask_network.is_empty(),
+            ),
             start,
         })
     }

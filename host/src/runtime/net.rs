@@ -290,7 +290,7 @@ impl CallNet {
         };
         let Some(egress) = self.egress() else {
             let refusal = Refusal::Denied {
-                reason: toolhost_egress::DenyReason::NetworkOff,
+                reason: self.grant.off_reason(),
             };
             self.refuse(&request, &path, &refusal);
             return Err(HttpError::HttpRequestDenied);
@@ -496,7 +496,7 @@ impl CallNet {
         };
         let refuse_line = |why: &str| format!("network: {use_:?} {addr}: {why}");
         let Some(egress) = self.egress() else {
-            self.deny(refuse_line("network_off"));
+            self.deny(refuse_line(self.grant.off_reason().code()));
             return false;
         };
         match use_ {

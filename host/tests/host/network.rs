@@ -955,15 +955,15 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
 }
 
 /// What tools/list's annotations say about the network follows the
-/// policy: `allow` grants reach every tool's calls, `ask` grants those of
-/// tools that declare `external`, and without `[network]` none.
+/// policy and the tool's declaration: the grants reach only tools that
+/// declare `external`, and without `[network]` none.
 #[tokio::test]
 async fn which_tools_may_reach_the_network_follows_the_grants() {
     let (_ws, none) = host("version = 1\ndefault = \"allow\"\n").await;
     assert!(!none.may_reach_network("read_file"));
     assert!(!none.may_reach_network("http_fetch"));
     let (_ws, allowed) = host(&grant_policy("\"https://api.example.com\"")).await;
-    assert!(allowed.may_reach_network("read_file"));
+    assert!(!allowed.may_reach_network("read_file"));
     assert!(allowed.may_reach_network("http_fetch"));
     let (_ws, asked) = host(
         "version = 1\ndefault = \"allow\"\n\n[network]\nask = [\"https://api.example.com\"]\n",

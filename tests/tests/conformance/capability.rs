@@ -151,6 +151,65 @@ async fn capability_net() {
     }
 }
 
+/// A policy's network grants reach only tools that declare the side
+/// effect `external`: the same probe (which declares none), with its exact
+/// TCP and UDP addresses granted, is refused every attempt, each recorded
+/// as `not_external`, and nothing reaches the listeners.
+#[tokio::test]
+async fn network_grants_do_not_reach_a_tool_that_does_not_declare_external() {
+    let ws = tempfile::tempdir().unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let (t, u) = (
+        tcp.local_addr().unwrap().port(),
+        udp.local_addr().unwrap().port(),
+    );
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\", \"udp://127.0.0.1:{u}\"]\n"
+    );
+    let mut b = builder(
+        probes::CAPABILITY_NET,
+        ws.path(),
+        Limits::default(),
+        suite_options(),
+    );
+    b.policy(toolhost::policy::Policy::from_toml(&policy, "test.toml").unwrap());
+    let host = b.build().await.unwrap();
+    assert!(!host.may_reach_network("net"));
+    let r = call(
+        &host,
+        "net",
+        json!({"tcp_port": t, "udp_port": u}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    for what in ["tcp_connect", "udp_send", "std_tcp_connect", "std_udp_send"] {
+        let attempt = &r.canonical[what];
+        assert_eq!(attempt["ok"], false, "{what}: {attempt}");
+    }
+    assert!(
+        !r.receipt.denied.is_empty()
+            && r.receipt
+                .denied
+                .iter()
+                .all(|d| d.ends_with(": not_external")),
+        "{:?}",
+        r.receipt.denied
+    );
+    match tcp.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the host's TCP listener saw a connection: {other:?}"),
+    }
+    let mut buf = [0u8; 64];
+    match udp.recv_from(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the host's UDP socket received a datagram: {other:?}"),
+    }
+}
+
 /// The `host` interface abused: one 10 MiB log message is kept cut to
 /// 4096 bytes, 100 000 records keep only 256, and 1 000 000 progress reports
 /// are all counted; the call still succeeds, and the next call starts with

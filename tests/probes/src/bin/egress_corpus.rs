@@ -146,6 +146,8 @@ impl Tool for Corpus {
     const NAME: &'static str = "egress";
     const DESCRIPTION: &'static str =
         "Tries HTTP URLs, TCP and UDP addresses and name lookups; reports each outcome.";
+    // Only tools that declare `external` get network grants.
+    const SIDE_EFFECT: toolhost_guest::SideEffect = toolhost_guest::SideEffect::External;
     type Args = Args;
     type Output = Out;
     fn run(args: Args) -> Result<Out, ToolError> {
