@@ -292,13 +292,17 @@ impl Host {
     /// calls of tools that declare the side effect `external` (its `ask`
     /// grants once asked for per call); without `[network]`, no tool may.
     pub fn may_reach_network(&self, tool: &str) -> bool {
-        let Some(egress) = &self.egress else {
-            return false;
-        };
-        let external = self
-            .registry
+        self.registry
             .resolve(None, tool)
-            .is_some_and(|t| t.descriptor.side_effect == toolhost_core::SideEffect::External);
-        external && (!egress.policy.allow().is_empty() || !egress.policy.ask().is_empty())
+            .is_some_and(|t| self.grants_network_to(t.descriptor.side_effect))
+    }
+
+    /// Whether the policy's network grants reach a tool that declares
+    /// `side_effect` (see [`Host::may_reach_network`]).
+    pub(crate) fn grants_network_to(&self, side_effect: toolhost_core::SideEffect) -> bool {
+        side_effect == toolhost_core::SideEffect::External
+            && self.egress.as_ref().is_some_and(|egress| {
+                !egress.policy.allow().is_empty() || !egress.policy.ask().is_empty()
+            })
     }
 }

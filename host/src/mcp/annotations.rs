@@ -45,7 +45,7 @@ impl Enforced {
         Enforced {
             call_mode: mode.unwrap_or_else(|| host.policy().default_mode()),
             min_mode: tool.min_mode,
-            may_reach_network: host.may_reach_network(&tool.name),
+            may_reach_network: host.grants_network_to(tool.side_effect),
         }
     }
 
