@@ -290,6 +290,18 @@ where
     });
     let quit = running.waiting().await;
     tracing::info!(?quit, "the MCP session ended");
+    // The client's requests were cancelled with the session; the tasks it
+    // started run on their own: interrupt them too, and wait (bounded) for
+    // every body to stop and its result to be recorded, as a cancelled
+    // call's is, before the process ends.
+    server.stop_calls();
+    server.cancel_tasks();
+    if !server.drain(http::DEFAULT_SHUTDOWN_GRACE).await {
+        tracing::warn!(
+            "calls still running after {:?}; they are cut off and recovered as usual",
+            http::DEFAULT_SHUTDOWN_GRACE
+        );
+    }
     signals.abort();
     announcer.abort();
     if let Some(r) = reloader {

@@ -168,6 +168,11 @@ impl Server {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
+    /// Interrupts every task running in this server (it is stopping).
+    pub(super) fn cancel_tasks(&self) {
+        self.tasks.cancel_all();
+    }
+
     /// The clients of the sessions still open.
     pub(super) fn peers(&self) -> Vec<Peer<RoleServer>> {
         self.sessions().into_iter().map(|s| s.peer).collect()

@@ -105,6 +105,15 @@ impl Tasks {
         from_log(id, principal, log)
     }
 
+    /// Interrupts every task running in this process (the server is
+    /// stopping and nobody will read their results); each body still ends
+    /// and records its result, as a cancelled call does.
+    pub(super) fn cancel_all(&self) {
+        for r in self.running().values() {
+            r.interrupt.cancel();
+        }
+    }
+
     /// `tasks/cancel`: interrupts a running task of `principal`; a task
     /// that has ended is left as it is.
     pub(super) fn cancel(
@@ -117,7 +126,16 @@ impl Tasks {
             r.interrupt.cancel();
             return Ok(());
         }
-        from_log(id, principal, log).map(|_| ())
+        let task = from_log(id, principal, log)?;
+        if task.task.status == TaskStatus::Working {
+            // Not running here, not finished in the log: another server of
+            // a shared log runs it, and only that one can interrupt it.
+            return Err(McpError::invalid_params(
+                format!("task {id:?} runs on another server of this session log; cancel it there"),
+                None,
+            ));
+        }
+        Ok(())
     }
 }
 

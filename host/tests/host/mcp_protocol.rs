@@ -589,3 +589,52 @@ fn stdio_over_a_socket_pair_and_a_pipe_serves_and_leaves_them_blocking() {
         );
     }
 }
+
+/// When the client goes away, the tasks it started are interrupted and
+/// waited for: the server records each one's result (CANCELLED) before it
+/// exits, instead of leaving an intent that the next start would report as
+/// TOOL_OUTCOME_UNKNOWN.
+#[test]
+fn a_task_running_when_the_client_leaves_is_cancelled_and_recorded() {
+    let mut s = Server::start_with(
+        &["--mode", "workspace-write"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    );
+    s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 30000}}}));
+    let started = s.response(&json!(2));
+    assert_eq!(started["result"]["resultType"], "task", "{started}");
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    let at = Instant::now();
+    drop(s.stdin.take());
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            at.elapsed() < Duration::from_secs(20),
+            "the server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(at.elapsed() < Duration::from_secs(15), "{:?}", at.elapsed());
+    let out = Command::new(crate::support::bin())
+        .args(["log", "--json", "--workspace"])
+        .arg(s._dirs.0.path())
+        .arg("--state")
+        .arg(s._dirs.1.path())
+        .output()
+        .unwrap();
+    let results: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "tool/result" && e["call_id"] == id.as_str())
+        .collect();
+    assert_eq!(results.len(), 1, "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        results[0]["payload"]["error"]["code"], "CANCELLED",
+        "{}",
+        results[0]
+    );
+}
