@@ -107,6 +107,7 @@ impl ProgramTool {
         }
         let (tool, rt, args) = (self.clone(), runtime.clone(), args.clone());
         runtime
+            .invoker()
             .on_own_thread(&spec, interrupt, move |spec, interrupt| async move {
                 tool.run_here(&rt, &args, &spec, interrupt).await
             })

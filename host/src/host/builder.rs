@@ -282,7 +282,13 @@ impl HostBuilder {
             None => Arc::new(Runtime::new(self.runtime_options.clone())?),
         };
         if let Some(dir) = runtime.cache().dir() {
-            check_cache_dir(dir, &workspace)?;
+            check_outside_workspace(
+                dir,
+                &workspace,
+                "compile cache",
+                "the code the host runs natively",
+                "--cache (or TOOLHOST_CACHE_DIR)",
+            )?;
         }
         // Global tools first, then each scope in declaration order with its
         // own tools, so that a restriction is checked against exactly what
@@ -325,7 +331,13 @@ impl HostBuilder {
         let log = match (self.log.take(), self.state_dir.take()) {
             (Some(log), _) => log,
             (None, Some(dir)) => {
-                check_state_dir(&dir, &workspace)?;
+                check_outside_workspace(
+                    &dir,
+                    &workspace,
+                    "state directory",
+                    "the session log",
+                    "--state",
+                )?;
                 let log = SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?;
                 // Recovery on open: a call whose intent is durable but whose
                 // result is not ends as TOOL_OUTCOME_UNKNOWN, never re-run.
@@ -467,29 +479,22 @@ fn register(registry: &mut Registry, scope: Option<&str>, loaded: Loaded) -> Res
     Ok(())
 }
 
-/// Refuses a state directory inside the workspace: the log is the record of
-/// what tools did, and any call may be escalated to a mode that writes the
-/// workspace, so no state inside it can be trusted.
-fn check_state_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
+/// Refuses `dir` (the `what` of `--flag`) inside the workspace: any call may
+/// be escalated to a mode that writes the workspace, so tools could rewrite
+/// it there (`what_for`). The state directory holds the session log, the
+/// record of what tools did; the compile cache holds code the host maps and
+/// runs natively (its checksums catch accidents, not a writer who can
+/// rewrite them too).
+fn check_outside_workspace(
+    dir: &Path,
+    workspace: &Path,
+    what: &str,
+    what_for: &str,
+    flag: &str,
+) -> Result<(), HostError> {
     match crate::sandbox::resolved_inside(dir, workspace) {
         Some(resolved) => Err(HostError::UnsafeState(format!(
-            "state directory {} is inside the workspace {}, where tools could rewrite the session log; use --state outside the workspace",
-            resolved.display(),
-            workspace.display()
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Refuses a compile cache inside the workspace, for the same reason and a
-/// worse outcome: the host maps the cache's entries as native code, so a
-/// tool that may write the workspace could write code the host runs outside
-/// any sandbox (the checksums beside the entries catch accidents, not a
-/// writer who can rewrite them too).
-fn check_cache_dir(dir: &Path, workspace: &Path) -> Result<(), HostError> {
-    match crate::sandbox::resolved_inside(dir, workspace) {
-        Some(resolved) => Err(HostError::UnsafeState(format!(
-            "compile cache {} is inside the workspace {}, where tools could rewrite the code the host runs natively; use --cache (or TOOLHOST_CACHE_DIR) outside the workspace",
+            "{what} {} is inside the workspace {}, where tools could rewrite {what_for}; use {flag} outside the workspace",
             resolved.display(),
             workspace.display()
         ))),

@@ -147,20 +147,10 @@ impl Runtime {
         self.invoker.store(builder)
     }
 
-    /// Runs a body on a blocking thread of its own, abandoned when it is
-    /// stuck in a host system call past its deadline (see
+    /// What runs bodies (for a program tool's, see
     /// [`Invoker::on_own_thread`]).
-    pub(crate) async fn on_own_thread<F, Fut>(
-        &self,
-        spec: &SandboxSpec,
-        interrupt: Interrupt,
-        make: F,
-    ) -> (BodyOutcome, Receipt)
-    where
-        F: FnOnce(SandboxSpec, Interrupt) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = (BodyOutcome, Receipt)>,
-    {
-        self.invoker.on_own_thread(spec, interrupt, make).await
+    pub(crate) fn invoker(&self) -> &Invoker {
+        &self.invoker
     }
 
     /// Runs the body of `tool` once, in a fresh store built for `spec`.

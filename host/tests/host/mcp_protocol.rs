@@ -398,19 +398,16 @@ fn stdio_log_notifications_content_and_rate_limits() {
     );
 }
 
-/// Over stdio, approvals are announced to the client as
-/// `notifications/message` (logger `toolhost/approvals`): pending, then
-/// decided, once the client set a log level.
-#[test]
-fn stdio_approvals_are_announced_pending_then_decided() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("ask.toml");
+/// A server whose policy asks before `write_file` and whose approver
+/// says yes (its policy file goes in `dir`).
+fn asking_writes(dir: &std::path::Path) -> Server {
+    let policy = dir.join("ask.toml");
     std::fs::write(
         &policy,
         "version = 1\nmode = \"workspace-write\"\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n",
     )
     .unwrap();
-    let mut s = Server::start_with(
+    Server::start_with(
         &[
             "--policy",
             policy.to_str().unwrap(),
@@ -418,7 +415,24 @@ fn stdio_approvals_are_announced_pending_then_decided() {
             "auto-approve",
         ],
         json!({}),
-    );
+    )
+}
+
+/// The state of an approval notice (`pending`, `decided`), `None` for any
+/// other message.
+fn approval_state(v: &Value) -> Option<&str> {
+    (v["method"] == "notifications/message"
+        && v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER)
+        .then(|| v["params"]["data"]["state"].as_str().unwrap_or("?"))
+}
+
+/// Over stdio, approvals are announced to the client as
+/// `notifications/message` (logger `toolhost/approvals`): pending, then
+/// decided, once the client set a log level.
+#[test]
+fn stdio_approvals_are_announced_pending_then_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = asking_writes(dir.path());
     s.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "info"}}));
     s.response(&json!(2));
     s.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
@@ -430,10 +444,9 @@ fn stdio_approvals_are_announced_pending_then_decided() {
         let v = s.next(Duration::from_secs(30)).expect("a message");
         if v["id"] == 3 {
             response = Some(v);
-        } else if v["method"] == "notifications/message"
-            && v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER
-        {
-            match v["params"]["data"]["state"].as_str() {
+        } else {
+            match approval_state(&v) {
+                None => {}
                 Some("pending") => pending = Some(v),
                 Some("decided") => {
                     assert!(pending.is_some(), "decided before pending: {v}");
@@ -467,21 +480,7 @@ fn stdio_approvals_are_announced_pending_then_decided() {
 #[test]
 fn a_repeated_initialize_is_refused_and_notices_come_once() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("ask.toml");
-    std::fs::write(
-        &policy,
-        "version = 1\nmode = \"workspace-write\"\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n",
-    )
-    .unwrap();
-    let mut s = Server::start_with(
-        &[
-            "--policy",
-            policy.to_str().unwrap(),
-            "--approver",
-            "auto-approve",
-        ],
-        json!({}),
-    );
+    let mut s = asking_writes(dir.path());
     for id in 2..5 {
         s.send(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "again", "version": "0"}}}));
@@ -492,33 +491,19 @@ fn a_repeated_initialize_is_refused_and_notices_come_once() {
     s.response(&json!(5));
     s.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
         "params": {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}}));
-    let mut decided = 0;
-    let mut pending = 0;
+    let mut seen = Vec::new();
     loop {
         let v = s.next(Duration::from_secs(30)).expect("a message");
         if v["id"] == 6 {
             assert_eq!(v["result"]["isError"], false, "{v}");
             break;
         }
-        if v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER {
-            match v["params"]["data"]["state"].as_str() {
-                Some("pending") => pending += 1,
-                Some("decided") => decided += 1,
-                _ => panic!("{v}"),
-            }
-        }
+        seen.push(v);
     }
     // Notices travel apart from the response: collect what is still coming.
-    for v in s.drain(Duration::from_secs(1)) {
-        if v["params"]["logger"] == toolhost::mcp::APPROVALS_LOGGER {
-            match v["params"]["data"]["state"].as_str() {
-                Some("pending") => pending += 1,
-                Some("decided") => decided += 1,
-                _ => panic!("{v}"),
-            }
-        }
-    }
-    assert_eq!((pending, decided), (1, 1));
+    seen.extend(s.drain(Duration::from_secs(1)));
+    let states: Vec<&str> = seen.iter().filter_map(approval_state).collect();
+    assert_eq!(states, ["pending", "decided"], "{seen:?}");
     s.assert_alive(7);
 }
 
