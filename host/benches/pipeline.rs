@@ -118,10 +118,11 @@ fn noop() -> CallRequest {
     CallRequest::new("noop", json!({})).mode(SandboxMode::None)
 }
 
-/// The no-op tool granted a writable workspace: its intent is durable
-/// (a read-only call's is not, see `toolhost::needs_durable_intent`).
+/// The no-op tool that declares writes, granted a writable workspace: its
+/// intent is durable (a read-only call's is not, see
+/// `toolhost::needs_durable_intent`).
 fn noop_write_grant() -> CallRequest {
-    CallRequest::new("noop", json!({})).mode(SandboxMode::WorkspaceWrite)
+    CallRequest::new("noop_write", json!({})).mode(SandboxMode::WorkspaceWrite)
 }
 
 fn read4k() -> CallRequest {

@@ -335,6 +335,8 @@ impl Manifest {
                 .map_err(|_| invalid(format!("mode {m:?} is not a sandbox mode (none, read-only, workspace-write, danger-full-access)")))?,
         };
         let side_effect = match raw.side_effect.as_deref() {
+            // A program that needs a writable mode writes.
+            None if min_mode > SideEffect::Read.widest_mode() => SideEffect::Write,
             None => SideEffect::Read,
             Some(s) => s.parse().map_err(|_| {
                 invalid(format!(
@@ -659,6 +661,10 @@ allow_dash = ["nope"]"#,
             ("argv = [\"t\"]\nmode = \"sideways\"", "not a sandbox mode"),
             ("argv = [\"t\"]\nworkspace = \"rel\"", "absolute"),
             ("argv = [\"t\"]\nbogus = 1", "bogus"),
+            (
+                "argv = [\"t\"]\nmode = \"workspace-write\"\nside_effect = \"read\"",
+                "declares side effect read, which runs at most read-only",
+            ),
         ];
         for (extra, want) in cases {
             let e = parse(extra)
@@ -667,6 +673,17 @@ allow_dash = ["nope"]"#,
             assert_eq!(e.code, ManifestCode::Invalid, "{extra}");
             assert!(e.detail.contains(want), "{extra}: {}", e.detail);
             assert!(e.to_string().starts_with("MANIFEST_INVALID: "));
+        }
+        // Without `side_effect`, a program that needs a writable mode
+        // declares writes; one that does not, reads.
+        for (mode, effect) in [
+            ("read-only", SideEffect::Read),
+            ("workspace-write", SideEffect::Write),
+            ("danger-full-access", SideEffect::Write),
+        ] {
+            let m = parse(&format!("argv = [\"t\"]\nmode = \"{mode}\""))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(m.descriptor.side_effect, effect, "{mode}");
         }
         let e = Manifest::parse("name = \"t\"", Path::new("/x/other.tool.toml"));
         assert_eq!(

@@ -101,6 +101,15 @@ impl Descriptor {
                 self.name
             ));
         }
+        if self.min_mode > self.side_effect.widest_mode() {
+            return Err(format!(
+                "tool {}: needs mode {} but declares side effect {}, which runs at most {}; a tool that writes declares side effect write (or external)",
+                self.name,
+                self.min_mode,
+                self.side_effect,
+                self.side_effect.widest_mode()
+            ));
+        }
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolhost_guest::{Tool, ToolError};
+use toolhost_guest::{SideEffect, Tool, ToolError};
 
 /// How much work to do.
 #[derive(Deserialize, JsonSchema)]
@@ -109,4 +109,21 @@ impl Tool for Noop {
     }
 }
 
-toolhost_guest::export_tools!(Fib, Hash, Sort, Noop);
+/// Returns at once, declaring that it may write: the tool of the durable-call
+/// benchmark (a tool that declares `none` or `read` runs at most read-only,
+/// so its intent is never durable).
+pub struct NoopWrite;
+
+impl Tool for NoopWrite {
+    const NAME: &'static str = "noop_write";
+    const DESCRIPTION: &'static str = "Does nothing, declaring that it may write the workspace.";
+    const CONCURRENCY_SAFE: bool = true;
+    const SIDE_EFFECT: SideEffect = SideEffect::Write;
+    type Args = NoArgs;
+    type Output = Output;
+    fn run(_: NoArgs) -> Result<Output, ToolError> {
+        Ok(Output { value: 0 })
+    }
+}
+
+toolhost_guest::export_tools!(Fib, Hash, Sort, Noop, NoopWrite);

@@ -113,6 +113,18 @@ impl SideEffect {
             SideEffect::External => "external",
         }
     }
+
+    /// The widest sandbox mode a call of a tool that declares this side
+    /// effect runs in: writes reach only tools that declare `write` or
+    /// `external`, so a tool that declares `none` or `read` runs at most
+    /// `read-only`, whatever mode its call was given. Understating a side
+    /// effect (to pass a policy that asks before writes) then buys nothing.
+    pub fn widest_mode(self) -> SandboxMode {
+        match self {
+            SideEffect::None | SideEffect::Read => SandboxMode::ReadOnly,
+            SideEffect::Write | SideEffect::External => SandboxMode::DangerFullAccess,
+        }
+    }
 }
 
 impl fmt::Display for SideEffect {

@@ -296,6 +296,23 @@ impl Host {
         if mode != base_mode {
             hidden_refusal(&self.policy, &tool.descriptor.name, &subject, mode)?;
         }
+        // Writes reach only tools that declare them: a tool that declares
+        // `none` or `read` runs at most read-only (SideEffect::widest_mode),
+        // so it cannot write past a rule that asks before writes by
+        // understating its side effect. Policy and guards see this mode.
+        let side_effect = tool.descriptor.side_effect;
+        let mode = mode.min(side_effect.widest_mode());
+        if req.escalation.is_some() && !mode.is_wider_than(base_mode.min(side_effect.widest_mode()))
+        {
+            return Err((
+                ErrorCode::EscalationInvalid,
+                format!(
+                    "{} declares side effect {side_effect}, so its calls run at most {}: an escalation would grant it nothing",
+                    tool.descriptor.name,
+                    side_effect.widest_mode()
+                ),
+            ));
+        }
 
         // 2b. the policy's argument patches, then validation again: a patch
         // that breaks the schema refuses before anyone is asked.

@@ -29,7 +29,8 @@ use toolhost_core::SandboxMode;
 /// What the host will enforce for the calls of one tool on this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Enforced {
-    /// The mode every call of the server runs in.
+    /// The mode every call of the tool runs in on this server (the
+    /// server's, narrowed to what the tool's side effect allows).
     pub call_mode: SandboxMode,
     /// The narrowest mode the tool works in; a call in a narrower mode is
     /// refused before it runs.
@@ -43,7 +44,9 @@ impl Enforced {
     /// `mode` (`None`: the policy's default mode).
     pub(super) fn of(host: &Host, tool: &Descriptor, mode: Option<SandboxMode>) -> Enforced {
         Enforced {
-            call_mode: mode.unwrap_or_else(|| host.policy().default_mode()),
+            call_mode: mode
+                .unwrap_or_else(|| host.policy().default_mode())
+                .min(tool.side_effect.widest_mode()),
             min_mode: tool.min_mode,
             may_reach_network: host.grants_network_to(tool.side_effect),
         }

@@ -22,7 +22,7 @@ fn a_multi_tool_component_needs_a_tool_name() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("fib, hash, noop, sort") && err.contains("--tool NAME"),
+        err.contains("fib, hash, noop, noop_write, sort") && err.contains("--tool NAME"),
         "{err}"
     );
     assert!(out.stdout.is_empty());

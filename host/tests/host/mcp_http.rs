@@ -1001,18 +1001,19 @@ async fn hints_of(c: &Client, name: &str) -> [Value; 4] {
 
 #[tokio::test]
 async fn http_annotations_say_what_the_host_enforces() {
-    // Calls that may write the workspace: even a tool whose author says it
-    // only reads could write, so it is neither read-only nor harmless.
+    // Calls that may write the workspace: a tool that declares writes is
+    // neither read-only nor harmless; one that declares it only reads is
+    // granted no write (it runs read-only), so it is read-only.
     let s = Server::start(&["--mode", "workspace-write"]);
     let c = s.client().initialize(json!({})).await;
     let writable = [json!(false), json!(true), json!(false), json!(false)];
-    assert_eq!(hints_of(&c, "read_file").await, writable);
+    let read_only = [json!(true), json!(false), json!(true), json!(false)];
+    assert_eq!(hints_of(&c, "read_file").await, read_only);
     assert_eq!(hints_of(&c, "write_file").await, writable);
     // Calls that run read-only change nothing, whatever the tool declares:
     // write_file's calls are refused before they run.
     let s = Server::start(&["--mode", "read-only"]);
     let c = s.client().initialize(json!({})).await;
-    let read_only = [json!(true), json!(false), json!(true), json!(false)];
     assert_eq!(hints_of(&c, "read_file").await, read_only);
     assert_eq!(hints_of(&c, "write_file").await, read_only);
 }

@@ -272,3 +272,102 @@ async fn network_imports_are_a_warning_in_conformance() {
     }
     assert!(report.passed(), "{report:#?}");
 }
+
+/// A tool that understates its side effect (declares `read`, writes) under
+/// a policy that gives calls `workspace-write` and asks before any tool that
+/// declares writes: nobody is asked, and the tool is granted no write either.
+/// It runs read-only (recorded so), every write it tries fails inside the
+/// guest, the workspace is unchanged, and its intent is not durable (nothing
+/// was granted that could change anything). An escalation would grant it
+/// nothing, so one is refused. An honest `write` tool in the same host is
+/// asked, and refused when the answer is no.
+#[tokio::test]
+async fn capability_understated_write() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "alpha").unwrap();
+    let policy = r#"
+version = 1
+default = "allow"
+mode = "workspace-write"
+
+[[rules]]
+tool = "*"
+side_effect = ["write", "external"]
+decision = "ask"
+reason = "writes are asked about"
+"#;
+    let mut b = builder(
+        probes::CAPABILITY_UNDERSTATED_WRITE,
+        ws.path(),
+        Limits::default(),
+        suite_options(),
+    );
+    b.embedded_tools()
+        .policy(toolhost::policy::Policy::from_toml(policy, "test.toml").unwrap())
+        .approver(Box::new(toolhost::FixedApprover(
+            toolhost::ApprovalOutcome::Rejected,
+        )));
+    let host = b.build().await.unwrap();
+    let before = snapshot(ws.path());
+    let ops = json!({ "ops": [
+        {"op": "read", "path": "a.txt"},
+        {"op": "write", "path": "a.txt", "data": "overwritten"},
+        {"op": "create_new", "path": "new.txt"},
+        {"op": "mkdir", "path": "d"},
+        {"op": "remove_file", "path": "a.txt"},
+        {"op": "rename", "from": "a.txt", "to": "b.txt"},
+        {"op": "write", "path": "/tmp/scratch.txt", "data": "x"},
+    ]});
+    let r = host
+        .call(toolhost::CallRequest::new("fs", ops.clone()))
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.receipt.mode, Some(SandboxMode::ReadOnly), "{r:?}");
+    let results = r.canonical["results"].as_array().unwrap();
+    assert_eq!(results[0]["ok"], true, "the read works: {results:?}");
+    assert_eq!(results[0]["detail"], "alpha", "{results:?}");
+    for (i, o) in results.iter().enumerate().skip(1) {
+        assert_eq!(o["ok"], false, "op {i} must fail: {o}");
+    }
+    assert_eq!(snapshot(ws.path()), before, "the workspace changed");
+    let events = host.log().events().unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.call_id == r.call_id && e.kind == toolhost::log::EventKind::ApprovalAsked),
+        "nobody is asked about a tool that declares `read`: {events:?}"
+    );
+    let intent = events
+        .iter()
+        .find(|e| e.call_id == r.call_id && e.kind == toolhost::log::EventKind::ToolIntent)
+        .unwrap_or_else(|| panic!("no intent: {events:?}"));
+    assert_eq!(intent.payload["mode"], "read-only", "{intent:?}");
+
+    // Escalating it would grant nothing: refused before anyone is asked.
+    let r = host
+        .call(
+            toolhost::CallRequest::new("fs", ops)
+                .mode(SandboxMode::ReadOnly)
+                .escalate(SandboxMode::DangerFullAccess, "need to write"),
+        )
+        .await;
+    assert_eq!(
+        r.code(),
+        Some(toolhost::ErrorCode::EscalationInvalid),
+        "{r:?}"
+    );
+
+    // The honest tool is asked, and the answer no keeps it out.
+    let r = host
+        .call(toolhost::CallRequest::new(
+            "write_file",
+            json!({"path": "a.txt", "content": "overwritten"}),
+        ))
+        .await;
+    assert_eq!(
+        r.code(),
+        Some(toolhost::ErrorCode::ApprovalRejected),
+        "{r:?}"
+    );
+    assert_eq!(snapshot(ws.path()), before, "the workspace changed");
+}

@@ -132,13 +132,14 @@ fn assert_refused_naming_holder(sb: &Sandbox, args: &[&str], pid: u32, program: 
 #[test]
 fn a_log_held_by_another_process_is_read_beside_it_and_refused_to_writers() {
     let sb = Sandbox::new();
-    // In `workspace-write` (a writable preopen) the intent is durable before
-    // the body; a read-only call's would ride on the next commit.
+    // A write in `workspace-write` (a writable preopen): the intent is
+    // durable before the body; a read-only call's would ride on the next
+    // commit.
     let mut cmd = sb.command(&[
         "run",
-        "sleep",
+        "write_file",
         "--args",
-        r#"{"ms":0}"#,
+        r#"{"path":"a.txt","content":"a"}"#,
         "--mode",
         "workspace-write",
         "--json",
@@ -165,7 +166,7 @@ fn a_log_held_by_another_process_is_read_beside_it_and_refused_to_writers() {
         .filter(|l| l["kind"] == "tool/intent")
         .collect();
     assert_eq!(intents.len(), 1, "{intents:?}");
-    assert_eq!(intents[0]["payload"]["tool"], "sleep", "{intents:?}");
+    assert_eq!(intents[0]["payload"]["tool"], "write_file", "{intents:?}");
     // Writers wait, then name the holder.
     for args in [
         &["run", "sleep", "--args", r#"{"ms":0}"#, "--json"][..],
@@ -290,10 +291,12 @@ fn log_reads_beside_a_running_mcp_server_and_a_second_writer_names_it() {
     std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
     let mut server = McpServer::start(&sb);
     let pid = server.child.id();
+    // A write: its intent is durable before its body (a read's rides on
+    // the next durable commit).
     let r = server.request(
         2,
         "tools/call",
-        json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+        json!({"name": "write_file", "arguments": {"path": "b.txt", "content": "b"}}),
     );
     assert_ne!(r["result"]["isError"], true, "{r}");
     let call_id = r["result"]["_meta"]["toolhost"]["call_id"]

@@ -84,8 +84,11 @@ async fn one_fdatasync_for_a_write_call_and_none_for_a_read_only_call() {
     assert_eq!((db, journal), (0, 0));
 }
 
-/// The rule follows the grant, not the tool: the same read in
-/// `workspace-write` (a writable preopen) is durable before its body.
+/// The rule follows the enforced grant, not what the tool says: a tool
+/// that declares `external` but is granted no network in a read-only call
+/// is lazy; a tool that declares `read` is never granted a write (it runs
+/// read-only in a `workspace-write` call), so it is lazy too, and a write
+/// it attempts fails.
 #[tokio::test]
 async fn durability_follows_the_enforced_grant_not_the_tool() {
     let sb = Sandbox::new();
@@ -101,7 +104,16 @@ async fn durability_follows_the_enforced_grant_not_the_tool() {
     )
     .await;
     assert!(r.is_ok(), "{r:?}");
-    assert_eq!(journal, 1, "read_file in workspace-write");
+    assert_eq!(r.receipt.mode, Some(SandboxMode::ReadOnly), "{r:?}");
+    assert_eq!(journal, 0, "read_file asked for workspace-write");
+    let fetch = CallRequest::new("http_fetch", json!({ "url": "http://127.0.0.1:9/" }))
+        .mode(SandboxMode::ReadOnly);
+    let (r, _, journal) = cost(&counters, host.call(fetch)).await;
+    assert!(!r.is_ok(), "no network is granted: {r:?}");
+    assert_eq!(journal, 0, "an external tool granted nothing");
+    let (r, _, journal) = cost(&counters, host.call(write("out.txt", "x"))).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(journal, 1, "write_file in workspace-write");
 }
 
 #[tokio::test]

@@ -73,6 +73,10 @@ impl Tool for Ambient {
     const NAME: &'static str = "ambient";
     const DESCRIPTION: &'static str = "Reports env, args, cwd, stdin, clocks and randomness.";
     const MIN_MODE: toolhost_guest::SandboxMode = toolhost_guest::SandboxMode::None;
+    // Declares writes so that a call granted a writable mode runs in it
+    // (a tool that declares `none` or `read` runs at most read-only): the
+    // test checks what each mode, `danger-full-access` included, shows.
+    const SIDE_EFFECT: toolhost_guest::SideEffect = toolhost_guest::SideEffect::Write;
     type Args = Args;
     type Output = Out;
     fn run(_: Args) -> Result<Out, ToolError> {

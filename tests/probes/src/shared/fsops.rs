@@ -173,9 +173,14 @@ pub fn run(args: Args) -> Out {
     Out { results }
 }
 
-/// Declares the probe's `fs` tool with the given narrowest mode.
+/// Declares the probe's `fs` tool with the given narrowest mode, declaring
+/// side effect `write` (it creates, renames and removes files) unless told
+/// otherwise: a tool that declares `none` or `read` runs at most read-only.
 macro_rules! fs_probe {
     ($mode:ident) => {
+        fs_probe!($mode, Write);
+    };
+    ($mode:ident, $effect:ident) => {
         struct Fs;
 
         impl toolhost_guest::Tool for Fs {
@@ -183,6 +188,7 @@ macro_rules! fs_probe {
             const DESCRIPTION: &'static str =
                 "Runs filesystem operations and reports what each did.";
             const MIN_MODE: toolhost_guest::SandboxMode = toolhost_guest::SandboxMode::$mode;
+            const SIDE_EFFECT: toolhost_guest::SideEffect = toolhost_guest::SideEffect::$effect;
             type Args = fsops::Args;
             type Output = fsops::Out;
             fn run(args: fsops::Args) -> Result<fsops::Out, toolhost_guest::ToolError> {
