@@ -175,7 +175,7 @@ struct HostArgs {
     /// Fuel budget (enables fuel metering).
     #[arg(long, value_name = "UNITS")]
     fuel: Option<u64>,
-    /// Largest linear memory of a call, in MiB.
+    /// Most linear memory a call may hold (all its memories together), in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     memory_mb: usize,
     /// Scope (agent) the call comes from.
@@ -308,7 +308,7 @@ struct ExecArgs {
     /// Wall-clock deadline, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     timeout_ms: u64,
-    /// Largest linear memory, in MiB.
+    /// Most linear memory the program may hold (all its memories together), in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     memory_mb: usize,
     /// Fuel budget (enables fuel metering).

@@ -29,7 +29,8 @@ pub struct Limits {
     /// Fuel budget; `None` runs unmetered. Only honoured by a runtime built
     /// with fuel metering enabled. Default `None`.
     pub fuel: Option<u64>,
-    /// Largest linear memory, in bytes. Default 256 MiB.
+    /// Most linear memory a call may hold, all its memories together, in
+    /// bytes. Default 256 MiB.
     pub max_memory: usize,
     /// Largest table, in elements. Default 100 000.
     pub max_table_elements: usize,

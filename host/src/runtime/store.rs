@@ -136,11 +136,18 @@ pub(crate) struct Footprint {
 
 /// Enforces the memory, table and instance limits of one call and records
 /// what it saw (peak memory, whether a growth limit was refused).
+///
+/// The memory limit holds for the call as a whole: every linear memory the
+/// call's instances create or grow counts against the same `max_memory`, so
+/// a component with several memories cannot hold several times the limit.
 pub(crate) struct Limiter {
     max_memory: usize,
     max_table_elements: usize,
     max_instances: usize,
-    peak_memory: usize,
+    /// Bytes of linear memory the call's memories hold together. Memories
+    /// only grow, and live as long as the call's store, so this is also the
+    /// peak.
+    memory: usize,
     hit: Option<LimitHit>,
 }
 
@@ -150,7 +157,7 @@ impl Limiter {
             max_memory: limits.max_memory,
             max_table_elements: limits.max_table_elements,
             max_instances: limits.max_instances,
-            peak_memory: 0,
+            memory: 0,
             hit: None,
         }
     }
@@ -163,14 +170,16 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_memory || maximum.is_some_and(|m| desired > m) {
+        // wasmtime asks here for a new memory too (from `current` 0), so
+        // every memory of the call is counted once, at its current size.
+        let total = self.memory.saturating_sub(current).saturating_add(desired);
+        if total > self.max_memory || maximum.is_some_and(|m| desired > m) {
             self.hit = Some(LimitHit::Memory {
                 limit: self.max_memory,
             });
             return Ok(false);
         }
-        // Memories only grow; the peak is the largest size allowed so far.
-        self.peak_memory = self.peak_memory.max(desired).max(current);
+        self.memory = total;
         Ok(true)
     }
 
@@ -213,7 +222,8 @@ pub struct Receipt {
     pub wall_us: u64,
     /// Fuel consumed, when metered.
     pub fuel_used: Option<u64>,
-    /// Largest linear memory the guest reached, in bytes.
+    /// Linear memory the guest held at its peak, all its memories
+    /// together, in bytes.
     pub peak_memory_bytes: u64,
     /// The sandbox mode the body ran in.
     pub mode: Option<SandboxMode>,
@@ -539,7 +549,7 @@ impl Run {
         Receipt {
             wall_us: 0,
             fuel_used,
-            peak_memory_bytes: state.limiter.peak_memory as u64,
+            peak_memory_bytes: state.limiter.memory as u64,
             mode: Some(self.mode),
             stdout_bytes: state.stdout.total_bytes(),
             stderr_bytes: state.stderr.total_bytes(),

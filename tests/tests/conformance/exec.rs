@@ -396,6 +396,46 @@ fn exec_fuel_and_memory_limits() {
     }
 }
 
+/// The memory limit holds for the program as a whole, not per linear
+/// memory: a command component whose two core instances each have a memory
+/// may grow each to 40 MiB under `--memory-mb 64` only while together they
+/// stay within it.
+#[test]
+fn exec_memory_limit_counts_every_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // `run` grows the first instance's memory, then its own, by `pages`;
+    // it returns ok if both grew and traps if either was refused.
+    let wat = |pages: u32| {
+        format!(
+            r#"(component
+  (core module $first
+    (memory 1)
+    (func (export "grow") (result i32) (memory.grow (i32.const {pages}))))
+  (core instance $first (instantiate $first))
+  (core module $second
+    (import "first" "grow" (func $grow (result i32)))
+    (memory 1)
+    (func (export "run") (result i32)
+      (if (i32.eq (call $grow) (i32.const -1)) (then unreachable))
+      (if (i32.eq (memory.grow (i32.const {pages})) (i32.const -1)) (then unreachable))
+      (i32.const 0)))
+  (core instance $second (instantiate $second (with "first" (instance $first))))
+  (func $run (result (result)) (canon lift (core func $second "run")))
+  (instance $run (export "run" (func $run)))
+  (export "wasi:cli/run@0.2.0" (instance $run)))"#
+        )
+    };
+    // 2 x 20 MiB (320 pages each) fits in 64 MiB.
+    let small = module(dir.path(), "two_memories_small", &wat(320));
+    let out = run(exec(small.to_str().unwrap()).args(["--memory-mb", "64"]));
+    assert_status(&out, 0, "two memories of 20 MiB");
+    // 2 x 40 MiB (640 pages each): each alone fits, together they do not.
+    let big = module(dir.path(), "two_memories_big", &wat(640));
+    let out = run(exec(big.to_str().unwrap()).args(["--memory-mb", "64"]));
+    assert_status(&out, 125, "two memories of 40 MiB");
+    assert!(stderr(&out).contains("MEMORY_LIMIT"), "{}", stderr(&out));
+}
+
 /// Output past `--max-output` is refused: exactly the cap reaches stdout,
 /// and toolhost exits 125 with OUTPUT_TOO_LARGE.
 #[test]
