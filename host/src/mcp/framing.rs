@@ -10,10 +10,17 @@
 //! [`MAX_MESSAGE_BYTES`], the pipes to and from rmcp are fixed-size, and at
 //! most [`MAX_PENDING_ERRORS`] error answers wait for stdout. Past that, the
 //! reader stops reading stdin until stdout drains, so a client that floods
-//! garbage without reading the answers is slowed down, not buffered.
+//! garbage without reading the answers is slowed down, not buffered. The
+//! same holds for well-formed requests, which rmcp handles without waiting
+//! for their answers to be written: past [`MAX_IN_FLIGHT`] unanswered ones
+//! (see `in_flight`), the reader waits.
 
 use super::MAX_MESSAGE_BYTES;
+use super::in_flight::InFlight;
+#[cfg(any(doc, test))]
+use super::in_flight::MAX_IN_FLIGHT;
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
@@ -34,8 +41,10 @@ pub(super) struct Framing {
 pub(super) type Pipes = (DuplexStream, DuplexStream);
 
 impl Framing {
-    /// Starts framing `input` and `output`; returns the pipes to serve rmcp on.
-    pub(super) fn start<R, W>(input: R, output: W) -> (Framing, Pipes)
+    /// Starts framing `input` and `output`; returns the pipes to serve rmcp
+    /// on. The reader waits while `in_flight` is full; the writer marks each
+    /// answer it writes there.
+    pub(super) fn start<R, W>(input: R, output: W, in_flight: Arc<InFlight>) -> (Framing, Pipes)
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -43,8 +52,8 @@ impl Framing {
         let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 16);
         let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
         let (errors_tx, errors_rx) = mpsc::channel::<String>(MAX_PENDING_ERRORS);
-        let reader = tokio::spawn(frame_input(input, to_rmcp, errors_tx));
-        let writer = tokio::spawn(frame_output(from_rmcp, errors_rx, output));
+        let reader = tokio::spawn(frame_input(input, to_rmcp, errors_tx, in_flight.clone()));
+        let writer = tokio::spawn(frame_output(from_rmcp, errors_rx, output, in_flight));
         (Framing { reader, writer }, (rmcp_in, rmcp_out))
     }
 
@@ -66,15 +75,20 @@ fn error_line(code: i64, message: &str) -> String {
 /// lines go on to rmcp; other lines are answered with a parse error; an
 /// oversized line is skipped without buffering it and answered with an
 /// invalid-request error. Error answers go to `errors`, whose capacity is the
-/// backpressure on stdin.
-async fn frame_input<R, W>(input: R, mut to_rmcp: W, errors: mpsc::Sender<String>)
-where
+/// backpressure on stdin; so is `in_flight`, waited on before each line.
+async fn frame_input<R, W>(
+    input: R,
+    mut to_rmcp: W,
+    errors: mpsc::Sender<String>,
+    in_flight: Arc<InFlight>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut input = BufReader::new(input);
     let mut line = Vec::new();
     loop {
+        in_flight.wait_for_room().await;
         line.clear();
         let read = (&mut input)
             .take(MAX_MESSAGE_BYTES as u64 + 1)
@@ -140,6 +154,24 @@ where
     let _ = to_rmcp.shutdown().await;
 }
 
+/// The id of an answer (a message with an id and no method), if `line`,
+/// written by rmcp, is one.
+fn answer_id(line: &[u8]) -> Option<serde_json::Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<serde_json::Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let head: Head = serde_json::from_slice(line).ok()?;
+    match head {
+        Head {
+            id: Some(id),
+            method: None,
+        } if !id.is_null() => Some(id),
+        _ => None,
+    }
+}
+
 fn trim_line(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -150,9 +182,14 @@ fn trim_line(line: &[u8]) -> &[u8] {
 }
 
 /// Writes whole lines to stdout: rmcp's messages and the framing errors,
-/// never interleaved within a line.
-async fn frame_output<R, W>(from_rmcp: R, mut errors: mpsc::Receiver<String>, mut output: W)
-where
+/// never interleaved within a line. Each answer written (a message with an
+/// id and no method) is marked in `in_flight`.
+async fn frame_output<R, W>(
+    from_rmcp: R,
+    mut errors: mpsc::Receiver<String>,
+    mut output: W,
+    in_flight: Arc<InFlight>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -171,6 +208,9 @@ where
                         }
                         if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
                             return;
+                        }
+                        if let Some(id) = answer_id(&line) {
+                            in_flight.answered(&id);
                         }
                         line.clear();
                     }
@@ -208,6 +248,55 @@ mod tests {
         assert_eq!(trim_line(b"  \n"), b"");
     }
 
+    /// While `MAX_IN_FLIGHT` requests wait for their answers, the reader
+    /// forwards nothing more to rmcp; one answer written lets the next line
+    /// through. An answer's id is read from what rmcp writes, and messages
+    /// that are not answers (notifications, the server's requests) free
+    /// nothing.
+    #[tokio::test]
+    async fn requests_past_the_in_flight_bound_wait_for_an_answer() {
+        use rmcp::model::RequestId;
+        use tokio::io::AsyncReadExt as _;
+        let in_flight = Arc::new(InFlight::default());
+        for i in 0..MAX_IN_FLIGHT {
+            in_flight.begin(&RequestId::Number(i as i64));
+        }
+        let (to_rmcp, mut rmcp_in) = tokio::io::duplex(1 << 16);
+        let (errors_tx, _errors_rx) = mpsc::channel(MAX_PENDING_ERRORS);
+        let ping = b"{\"jsonrpc\":\"2.0\",\"id\":\"next\",\"method\":\"ping\"}\n".to_vec();
+        let reader = tokio::spawn(frame_input(
+            std::io::Cursor::new(ping),
+            to_rmcp,
+            errors_tx,
+            in_flight.clone(),
+        ));
+        let mut buf = vec![0u8; 256];
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            futures::FutureExt::now_or_never(rmcp_in.read(&mut buf)).is_none(),
+            "a line went to rmcp while the bound was full"
+        );
+        for not_an_answer in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#[..],
+            br#"{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{}}"#,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}"#,
+        ] {
+            assert_eq!(answer_id(not_an_answer), None);
+        }
+        let id = answer_id(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#);
+        assert_eq!(id, Some(serde_json::json!(3)));
+        in_flight.answered(&serde_json::json!(3));
+        let n = rmcp_in.read(&mut buf).await.unwrap_or(0);
+        assert!(
+            std::str::from_utf8(&buf[..n]).is_ok_and(|l| l.contains("\"next\"")),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        assert!(reader.await.is_ok());
+    }
+
     /// A flood of garbage is answered line for line, but never more than
     /// `MAX_PENDING_ERRORS` answers wait for a writer that is behind: the
     /// reader waits instead of queueing.
@@ -220,6 +309,7 @@ mod tests {
             std::io::Cursor::new(input),
             tokio::io::sink(),
             errors_tx,
+            Arc::default(),
         ));
         // Nobody drains the answers yet: the reader fills the channel and
         // then waits (bounded polling for that state, no sleep).

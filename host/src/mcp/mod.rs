@@ -40,6 +40,8 @@ mod announce;
 mod approval;
 mod framing;
 mod http;
+mod in_flight;
+pub use in_flight::MAX_IN_FLIGHT;
 mod logging;
 mod mrtr;
 mod operator;
@@ -242,8 +244,13 @@ where
     );
 
     // Framing in front of rmcp: garbage gets JSON-RPC errors, not silence.
-    let (framing, pipes) = Framing::start(input, output);
-    let running = match server.clone().serve(pipes).await {
+    let in_flight = Arc::new(in_flight::InFlight::default());
+    let (framing, pipes) = Framing::start(input, output, in_flight.clone());
+    let counted = in_flight::Counted {
+        server: server.clone(),
+        in_flight,
+    };
+    let running = match counted.serve(pipes).await {
         Ok(r) => r,
         Err(e) => {
             tracing::info!("the MCP session ended before it was initialized: {e}");

@@ -4,6 +4,7 @@
 //! `notifications/tools/list_changed` (to the client of every open session). Calls in flight keep the host they
 //! started on; a directory that fails to load keeps the old host.
 
+use super::logging::LOG_FORWARD_LIMIT;
 use super::protocol::Server;
 use crate::approval::BoxFuture;
 use crate::host::Host;
@@ -71,9 +72,17 @@ pub(super) async fn watch_tools<F>(
                     .collect::<Vec<_>>();
                 server.swap(host);
                 tracing::info!(dir = %dir.display(), tools = ?names, "reloaded the tools directory");
+                // A client that does not read its messages must not stop
+                // the next reload: each gets a bounded time to take it.
                 for peer in server.peers() {
-                    if let Err(e) = peer.notify_tool_list_changed().await {
-                        tracing::warn!("cannot send tools/list_changed: {e}");
+                    match tokio::time::timeout(LOG_FORWARD_LIMIT, peer.notify_tool_list_changed())
+                        .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!("cannot send tools/list_changed: {e}"),
+                        Err(_) => tracing::warn!(
+                            "an MCP client did not take tools/list_changed in time; dropped"
+                        ),
                     }
                 }
             }

@@ -623,3 +623,155 @@ fn a_task_running_when_the_client_leaves_is_cancelled_and_recorded() {
         results[0]
     );
 }
+
+/// Sends `count` requests of `method` on `stdin` from a thread, and
+/// returns once that thread has stalled (its count has not moved for a
+/// second; at most 60 s) with the thread and how many it had sent.
+fn flood_until_stalled(
+    mut stdin: ChildStdin,
+    method: &'static str,
+    count: usize,
+) -> (std::thread::JoinHandle<()>, usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let sent = std::sync::Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            for id in 0..count {
+                let request = json!({"jsonrpc": "2.0", "id": id, "method": method});
+                if writeln!(stdin, "{request}").is_err() {
+                    return;
+                }
+                sent.store(id + 1, Ordering::Relaxed);
+            }
+            let _ = stdin.flush();
+        })
+    };
+    let (mut last, mut still_since) = (usize::MAX, Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let now = sent.load(Ordering::Relaxed);
+        if now != last {
+            (last, still_since) = (now, Instant::now());
+        } else if still_since.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (writer, last)
+}
+
+/// `toolhost serve --mcp` on fresh directories, initialized, with stdout
+/// not read any further.
+fn started_unread(
+    extra: &[&str],
+    stderr: Stdio,
+) -> (
+    Child,
+    ChildStdin,
+    BufReader<std::process::ChildStdout>,
+    [tempfile::TempDir; 2],
+) {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(crate::support::bin())
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .arg("--state")
+        .arg(state.path())
+        .args(extra)
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .env("TOOLHOST_LOG", "toolhost=info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})).unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("\"init\""), "{line}");
+    (child, stdin, stdout, [ws, state])
+}
+
+/// A client that sends requests and does not read the answers is slowed
+/// down, not buffered: the server stops reading once
+/// `MAX_IN_FLIGHT` requests wait for their answers to be written (and
+/// the pipes are full), so the client's writes stall far short of what it
+/// wants to send. rmcp alone handled every request and kept every answer
+/// (400,000 pings held 856 MB). Once the client reads, every request is
+/// answered, none lost.
+#[test]
+fn a_client_that_does_not_read_is_slowed_not_buffered() {
+    const PINGS: usize = 20_000;
+    let (mut child, stdin, mut stdout, _dirs) = started_unread(&[], Stdio::null());
+    let (writer, sent) = flood_until_stalled(stdin, "ping", PINGS);
+    let bound = toolhost::mcp::MAX_IN_FLIGHT;
+    assert!(
+        sent < PINGS && sent < bound + 8_000,
+        "the client sent {sent} of {PINGS} pings without reading an answer (bound {bound} plus the pipes)"
+    );
+    // Now read: every ping is answered, once.
+    let mut answered = vec![false; PINGS];
+    let mut count = 0;
+    let mut line = String::new();
+    while count < PINGS {
+        line.clear();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if let Some(id) = v["id"].as_u64() {
+            assert!(v.get("result").is_some(), "{v}");
+            assert!(!answered[id as usize], "answered twice: {id}");
+            answered[id as usize] = true;
+            count += 1;
+        }
+    }
+    assert_eq!(count, PINGS, "every ping is answered");
+    writer.join().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Hot reload goes on when a client does not read: with its answers
+/// (`tools/list`, several KiB each) filling the pipes, the
+/// `tools/list_changed` it cannot take is dropped after a bounded wait, and
+/// the next change of the tools directory is loaded too (the first
+/// notification used to wait forever, and no change was loaded again).
+#[test]
+fn reload_goes_on_when_a_client_does_not_read() {
+    let tools = tempfile::tempdir().unwrap();
+    let dir = tools.path().to_str().unwrap().to_string();
+    let (mut child, stdin, _stdout, _dirs) =
+        started_unread(&["--tools", &dir, "--poll-ms", "100"], Stdio::piped());
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, reloads) = channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            if line.contains("reloaded the tools directory") && tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (_writer, _) = flood_until_stalled(stdin, "tools/list", 20_000);
+    let tool = tools.path().join("a.wasm");
+    std::fs::copy(toolhost::BENCH_GUEST_PATH, &tool).unwrap();
+    let got = reloads.recv_timeout(Duration::from_secs(60));
+    assert!(got.is_ok(), "the new tool was not loaded: {got:?}");
+    std::fs::remove_file(&tool).unwrap();
+    let got = reloads.recv_timeout(Duration::from_secs(60));
+    assert!(got.is_ok(), "the removal was not loaded: {got:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
