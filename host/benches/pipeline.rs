@@ -312,7 +312,7 @@ async fn main() {
     let over_overwrite = durable.p50 - raw_overwrite.p50;
     report.insert(
         "durable_call".into(),
-        json!({ "tool": "noop (workspace-write)", "stats": js(&durable), "fsyncs_per_call": (fsyncs_per_call * 1000.0).round() / 1000.0,
+        json!({ "tool": "noop_write (workspace-write)", "stats": js(&durable), "fsyncs_per_call": (fsyncs_per_call * 1000.0).round() / 1000.0,
                 "intent_fsyncs": journal_fsyncs, "checkpoint_fsyncs": checkpoint_fsyncs,
                 "file_growths": grows, "record_bytes": record,
                 "raw_write_fdatasync": js(&raw), "p50_over_raw_us": round(over),
@@ -347,7 +347,7 @@ async fn main() {
     let rounds8 = stats(round_us);
     report.insert(
         "concurrent_durable8".into(),
-        json!({ "tool": "noop (workspace-write)", "round_of_8": js(&rounds8),
+        json!({ "tool": "noop_write (workspace-write)", "round_of_8": js(&rounds8),
                 "calls_per_s": round(8.0 / (rounds8.p50 / 1e6)),
                 "intent_fsyncs_per_call": (per_call * 1000.0).round() / 1000.0,
                 "all_fsyncs_per_call": (all_per_call * 1000.0).round() / 1000.0,
