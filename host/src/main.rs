@@ -686,6 +686,13 @@ async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
     }
     let tool_arg = a.tool.clone().unwrap_or_default();
     let name = match (component, &a.tool_name) {
+        // `--tool` picks a tool inside a component file; beside a tool
+        // name it could only contradict it.
+        (None, Some(n)) if a.tool.as_ref().is_some_and(|t| t != n) => {
+            return Err(UsageError(anyhow!(
+                "{tool_arg} is a tool name, and --tool {n} names another; --tool picks a tool inside a .wasm component given as the first argument"
+            )));
+        }
         (_, Some(n)) => n.clone(),
         (Some(_), None) => {
             let tools = host.tools(a.host.scope.as_deref());

@@ -53,6 +53,28 @@ fn tool_picks_one_tool_of_a_component() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
+/// `--tool` beside a tool name that it contradicts is a usage error, not a
+/// call of the other tool (it called `write_file`).
+#[test]
+fn tool_beside_another_tool_name_is_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "read_file",
+        "--tool",
+        "write_file",
+        "--args",
+        r#"{"path":"a.txt","content":"x"}"#,
+        "--mode",
+        "workspace-write",
+        "--workspace",
+        ws.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--tool write_file names another"), "{err}");
+    assert!(!ws.path().join("a.txt").exists(), "write_file ran");
+}
+
 /// A command whose stdout is a pipe nobody reads any more (the reader of
 /// `toolhost log | head` has exited).
 fn with_stdout_closed(args: &[&str], state: &std::path::Path) -> std::process::Output {
