@@ -194,6 +194,8 @@ impl PgEngine {
             epoch: 0,
             fenced: false,
             lazy_unflushed: false,
+            lazy_last: 0,
+            lazy_lost: None,
             counters: counters.clone(),
             last_renewal: Instant::now(),
         };
@@ -375,6 +377,11 @@ struct Worker {
     fenced: bool,
     /// A lazy commit has not been followed by a durable one yet.
     lazy_unflushed: bool,
+    /// The sequence number of the last event committed lazily.
+    lazy_last: u64,
+    /// Lazily committed events were lost (the database restarted before they were
+    /// durable): the next flush reports it.
+    lazy_lost: Option<String>,
     counters: Arc<Counters>,
     last_renewal: Instant,
 }
@@ -485,8 +492,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Counts a committed write transaction and notes what it made durable.
-    fn committed(&mut self, durable: bool) {
+    /// Counts a committed write transaction and notes what it made durable; `last` is
+    /// the sequence number of the last event it wrote, if it wrote any.
+    fn committed(&mut self, durable: bool, last: Option<u64>) {
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         if durable {
             self.counters
@@ -495,6 +503,9 @@ impl Worker {
             self.lazy_unflushed = false;
         } else {
             self.lazy_unflushed = true;
+            if let Some(last) = last {
+                self.lazy_last = last;
+            }
         }
         // Every write transaction renewed the lease.
         self.last_renewal = Instant::now();
@@ -520,9 +531,10 @@ impl Worker {
             Ok(()) => {
                 let who = self.who();
                 let parts: Vec<&[NewEvent]> = group.iter().map(|(e, _, _)| e.as_slice()).collect();
+                let events = parts.iter().map(|p| p.len() as u64).sum::<u64>();
                 let outcome = self.run_op(async |c| write_appends(c, &who, &parts, durable).await);
-                if outcome.is_ok() {
-                    self.committed(durable);
+                if let Ok(first) = outcome {
+                    self.committed(durable, first.saturating_add(events).checked_sub(1));
                 }
                 self.failed(outcome)
             }
@@ -547,7 +559,10 @@ impl Worker {
 
     fn flush(&mut self) -> Result<(), LogError> {
         if !self.writer || !self.lazy_unflushed {
-            return Ok(());
+            return self
+                .lazy_lost
+                .take()
+                .map_or(Ok(()), |e| Err(LogError::Storage(e)));
         }
         self.may_write()?;
         let who = self.who();
@@ -555,9 +570,13 @@ impl Worker {
         // write-ahead log is flushed in order.
         let outcome = self.run_op(async |c| renew(&mut c.client, &who).await);
         if outcome.is_ok() {
-            self.committed(true);
+            self.committed(true, None);
         }
-        self.failed(outcome)
+        self.failed(outcome)?;
+        // A reconnection found lazily committed events gone.
+        self.lazy_lost
+            .take()
+            .map_or(Ok(()), |e| Err(LogError::Storage(e)))
     }
 
     /// Resolves pending calls (see [`PgEngine`]); `include_own` adds this replica's
@@ -567,7 +586,7 @@ impl Worker {
         let who = self.who();
         let outcome = self.run_op(async |c| recover_calls(&mut c.client, &who, include_own).await);
         if outcome.is_ok() {
-            self.committed(true);
+            self.committed(true, None);
         }
         self.failed(outcome)
     }
@@ -597,6 +616,12 @@ impl Worker {
     /// Runs `op` on the connection (connecting first if there is none), bounded by the
     /// operation timeout. After any error the connection is dropped, so that the next
     /// operation starts on a fresh one.
+    ///
+    /// A new connection while events committed lazily are not yet durable first checks
+    /// that the last of them is still there, before anything is written on it: a
+    /// database that crashed and restarted in between lost them, and a flush must not
+    /// then report them durable (a synchronous commit on the new connection would
+    /// succeed). Found missing, they are reported by the next flush.
     fn run_op<T>(
         &mut self,
         op: impl AsyncFnOnce(&mut Conn) -> Result<T, LogError>,
@@ -607,6 +632,9 @@ impl Worker {
             writer,
             runtime,
             conn,
+            lazy_unflushed,
+            lazy_last,
+            lazy_lost,
             ..
         } = self;
         let timeout = options.op_timeout;
@@ -615,6 +643,15 @@ impl Worker {
                 *conn = None;
                 let client =
                     with_timeout(timeout, connect(config, &options.schema, *writer)).await?;
+                if *writer && *lazy_unflushed {
+                    let check = lazy_event_exists(&client, &options.log, *lazy_last, &options.replica);
+                    if !with_timeout(timeout, check).await? {
+                        *lazy_unflushed = false;
+                        *lazy_lost = Some(format!(
+                            "events committed lazily (up to sequence number {lazy_last}) were lost: the connection to PostgreSQL broke before they were durable, and the database no longer has them (did it restart?)"
+                        ));
+                    }
+                }
                 *conn = Some(Conn {
                     client,
                     append: None,
@@ -630,6 +667,25 @@ impl Worker {
         }
         outcome
     }
+}
+
+/// Whether the event `seq` of `log`, written by `replica`, is in the database.
+async fn lazy_event_exists(
+    client: &Client,
+    log: &str,
+    seq: u64,
+    replica: &str,
+) -> Result<bool, LogError> {
+    let seq =
+        i64::try_from(seq).map_err(|_| LogError::Corrupt(format!("sequence number {seq}")))?;
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM toolhost_events WHERE log = $1 AND seq = $2 AND replica = $3)",
+            &[&log, &seq, &replica],
+        )
+        .await
+        .map_err(from_pg)?;
+    row.try_get(0).map_err(from_pg)
 }
 
 /// A connection and the statement it prepared for appends.

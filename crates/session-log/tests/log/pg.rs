@@ -422,6 +422,51 @@ fn a_database_crash_and_restart_keeps_every_durable_event_and_the_engine_reconne
     assert!(log.pending_calls().unwrap().is_empty());
 }
 
+/// Events committed lazily and lost in a database crash before any synchronous commit
+/// are not claimed durable: a flush after the restart reports their loss (a
+/// synchronous commit on the new connection used to succeed, and the flush with it).
+/// The flush succeeds exactly when the events survived; with the WAL writer held back
+/// (10 s), they do not (in every run so far).
+#[test]
+fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
+    if pg_url().is_none() {
+        return;
+    }
+    let server = PrivateServer::start();
+    let url = server.url();
+    sql(&url, "ALTER SYSTEM SET wal_writer_delay = '10s'");
+    sql(&url, "SELECT pg_reload_conf()");
+    let (log, _) = open(&url, "default", "r", Duration::from_secs(600));
+    log.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    log.append(&[result("c1")], Durability::Lazy).unwrap();
+    server.script("restart");
+    // The first operation may meet the dead connection; the next reconnects.
+    let flushed = match log.flush() {
+        Err(LogError::Storage(e)) if !e.contains("were lost") => log.flush(),
+        other => other,
+    };
+    let kept = log
+        .events()
+        .unwrap()
+        .iter()
+        .any(|e| e.call_id == "c1" && e.kind == EventKind::ToolResult);
+    match flushed {
+        Ok(()) => assert!(kept, "the flush succeeded but the lazy result is gone"),
+        Err(e) => {
+            assert!(!kept, "{e}");
+            assert!(e.to_string().contains("were lost"), "{e}");
+        }
+    }
+    if kept {
+        eprintln!("the lazy result survived the crash: only the other half was checked");
+    }
+    // Reported once; the log goes on.
+    log.flush().unwrap();
+    log.append(&[result("c1")], Durability::Durable).unwrap();
+    assert!(log.pending_calls().unwrap().is_empty());
+}
+
 /// A loopback TCP proxy in front of the test server whose replies can be swallowed
 /// from some moment on (the connection stays open: the client hears nothing), to lose
 /// the answer to a commit that the server made.
