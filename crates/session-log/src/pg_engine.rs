@@ -39,7 +39,8 @@ use crate::error::LogError;
 use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
 use crate::log::Durability;
 use crate::pg_schema::{
-    CREATE, CREATE_APPROVALS, CREATE_VERSION_TABLE, FENCED_SQLSTATE, PG_SCHEMA_VERSION, SCHEMA_LOCK,
+    CREATE, CREATE_APPEND, CREATE_APPROVALS, CREATE_VERSION_TABLE, FENCED_SQLSTATE,
+    PG_SCHEMA_VERSION, SCHEMA_LOCK,
 };
 use crate::recovery::{Recovery, recovery_events};
 
@@ -769,6 +770,9 @@ async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Resul
             if version < 2 {
                 tx.batch_execute(CREATE_APPROVALS).await.map_err(from_pg)?;
             }
+            if version < 3 {
+                tx.batch_execute(CREATE_APPEND).await.map_err(from_pg)?;
+            }
             let current = i64::try_from(PG_SCHEMA_VERSION).unwrap_or(i64::MAX);
             tx.execute(
                 "UPDATE toolhost_schema SET version = $1 WHERE id = 1",
@@ -779,6 +783,7 @@ async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Resul
         }
         None => {
             tx.batch_execute(CREATE).await.map_err(from_pg)?;
+            tx.batch_execute(CREATE_APPEND).await.map_err(from_pg)?;
             tx.batch_execute(CREATE_APPROVALS).await.map_err(from_pg)?;
             let version = i64::try_from(PG_SCHEMA_VERSION).unwrap_or(i64::MAX);
             tx.execute(
@@ -840,7 +845,7 @@ async fn register(
     let row = tx
         .query_one(
             "INSERT INTO toolhost_replicas (log, id, epoch, lease_until) \
-             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3)) \
              ON CONFLICT (log, id) DO UPDATE \
                SET epoch = toolhost_replicas.epoch + 1, lease_until = EXCLUDED.lease_until \
              RETURNING epoch",
@@ -897,7 +902,7 @@ async fn lock_log(tx: &Transaction<'_>, log: &str) -> Result<i64, LogError> {
 async fn check_lease(tx: &Transaction<'_>, who: &Who) -> Result<(), LogError> {
     let renewed = tx
         .execute(
-            "UPDATE toolhost_replicas SET lease_until = now() + make_interval(secs => $4) \
+            "UPDATE toolhost_replicas SET lease_until = clock_timestamp() + make_interval(secs => $4) \
              WHERE log = $1 AND id = $2 AND epoch = $3",
             &[&who.log, &who.replica, &who.epoch, &who.lease_secs],
         )

@@ -11,8 +11,12 @@
 ///
 /// History: 1, the first schema (`toolhost_logs`, `toolhost_events`, `toolhost_pending`,
 /// `toolhost_replicas`); 2, `toolhost_approvals` (two-phase approvals, added to a
-/// version-1 database by the first writer of this build that opens it).
-pub const PG_SCHEMA_VERSION: u64 = 2;
+/// version-1 database by the first writer of this build that opens it); 3,
+/// `toolhost_append` renews the lease from the time of its update
+/// (`clock_timestamp()`), not from the start of its transaction (`now()`), which may
+/// have waited for the log's row lock longer than a lease ([`CREATE_APPEND`], replaced
+/// in an older database by the first writer of this build that opens it).
+pub const PG_SCHEMA_VERSION: u64 = 3;
 
 /// The advisory lock that serialises schema creation between replicas starting together.
 pub(crate) const SCHEMA_LOCK: i64 = 0x746f_6f6c_686f_7374; // "toolhost"
@@ -70,47 +74,6 @@ CREATE TABLE toolhost_replicas (
     lease_until timestamptz NOT NULL,
     PRIMARY KEY (log, id)
 );
--- One append in one statement (its own transaction, one round trip): lock the log's
--- row, renew the lease if the epoch is still ours (else TH001: fenced), insert the
--- events from the log's next sequence number on, keep the pending set in step.
--- Each statement of the function sees what committed before it (READ COMMITTED), as
--- the statements of a transaction would.
-CREATE FUNCTION toolhost_append(
-    p_log text, p_replica text, p_epoch bigint, p_lease float8, p_durable boolean,
-    p_call_ids text[], p_kinds text[], p_at bigint, p_payloads text[],
-    p_open_ids text[], p_open_at integer[], p_closed_ids text[]
-) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-    n integer := cardinality(p_call_ids);
-    first_seq bigint;
-BEGIN
-    IF NOT p_durable THEN
-        -- This transaction only: committed and visible at once, durable with the
-        -- next synchronous commit (the write-ahead log is flushed in order).
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
-    UPDATE toolhost_logs SET next_seq = next_seq + n WHERE log = p_log
-        RETURNING next_seq - n INTO first_seq;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'the row of log % is missing', p_log USING ERRCODE = 'TH002';
-    END IF;
-    UPDATE toolhost_replicas SET lease_until = now() + make_interval(secs => p_lease)
-        WHERE log = p_log AND id = p_replica AND epoch = p_epoch;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'replica % lost its lease', p_replica USING ERRCODE = 'TH001';
-    END IF;
-    INSERT INTO toolhost_events (log, seq, call_id, kind, at_unix_ms, payload, replica)
-        SELECT p_log, first_seq + u.i - 1, u.c, u.k, p_at, u.p, p_replica
-        FROM UNNEST(p_call_ids, p_kinds, p_payloads) WITH ORDINALITY AS u(c, k, p, i);
-    DELETE FROM toolhost_pending WHERE log = p_log AND call_id = ANY(p_closed_ids);
-    INSERT INTO toolhost_pending (log, call_id, seq, replica, epoch)
-        SELECT p_log, o.c, first_seq + o.i - 1, p_replica, p_epoch
-        FROM UNNEST(p_open_ids, p_open_at) AS o(c, i)
-        ON CONFLICT (log, call_id) DO UPDATE
-            SET seq = EXCLUDED.seq, replica = EXCLUDED.replica, epoch = EXCLUDED.epoch;
-    RETURN first_seq;
-END
-$$;
 ";
 
 /// The table of version 2: two-phase approval requests shared by the replicas of a log
@@ -133,4 +96,51 @@ CREATE TABLE toolhost_approvals (
     decided_at timestamptz,
     PRIMARY KEY (log, id)
 );
+";
+
+/// The append function (see [`CREATE`] for the tables it writes): created with the
+/// tables, and replaced when a database of version 2 or older is migrated.
+pub(crate) const CREATE_APPEND: &str = "
+-- One append in one statement (its own transaction, one round trip): lock the log's
+-- row, renew the lease if the epoch is still ours (else TH001: fenced), insert the
+-- events from the log's next sequence number on, keep the pending set in step.
+-- Each statement of the function sees what committed before it (READ COMMITTED), as
+-- the statements of a transaction would. The lease runs from the time of its update,
+-- after the wait for the row lock, not from the transaction's start.
+CREATE OR REPLACE FUNCTION toolhost_append(
+    p_log text, p_replica text, p_epoch bigint, p_lease float8, p_durable boolean,
+    p_call_ids text[], p_kinds text[], p_at bigint, p_payloads text[],
+    p_open_ids text[], p_open_at integer[], p_closed_ids text[]
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := cardinality(p_call_ids);
+    first_seq bigint;
+BEGIN
+    IF NOT p_durable THEN
+        -- This transaction only: committed and visible at once, durable with the
+        -- next synchronous commit (the write-ahead log is flushed in order).
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    UPDATE toolhost_logs SET next_seq = next_seq + n WHERE log = p_log
+        RETURNING next_seq - n INTO first_seq;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the row of log % is missing', p_log USING ERRCODE = 'TH002';
+    END IF;
+    UPDATE toolhost_replicas SET lease_until = clock_timestamp() + make_interval(secs => p_lease)
+        WHERE log = p_log AND id = p_replica AND epoch = p_epoch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'replica % lost its lease', p_replica USING ERRCODE = 'TH001';
+    END IF;
+    INSERT INTO toolhost_events (log, seq, call_id, kind, at_unix_ms, payload, replica)
+        SELECT p_log, first_seq + u.i - 1, u.c, u.k, p_at, u.p, p_replica
+        FROM UNNEST(p_call_ids, p_kinds, p_payloads) WITH ORDINALITY AS u(c, k, p, i);
+    DELETE FROM toolhost_pending WHERE log = p_log AND call_id = ANY(p_closed_ids);
+    INSERT INTO toolhost_pending (log, call_id, seq, replica, epoch)
+        SELECT p_log, o.c, first_seq + o.i - 1, p_replica, p_epoch
+        FROM UNNEST(p_open_ids, p_open_at) AS o(c, i)
+        ON CONFLICT (log, call_id) DO UPDATE
+            SET seq = EXCLUDED.seq, replica = EXCLUDED.replica, epoch = EXCLUDED.epoch;
+    RETURN first_seq;
+END
+$$;
 ";

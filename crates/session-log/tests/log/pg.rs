@@ -73,6 +73,78 @@ fn a_malformed_url_or_schema_name_is_a_clear_error() {
     assert!(err.to_string().contains("schema"), "{err}");
 }
 
+/// Takes the row lock of `log` from another connection and holds it until the returned
+/// sender sends (or is dropped); returns once the lock is held.
+fn hold_log_lock(
+    url: &str,
+    log: &str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (url, log) = (url.to_string(), log.to_string());
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let tx = client.transaction().await.unwrap();
+            tx.execute(
+                &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = $1 FOR UPDATE"),
+                &[&log],
+            )
+            .await
+            .unwrap();
+            locked_tx.send(()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
+            tx.rollback().await.unwrap();
+        });
+    });
+    locked_rx.recv().unwrap();
+    (release_tx, holder)
+}
+
+/// A write that waited for the log's row lock longer than a lease still leaves its
+/// replica a whole lease: the lease runs from the update, after the wait, not from the
+/// start of the transaction. It used to be over when the write committed, so another
+/// replica's sweep declared the live replica dead, resolved its call as unknown and
+/// fenced it.
+#[test]
+fn a_lease_renewed_after_a_long_wait_for_the_lock_is_a_whole_lease() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("lockwait");
+    let lease = Duration::from_secs(2);
+    let (a, stats) = open(&url, &name, "a", lease);
+    let a = Arc::new(a);
+    a.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let (release, holder) = hold_log_lock(&url, &name);
+    let before = stats.get().submitted;
+    let writer = {
+        let a = a.clone();
+        std::thread::spawn(move || a.append(&[call("c2")], Durability::Durable))
+    };
+    wait_until(
+        "a's write to reach its worker",
+        Duration::from_secs(20),
+        || stats.get().submitted > before,
+    );
+    // The condition under test: more than a lease passes while the write waits.
+    std::thread::sleep(lease + Duration::from_millis(500));
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    writer.join().unwrap().unwrap();
+    // Another replica sweeps expired replicas at once: `a` is not one.
+    let (b, _) = open(&url, &name, "b", lease);
+    assert_eq!(b.recover().unwrap().recovered, Vec::<String>::new());
+    a.append(&[result("c1")], Durability::Durable).unwrap();
+    assert_eq!(b.pending_calls().unwrap(), Vec::<String>::new());
+}
+
 #[test]
 fn concurrent_appends_on_one_replica_share_commits() {
     let Some(url) = pg_url() else { return };
@@ -83,33 +155,7 @@ fn concurrent_appends_on_one_replica_share_commits() {
     log.append(&[call("warm")], Durability::Durable).unwrap();
     // Hold the log's row lock from outside, so that the worker's first transaction
     // waits while every other append queues behind it.
-    let url2 = url.clone();
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let name2 = name.clone();
-    let holder = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let (mut client, conn) = tokio_postgres::connect(&url2, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(conn);
-            let tx = client.transaction().await.unwrap();
-            tx.execute(
-                &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = $1 FOR UPDATE"),
-                &[&name2],
-            )
-            .await
-            .unwrap();
-            locked_tx.send(()).unwrap();
-            let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
-            tx.rollback().await.unwrap();
-        });
-    });
-    locked_rx.recv().unwrap();
+    let (release_tx, holder) = hold_log_lock(&url, &name);
     let before = stats.get();
     const N: u64 = 12;
     let writers: Vec<_> = (0..N)

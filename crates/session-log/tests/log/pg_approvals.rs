@@ -130,14 +130,23 @@ fn recovery_decides_only_requests_nobody_can_wait_for() {
     drop(live);
 }
 
+/// A version-1 database gains the approvals table (version 2) and the append function
+/// that renews leases from the time of its update (version 3).
 #[test]
-fn a_version_1_database_gains_the_approvals_table_when_a_writer_opens_it() {
+fn a_version_1_database_is_brought_up_to_date_when_a_writer_opens_it() {
     let Some(url) = pg_url() else { return };
     let schema = unique("v1").replace('-', "_");
     let mut options = pg_options("default", "r", Duration::from_secs(10));
     options.schema = schema.clone();
     drop(PgEngine::open(&url, &options).unwrap());
-    // As a version-1 toolhost left it.
+    // As a version-1 toolhost left it: no approvals table, leases from `now()`.
+    let function = format!("'\"{schema}\".toolhost_append'::regproc");
+    let definition = |url: &str| {
+        sql_value(url, &format!("SELECT pg_get_functiondef({function})")).unwrap_or_default()
+    };
+    let current = definition(&url);
+    assert!(current.contains("clock_timestamp()"), "{current}");
+    sql(&url, &current.replace("clock_timestamp()", "now()"));
     sql(
         &url,
         &format!(
@@ -168,6 +177,11 @@ fn a_version_1_database_gains_the_approvals_table_when_a_writer_opens_it() {
             &format!("SELECT (to_regclass('\"{schema}\".toolhost_approvals') IS NOT NULL)::text")
         ),
         Some("true".into())
+    );
+    let migrated = definition(&url);
+    assert!(
+        migrated.contains("clock_timestamp()") && !migrated.contains("now()"),
+        "{migrated}"
     );
     sql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE"));
 }
