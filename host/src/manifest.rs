@@ -204,17 +204,28 @@ impl Manifest {
             path: path.display().to_string(),
             detail,
         };
-        let len = std::fs::metadata(path)
-            .map_err(|e| invalid(format!("cannot read it: {e}")))?
-            .len();
-        if len > MAX_MANIFEST_BYTES {
+        // A regular file, read through its open handle and never past the cap (a
+        // symbolic link to a device would otherwise be read without end).
+        let file =
+            std::fs::File::open(path).map_err(|e| invalid(format!("cannot read it: {e}")))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| invalid(format!("cannot read it: {e}")))?;
+        if !meta.is_file() {
+            return Err(invalid("it is not a regular file".to_string()));
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(file, MAX_MANIFEST_BYTES + 1),
+            &mut text,
+        )
+        .map_err(|e| invalid(format!("cannot read it: {e}")))?;
+        if text.len() as u64 > MAX_MANIFEST_BYTES {
             return Err(invalid(format!(
-                "it is {len} bytes; a manifest is at most {MAX_MANIFEST_BYTES}"
+                "it is over {MAX_MANIFEST_BYTES} bytes, the most a manifest may have"
             )));
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read it: {e}")))?;
-        let manifest = Manifest::parse(&text, path)?;
+        let mut manifest = Manifest::parse(&text, path)?;
         if !manifest.wasm.is_file() {
             return Err(ManifestError {
                 code: ManifestCode::WasmMissing,
@@ -225,14 +236,30 @@ impl Manifest {
                 ),
             });
         }
-        for p in &manifest.preopens {
-            if !p.host.is_dir() {
+        // A preopen is a directory of the tool's own files: it must resolve (symbolic
+        // links followed) inside the manifest's directory.
+        let base = path.parent().unwrap_or(Path::new("."));
+        let base = std::fs::canonicalize(base)
+            .map_err(|e| invalid(format!("cannot resolve its directory: {e}")))?;
+        for p in &mut manifest.preopens {
+            let resolved = std::fs::canonicalize(&p.host).ok().filter(|r| r.is_dir());
+            let Some(resolved) = resolved else {
                 return Err(invalid(format!(
                     "preopen {} (for {}) is not a directory",
                     p.host.display(),
                     p.guest
                 )));
+            };
+            if !resolved.starts_with(&base) {
+                return Err(invalid(format!(
+                    "preopen {} (for {}) resolves to {}, outside the manifest's directory {}",
+                    p.host.display(),
+                    p.guest,
+                    resolved.display(),
+                    base.display()
+                )));
             }
+            p.host = resolved;
         }
         Ok(manifest)
     }
@@ -359,8 +386,19 @@ impl Manifest {
                     p.guest
                 )));
             }
+            let host = Path::new(&p.host);
+            if host.is_absolute()
+                || host
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                return Err(invalid(format!(
+                    "preopen {:?}: its host directory is a path inside the manifest's directory, neither absolute nor with `..`",
+                    p.guest
+                )));
+            }
             preopens.push(Preopen {
-                host: base.join(p.host),
+                host: base.join(host),
                 guest: p.guest,
             });
         }
@@ -649,6 +687,40 @@ allow_dash = ["nope"]"#,
         );
     }
 
+    /// A preopen must resolve inside the manifest's directory (a symbolic link out
+    /// is refused), and a manifest must be a regular file (a link to a device is
+    /// not read).
+    #[test]
+    fn load_keeps_preopens_inside_the_manifest_directory() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let d = dir.path();
+        std::fs::write(d.join("t.wasm"), b"\0asm").unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("/", d.join("lib")).unwrap_or_else(|e| panic!("{e}"));
+        let manifest = d.join("t.tool.toml");
+        let text =
+            format!("{BASE}argv = [\"t\"]\npreopens = [{{ host = \"lib\", guest = \"/h\" }}]\n");
+        std::fs::write(&manifest, &text).unwrap_or_else(|e| panic!("{e}"));
+        let e = Manifest::load(&manifest).err();
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.detail.contains("outside the manifest's directory")),
+            "{e:?}"
+        );
+        std::fs::remove_file(d.join("lib")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(d.join("lib")).unwrap_or_else(|e| panic!("{e}"));
+        let m = Manifest::load(&manifest).unwrap_or_else(|e| panic!("{e}"));
+        let lib = std::fs::canonicalize(d.join("lib")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.preopens[0].host, lib);
+        let device = d.join("z.tool.toml");
+        std::os::unix::fs::symlink("/dev/zero", &device).unwrap_or_else(|e| panic!("{e}"));
+        let e = Manifest::load(&device).err();
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.detail.contains("not a regular file")),
+            "{e:?}"
+        );
+    }
+
     #[test]
     fn bad_manifests_are_refused_with_a_code() {
         let cases = [
@@ -661,6 +733,14 @@ allow_dash = ["nope"]"#,
             ("argv = [\"t\"]\nmode = \"sideways\"", "not a sandbox mode"),
             ("argv = [\"t\"]\nworkspace = \"rel\"", "absolute"),
             ("argv = [\"t\"]\nbogus = 1", "bogus"),
+            (
+                "argv = [\"t\"]\npreopens = [{ host = \"/\", guest = \"/h\" }]",
+                "neither absolute nor with `..`",
+            ),
+            (
+                "argv = [\"t\"]\npreopens = [{ host = \"lib/../../..\", guest = \"/h\" }]",
+                "neither absolute nor with `..`",
+            ),
             (
                 "argv = [\"t\"]\nmode = \"workspace-write\"\nside_effect = \"read\"",
                 "declares side effect read, which runs at most read-only",

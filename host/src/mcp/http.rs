@@ -708,6 +708,9 @@ pub async fn serve_http_until(
         replaces: None,
     })
     .await?;
+    if let Some(dir) = &options.watch {
+        reload::check_watched(dir, &host)?;
+    }
     let log = host.log().clone();
     let runtime = host.runtime().clone();
     let server = Server::new(

@@ -227,6 +227,9 @@ where
         replaces: None,
     })
     .await?;
+    if let Some(dir) = &options.watch {
+        reload::check_watched(dir, &host)?;
+    }
     let log = host.log().clone();
     let runtime = host.runtime().clone();
     let approvals = Approvals {

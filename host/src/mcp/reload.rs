@@ -11,6 +11,21 @@ use crate::host::Host;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+/// Refuses to watch a tools directory inside the workspace: a call granted writes
+/// could rewrite the manifests and components that the server then reloads (a
+/// manifest says what a tool declares, and so what it is granted), with no one
+/// asked.
+pub(super) fn check_watched(dir: &Path, host: &Host) -> Result<(), String> {
+    match crate::sandbox::resolved_inside(dir, host.workspace()) {
+        None => Ok(()),
+        Some(resolved) => Err(format!(
+            "the tools directory {} is inside the workspace {}, where a call granted writes could rewrite the tools this server reloads; keep --tools outside the workspace",
+            resolved.display(),
+            host.workspace().display()
+        )),
+    }
+}
+
 /// What identifies the contents of a tools directory: names, sizes, mtimes.
 pub(super) type Snapshot = Vec<(String, u64, Option<SystemTime>)>;
 

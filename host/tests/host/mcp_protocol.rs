@@ -775,3 +775,27 @@ fn reload_goes_on_when_a_client_does_not_read() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A tools directory inside the workspace is not served: a call granted writes
+/// could rewrite the tools the server reloads (a manifest says what its tool
+/// declares, and so what it is granted).
+#[test]
+fn a_tools_directory_inside_the_workspace_is_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("tools")).unwrap();
+    let out = Command::new(crate::support::bin())
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .arg("--state")
+        .arg(state.path())
+        .arg("--tools")
+        .arg(ws.path().join("tools"))
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is inside the workspace"), "{err}");
+}
