@@ -39,6 +39,7 @@ impl Host {
         // Phases 1-5 for each call, in order.
         let mut slots = Vec::with_capacity(requests.len());
         for req in requests {
+            let req = req.bounded();
             let call_id = self.new_call_id();
             let tool = req.tool.clone();
             let start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());

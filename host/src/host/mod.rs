@@ -37,6 +37,10 @@ use toolhost_core::SandboxMode;
 use toolhost_log::SessionLog;
 use toolhost_policy::{Guards, Policy};
 
+/// The longest tool or scope name a call's records keep (valid names are at most
+/// 64 bytes).
+pub const MAX_RECORDED_NAME: usize = 128;
+
 /// A requested escalation: run this call in a wider mode, if approved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Escalation {
@@ -129,6 +133,28 @@ impl CallRequest {
             mode,
             justification: justification.into(),
         });
+        self
+    }
+
+    /// This request with what a client chose freely and the session log records
+    /// cut to a bound: the tool and scope names to [`MAX_RECORDED_NAME`] bytes (no
+    /// valid name is that long, so a cut name is still refused), an escalation's
+    /// justification to 4 KiB. A client cannot grow the log by naming a 4 MiB tool.
+    pub(crate) fn bounded(mut self) -> Self {
+        use crate::state::cut;
+        if self.tool.len() > MAX_RECORDED_NAME {
+            self.tool = cut(&self.tool, MAX_RECORDED_NAME);
+        }
+        if let Some(scope) = self.scope.as_mut().filter(|s| s.len() > MAX_RECORDED_NAME) {
+            *scope = cut(scope, MAX_RECORDED_NAME);
+        }
+        if let Some(e) = self
+            .escalation
+            .as_mut()
+            .filter(|e| e.justification.len() > 4096)
+        {
+            e.justification = cut(&e.justification, 4096);
+        }
         self
     }
 

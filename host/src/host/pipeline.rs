@@ -106,7 +106,8 @@ fn hidden_refusal(
 impl Host {
     /// Runs one call through the whole pipeline and returns its result.
     /// Refusals and failures are results (`status: error`), never panics.
-    pub async fn call(&self, mut request: CallRequest) -> CallResult {
+    pub async fn call(&self, request: CallRequest) -> CallResult {
+        let mut request = request.bounded();
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
@@ -790,6 +791,7 @@ impl Host {
         message: String,
     ) -> CallResult {
         let call_id = self.new_call_id();
+        let tool = &cut(tool, super::MAX_RECORDED_NAME);
         self.recorder.call(
             &call_id,
             json!({ "tool": tool, "args": cut(args, 4096),

@@ -48,6 +48,38 @@ async fn unknown_tool_is_refused_with_the_visible_names() {
     );
 }
 
+/// What a client names freely is recorded cut to a bound: a 1 MiB tool name, scope
+/// or justification does not put a megabyte in the session log (each went in whole,
+/// with nothing to throttle an unknown tool's refusals).
+#[tokio::test]
+async fn huge_names_are_cut_before_they_are_recorded() {
+    let ws = workspace();
+    let host = builder(ws.path()).build().await.unwrap();
+    let huge = "a".repeat(1 << 20);
+    let r = host.call(CallRequest::new(huge.clone(), json!({}))).await;
+    assert_eq!(r.code(), Some(ErrorCode::UnknownTool), "{:?}", r.error);
+    let r = host
+        .call(
+            CallRequest::new("read_file", json!({"path": "a"}))
+                .scope(huge.clone())
+                .escalate(SandboxMode::DangerFullAccess, huge.clone()),
+        )
+        .await;
+    assert!(!r.is_ok());
+    let r = host
+        .call_batch(vec![CallRequest::new(huge.clone(), json!({}))])
+        .await;
+    assert_eq!(r[0].code(), Some(ErrorCode::UnknownTool));
+    let recorded: usize = host
+        .log()
+        .events()
+        .unwrap()
+        .iter()
+        .map(|e| e.payload.to_string().len())
+        .sum();
+    assert!(recorded < 64 << 10, "{recorded} bytes recorded");
+}
+
 #[tokio::test]
 async fn bad_json_is_invalid_args_and_never_reaches_the_approver() {
     let ws = workspace();
