@@ -67,7 +67,7 @@ mod schema;
 
 use bindings::exports::toolhost::tool::tool as wit_tool;
 pub use bindings::toolhost::tool::types::{SandboxMode, SideEffect};
-pub use schema::{STANDARD_FORMATS, schema_for};
+pub use schema::{STANDARD_FORMATS, output_schema_for, schema_for};
 pub use schemars::{self, JsonSchema};
 pub use serde::{self, Deserialize, Serialize, de::DeserializeOwned};
 pub use serde_json;
@@ -299,7 +299,7 @@ pub trait Tool {
 #[doc(hidden)]
 pub fn descriptor<T: Tool>() -> bindings::toolhost::tool::types::ToolDescriptor {
     let input = schema_for::<T::Args>();
-    let output = schema_for::<T::Output>();
+    let output = schema::output_schema_for::<T::Output>();
     bindings::toolhost::tool::types::ToolDescriptor {
         name: T::NAME.to_string(),
         description: T::DESCRIPTION.to_string(),

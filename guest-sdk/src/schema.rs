@@ -37,11 +37,23 @@ pub const STANDARD_FORMATS: [&str; 19] = [
     "regex",
 ];
 
-/// The JSON Schema (draft 2020-12) of `T`, with only the formats in
-/// [`STANDARD_FORMATS`]: what [`export_tools!`](crate::export_tools)
-/// declares for a tool's `Args` and `Output`.
+/// The JSON Schema (draft 2020-12) of `T` as it is read (deserialized), with
+/// only the formats in [`STANDARD_FORMATS`]: what
+/// [`export_tools!`](crate::export_tools) declares for a tool's `Args`.
 pub fn schema_for<T: JsonSchema>() -> Schema {
     schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(StandardFormats)
+        .into_generator()
+        .into_root_schema_for::<T>()
+}
+
+/// The JSON Schema of `T` as it is written (serialized), otherwise like
+/// [`schema_for`]: what a tool declares for its `Output`. A field serde skips
+/// when writing (`skip_serializing_if`) is then optional, as the output the
+/// host checks against it is.
+pub fn output_schema_for<T: JsonSchema>() -> Schema {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
         .with_transform(StandardFormats)
         .into_generator()
         .into_root_schema_for::<T>()
@@ -165,6 +177,28 @@ mod tests {
         choice: Choice,
         #[schemars(range(min = 1, max = 10))]
         pick: u32,
+    }
+
+    #[derive(serde::Serialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Out {
+        hits: Vec<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
+    }
+
+    /// An output field skipped when empty is not required: the canonical
+    /// output without it must validate.
+    #[test]
+    fn an_output_field_skipped_when_writing_is_optional() {
+        let schema = serde_json::to_value(output_schema_for::<Out>()).unwrap_or_default();
+        assert_eq!(schema["required"], json!(["hits"]), "{schema:#}");
+        let as_read = serde_json::to_value(schema_for::<Out>()).unwrap_or_default();
+        assert_eq!(
+            as_read["required"],
+            json!(["hits", "warnings"]),
+            "{as_read:#}"
+        );
     }
 
     #[test]
