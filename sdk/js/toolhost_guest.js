@@ -34,8 +34,9 @@
 // `throw new ToolError(code, message)`; any other exception becomes the
 // error code `internal-error` with the exception's name and message.
 //
-// Defaults: `minMode` "none", `sideEffect` "none", `concurrencySafe` true,
-// `idempotent` true. `content(result)` gives the text the model reads
+// Defaults: `minMode` "none", `sideEffect` "none", `concurrencySafe` false,
+// `idempotent` false (the most conservative, as in Rust and Python). A `minMode`
+// that writes needs `sideEffect` "write" or "external". `content(result)` gives the text the model reads
 // (default: the canonical JSON).
 
 /** The sandbox modes, narrowest first (WIT `sandbox-mode`). */
@@ -83,6 +84,11 @@ export function tool(spec) {
   if (!SIDE_EFFECTS.includes(sideEffect)) {
     fail(`sideEffect must be one of ${SIDE_EFFECTS.join(", ")}`);
   }
+  // The host runs a tool that declares "none" or "read" at most read-only, and
+  // refuses to load one that needs a writing mode.
+  if (["workspace-write", "danger-full-access"].includes(minMode) && ["none", "read"].includes(sideEffect)) {
+    fail(`minMode ${minMode} writes, so sideEffect must be "write" or "external", not "${sideEffect}"`);
+  }
   if (spec.examples !== undefined && !Array.isArray(spec.examples)) {
     fail("examples must be an array of argument objects");
   }
@@ -96,9 +102,10 @@ export function tool(spec) {
       description: spec.description,
       inputSchema: JSON.stringify(input),
       outputSchema: spec.output === undefined ? undefined : JSON.stringify(spec.output),
-      concurrencySafe: spec.concurrencySafe ?? true,
+      // The most conservative, as in the Rust and Python SDKs.
+      concurrencySafe: spec.concurrencySafe ?? false,
       sideEffect,
-      idempotent: spec.idempotent ?? true,
+      idempotent: spec.idempotent ?? false,
       minMode,
     },
     run: spec.run,

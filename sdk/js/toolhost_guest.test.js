@@ -10,7 +10,8 @@ test("a definition becomes a WIT descriptor with defaults and examples", () => {
     examples: [{ n: 2 }], run: ({ n }) => ({ n: n * 2 }) });
   assert.equal(t.descriptor.minMode, "none");
   assert.equal(t.descriptor.sideEffect, "none");
-  assert.equal(t.descriptor.concurrencySafe, true);
+  assert.equal(t.descriptor.concurrencySafe, false);
+  assert.equal(t.descriptor.idempotent, false);
   assert.deepEqual(JSON.parse(t.descriptor.inputSchema).examples, [{ n: 2 }]);
   assert.deepEqual(JSON.parse(t.descriptor.outputSchema), schema);
 });
@@ -21,6 +22,8 @@ test("a broken definition fails when the module is built", () => {
     [{ name: "9bad" }, /name/], [{ name: "a".repeat(65) }, /name/], [{ description: "" }, /description/],
     [{ run: 1 }, /run/], [{ input: [] }, /input/], [{ minMode: "root" }, /minMode/],
     [{ sideEffect: "network" }, /sideEffect/], [{ examples: {} }, /examples/],
+    [{ minMode: "workspace-write" }, /sideEffect must be "write" or "external"/],
+    [{ minMode: "danger-full-access", sideEffect: "read" }, /sideEffect must be/],
   ]) {
     assert.throws(() => tool({ ...ok, ...change }), says, JSON.stringify(change));
   }

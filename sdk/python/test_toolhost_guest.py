@@ -124,6 +124,10 @@ class ToolTest(unittest.TestCase):
     def test_bad_declarations_fail_at_import(self):
         with self.assertRaises(ValueError):
             tool(min_mode="read_only")(lambda args: None)
+        # A mode that writes needs a side effect that says so.
+        for effect in ("none", "read"):
+            with self.assertRaisesRegex(ValueError, "side_effect must be 'write' or 'external'"):
+                tool(name="w", description="d", min_mode="workspace-write", side_effect=effect)(lambda args: None)
         with self.assertRaises(TypeError):
 
             @tool

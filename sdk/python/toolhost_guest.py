@@ -425,6 +425,12 @@ def tool(
         raise ValueError(f"{tool_name}: min_mode {min_mode!r} is not one of {MODES}")
     if side_effect not in SIDE_EFFECTS:
         raise ValueError(f"{tool_name}: side_effect {side_effect!r} is not one of {SIDE_EFFECTS}")
+    if min_mode in ("workspace-write", "danger-full-access") and side_effect in ("none", "read"):
+        # The host runs a tool that declares none or read at most read-only, and
+        # refuses to load one that needs a writing mode.
+        raise ValueError(
+            f"{tool_name}: min_mode {min_mode!r} writes, so side_effect must be 'write' or 'external', not {side_effect!r}"
+        )
     hints = _hints(func)
     params = list(inspect.signature(func).parameters)
     if len(params) != 1 or params[0] not in hints:
