@@ -296,6 +296,19 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
             let wanted = destinations(&r.receipt.network);
             asks.extend(wanted.iter().cloned());
             match &r.error {
+                // A tool that does not declare `external` is granted no
+                // network by any policy: the example can never run.
+                _ if !wanted.is_empty() && d.side_effect != toolhost_core::SideEffect::External => report
+                    .push_ran(
+                        row,
+                        Verdict::Fail,
+                        format!(
+                            "ran in {mode} and tried to reach {}, but the tool declares side effect {}: only tools that declare `external` are granted network, whatever the policy",
+                            wanted.join(", "),
+                            d.side_effect
+                        ),
+                        mode,
+                    ),
                 None => report.push_ran(
                     row,
                     Verdict::Pass,

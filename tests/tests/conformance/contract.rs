@@ -156,3 +156,26 @@ async fn contract_wide_examples() {
         "{report:#?}"
     );
 }
+
+/// A tool whose example reaches for the network but that does not declare
+/// side effect `external` fails conformance: no policy grants it network, so
+/// the example can never run (it passed with a warning telling the author to
+/// grant the host in a policy, which could not help). Nothing connects.
+#[tokio::test]
+async fn contract_undeclared_network() {
+    let runtime = std::sync::Arc::new(toolhost::Runtime::new(suite_options()).unwrap());
+    let bytes = std::fs::read(probes::CONTRACT_UNDECLARED_NETWORK).unwrap();
+    let report = toolhost::conformance::check_component(runtime, "fetch", &bytes).await;
+    let row = report
+        .checks
+        .iter()
+        .find(|c| c.check == "example:fetch[0]")
+        .unwrap_or_else(|| panic!("no example row: {report:#?}"));
+    assert_eq!(row.verdict, toolhost::conformance::Verdict::Fail, "{row:?}");
+    assert!(
+        row.detail.contains("GET https://example.com:443")
+            && row.detail.contains("only tools that declare `external`"),
+        "{row:?}"
+    );
+    assert!(!report.passed(), "{report:#?}");
+}
