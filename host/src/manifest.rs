@@ -470,7 +470,11 @@ impl Manifest {
             }
             let mut s = String::new();
             let mut absent = false;
+            // The argument whose value the element begins with (the first
+            // piece that adds text), if it begins with one.
+            let mut begins_with: Option<&str> = None;
             for piece in &template.0 {
+                let was_empty = s.is_empty();
                 match piece {
                     Piece::Text(t) => s.push_str(t),
                     Piece::Field(f) => match args.get(f) {
@@ -480,14 +484,19 @@ impl Manifest {
                                 "argument {f:?} is an array; an array expands only where its placeholder is a whole argv element"
                             ));
                         }
-                        Some(v) => s.push_str(&scalar(f, v)?),
+                        Some(v) => {
+                            s.push_str(&scalar(f, v)?);
+                            if was_empty && !s.is_empty() {
+                                begins_with = Some(f);
+                            }
+                        }
                     },
                 }
             }
             if !absent {
-                match template.0.first() {
-                    Some(Piece::Field(f)) => out.push(self.operand(f, s)?),
-                    _ => out.push(s),
+                match begins_with {
+                    Some(f) => out.push(self.operand(f, s)?),
+                    None => out.push(s),
                 }
             }
         }
@@ -666,6 +675,18 @@ input_schema = '{"type":"object","properties":{"a":{"type":"string"},"xs":{"type
             m.argv(&json!({"xs": "x"})).map(|v| v.len()),
             Ok(3),
             "the option-like fixed text of the manifest stays"
+        );
+        // The dash is charged to the argument it comes from, not to an empty
+        // one before it.
+        let m = parse(
+            r#"argv = ["t", "{a}{n}"]
+allow_dash = ["a"]"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(m.argv(&json!({"a": "", "n": -1})).is_err());
+        assert_eq!(
+            m.argv(&json!({"a": "-x", "n": 1})),
+            Ok(vec!["t".to_string(), "-x1".into()])
         );
         let m = parse(
             r#"argv = ["t", "{xs}"]

@@ -163,8 +163,10 @@ impl ProgramTool {
             args: argv,
             env: m.env.clone(),
             stdin: m.stdin(args),
-            // Mode `none` mounts nothing, so there is nowhere to mount.
-            mount: if spec.mode == SandboxMode::None {
+            // Mode `none` mounts nothing, and `danger-full-access` the host
+            // root (starting in the workspace): the manifest's mount point
+            // applies to the two modes that mount the workspace.
+            mount: if matches!(spec.mode, SandboxMode::None | SandboxMode::DangerFullAccess) {
                 GUEST_WORKSPACE.to_string()
             } else {
                 m.workspace.clone()

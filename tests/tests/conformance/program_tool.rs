@@ -297,6 +297,19 @@ async fn program_tool_sandbox_modes() {
         std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
         "x"
     );
+    // In danger-full-access the host root is mounted (the manifest's mount
+    // point does not apply): the call runs and reads the workspace by its host
+    // path (it was refused SANDBOX_UNAVAILABLE, the mount being `/`).
+    let host_path = ws.path().canonicalize().unwrap().join("in.txt");
+    let r = call(
+        &host,
+        "fs",
+        json!({"op": "read", "path": host_path.to_str().unwrap()}),
+        SandboxMode::DangerFullAccess,
+    )
+    .await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(r.canonical["stdout"].as_str().unwrap().contains("inside"));
 }
 
 /// The runtime's limits hold: a program that never ends is stopped at the
