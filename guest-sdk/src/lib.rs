@@ -264,9 +264,13 @@ pub trait Tool {
     const NAME: &'static str;
     /// What the tool does, for the model.
     const DESCRIPTION: &'static str;
-    /// The narrowest sandbox mode the tool can work in.
+    /// The narrowest sandbox mode the tool can work in. A mode that writes
+    /// (`WorkspaceWrite`, `DangerFullAccess`) needs `SIDE_EFFECT` `Write` or
+    /// `External`, or the tool does not build.
     const MIN_MODE: SandboxMode = SandboxMode::None;
-    /// The strongest effect a call may have.
+    /// The strongest effect a call may have. It also bounds what a call is
+    /// granted: a tool that declares `None` or `Read` runs at most read-only,
+    /// and only one that declares `External` is granted any network.
     const SIDE_EFFECT: SideEffect = SideEffect::None;
     /// Whether several calls may run at the same time.
     const CONCURRENCY_SAFE: bool = false;
@@ -298,6 +302,17 @@ pub trait Tool {
 /// The descriptor of `T`, as `describe` returns it.
 #[doc(hidden)]
 pub fn descriptor<T: Tool>() -> bindings::toolhost::tool::types::ToolDescriptor {
+    // The host runs a tool that declares `None` or `Read` at most read-only and
+    // refuses to load one whose minimum mode writes: fail the build instead.
+    const {
+        assert!(
+            !matches!(
+                T::MIN_MODE,
+                SandboxMode::WorkspaceWrite | SandboxMode::DangerFullAccess
+            ) || matches!(T::SIDE_EFFECT, SideEffect::Write | SideEffect::External),
+            "a tool whose MIN_MODE writes must declare SIDE_EFFECT Write or External"
+        )
+    };
     let input = schema_for::<T::Args>();
     let output = schema::output_schema_for::<T::Output>();
     bindings::toolhost::tool::types::ToolDescriptor {
