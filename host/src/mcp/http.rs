@@ -559,6 +559,19 @@ impl Answering {
     }
 }
 
+/// How long a POST's body may take to arrive, once its head has.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether a POST body (without a session id) opens a session: an
+/// `initialize` request, the only message that makes rmcp create one.
+fn opens_session(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        method: Option<String>,
+    }
+    serde_json::from_slice::<Head>(body).is_ok_and(|h| h.method.as_deref() == Some("initialize"))
+}
+
 /// The front door and rmcp behind it, shared by every connection.
 struct Front {
     admission: Admission,
@@ -602,9 +615,60 @@ impl Front {
         // (rmcp passes them on).
         let client = self.admission.client_of(headers, remote);
         request.extensions_mut().insert(client);
-        let headers = request.headers();
-        let new_session = request.method() == http::Method::POST
-            && !headers.contains_key(rmcp::transport::common::http_header::HEADER_SESSION_ID);
+        // The approval endpoints are not MCP: no session is made there.
+        if operator && let Some((state, server)) = &self.operator {
+            let host = server.host();
+            return super::operator::handle(
+                state,
+                |p| host.policy().is_owner(p),
+                caller.as_ref(),
+                request,
+            )
+            .await;
+        }
+        // The session's handler reads who is calling from here (rmcp
+        // passes the request's parts on to it).
+        if let Some(caller) = caller {
+            request.extensions_mut().insert(caller);
+        }
+        if request.method() != http::Method::POST {
+            return self.forward(request).await;
+        }
+        // A POST's body is read here, whole, within a time limit (a client
+        // that trickles a body cannot hold a connection), and only one that
+        // opens a session (`initialize` without a session id) counts against
+        // the session limit: a session-less request (2026-07-28) makes none.
+        let (parts, body) = request.into_parts();
+        let read = http_body_util::Limited::new(body, MAX_MESSAGE_BYTES).collect();
+        let bytes = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) => {
+                let too_large = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
+                return if too_large {
+                    plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "Payload Too Large: a message is at most 4 MiB\n",
+                    )
+                } else {
+                    plain(
+                        StatusCode::BAD_REQUEST,
+                        "Bad Request: the body could not be read\n",
+                    )
+                };
+            }
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Request Timeout: the body did not arrive in time\n",
+                );
+            }
+        };
+        let new_session = !parts
+            .headers
+            .contains_key(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+            && opens_session(&bytes);
         if new_session {
             if self.stopping.load(Ordering::SeqCst) {
                 return plain(
@@ -623,21 +687,16 @@ impl Front {
                 return r;
             }
         }
-        if operator && let Some((state, server)) = &self.operator {
-            let host = server.host();
-            return super::operator::handle(
-                state,
-                |p| host.policy().is_owner(p),
-                caller.as_ref(),
-                request,
-            )
-            .await;
-        }
-        // The session's handler reads who is calling from here (rmcp
-        // passes the request's parts on to it).
-        if let Some(caller) = caller {
-            request.extensions_mut().insert(caller);
-        }
+        self.forward(Request::from_parts(parts, Full::new(bytes)))
+            .await
+    }
+
+    /// Hands `request` (past the front door's checks) to rmcp.
+    async fn forward<B>(&self, request: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
         if request.method() == http::Method::DELETE {
             // rmcp answers a session's end with 202 Accepted, which the
             // Python SDK reports as a failed termination: the session is

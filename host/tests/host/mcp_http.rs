@@ -856,6 +856,21 @@ async fn http_operator_decides_a_queued_approval() {
     };
     let path = format!("/approvals/{id}");
     let allow = json!({"decision": "allow"});
+    // bob fills the session limit: a new session is refused, but deciding
+    // an approval opens no session and still gets through (it got 503).
+    let mut open = Vec::new();
+    for _ in 1..toolhost::mcp::MAX_SESSIONS {
+        open.push(
+            s.client()
+                .with("authorization", "Bearer bob-token")
+                .initialize(json!({}))
+                .await,
+        );
+    }
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
+    let (status, _) = operator(&s, "POST", "/mcp", Some("bob-token"), init).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "the limit is full");
     // bob made the call and is no owner: he cannot approve it; nor can
     // someone without a token.
     let (status, _) = operator(&s, "POST", &path, Some("bob-token"), allow.clone()).await;
