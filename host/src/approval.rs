@@ -36,6 +36,11 @@ pub struct ApprovalRequest {
     /// when it unlocks none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network: Vec<String>,
+    /// Who made the call (its principal); `None` in a request written by an
+    /// older toolhost. An operator endpoint does not let a principal decide
+    /// its own call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// An approver's decision.
@@ -408,6 +413,7 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             justification: None,
             network: Vec::new(),
+            principal: None,
         }
     }
 

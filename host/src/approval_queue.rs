@@ -574,6 +574,7 @@ mod tests {
             mode: toolhost_core::SandboxMode::WorkspaceWrite,
             justification: None,
             network: Vec::new(),
+            principal: None,
         }
     }
 

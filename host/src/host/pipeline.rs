@@ -203,6 +203,7 @@ impl Host {
                 mode: a.mode,
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
                 network: a.ask_network.clone(),
+                principal: Some(start.principal.clone()),
             };
             let approver = req.approver.as_deref().unwrap_or(&*self.approver);
             self.approve(approver, request, &interrupt, &a.approval, &start.principal)

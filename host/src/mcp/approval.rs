@@ -216,6 +216,7 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             justification: None,
             network: Vec::new(),
+            principal: None,
         };
         let p = elicitation_params(&r);
         let v = p

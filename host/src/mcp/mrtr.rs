@@ -530,6 +530,7 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             justification: None,
             network: Vec::new(),
+            principal: None,
         }
     }
 

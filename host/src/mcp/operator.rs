@@ -97,6 +97,22 @@ pub(super) async fn handle(
                     );
                 }
             };
+            // A principal never decides its own call: the agent that made it
+            // may hold the same token.
+            let own = queue.pending().await.is_ok_and(|pending| {
+                pending
+                    .iter()
+                    .any(|r| r.approval_id == id && r.principal.as_deref() == Some(&caller.0))
+            });
+            if own {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "principal {:?} made this call and cannot decide it: give the agent and the operator different tokens, or decide with `toolhost approvals` on the host",
+                        caller.0
+                    ),
+                );
+            }
             match queue.decide(&id, outcome, &caller.0).await {
                 Ok(()) => reply(
                     StatusCode::OK,

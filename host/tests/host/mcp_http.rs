@@ -854,12 +854,56 @@ async fn http_operator_decides_a_queued_approval() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // alice's own call: listed with her as its principal, and her token
+    // cannot decide it (the agent that made it holds that token).
+    let c = s
+        .client()
+        .with("authorization", "Bearer alice-token")
+        .initialize(json!({}))
+        .await;
+    let _mine = tokio::spawn(async move {
+        let mut reply = c
+            .post(&call(
+                2,
+                "write_file",
+                json!({"path": "own.txt", "content": "x"}),
+            ))
+            .await;
+        reply.message().await
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let own = loop {
+        let (_, pending) =
+            operator(&s, "GET", "/approvals", Some("alice-token"), json!(null)).await;
+        if let Some(r) = pending
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["principal"] == "alice"))
+        {
+            break r["approval_id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing became pending"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (status, body) = operator(
+        &s,
+        "POST",
+        &format!("/approvals/{own}"),
+        Some("alice-token"),
+        json!({"decision": "allow"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(!s.ws.path().join("own.txt").exists());
     let path = format!("/approvals/{id}");
     let allow = json!({"decision": "allow"});
-    // bob fills the session limit: a new session is refused, but deciding
+    // bob fills the session limit (his and alice's sessions are open): a new
+    // session is refused, but deciding
     // an approval opens no session and still gets through (it got 503).
     let mut open = Vec::new();
-    for _ in 1..toolhost::mcp::MAX_SESSIONS {
+    for _ in 2..toolhost::mcp::MAX_SESSIONS {
         open.push(
             s.client()
                 .with("authorization", "Bearer bob-token")
@@ -894,6 +938,7 @@ async fn http_operator_decides_a_queued_approval() {
     let r = waiting.await.unwrap();
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert!(s.ws.path().join("out.txt").exists());
+
     let (status, _) = operator(
         &s,
         "POST",
