@@ -31,7 +31,7 @@ pub enum ApprovalAnnouncement {
         /// Who asked for the call.
         principal: String,
         /// What an approver is shown.
-        request: ApprovalRequest,
+        request: Box<ApprovalRequest>,
         /// Who will decide (the approver's name).
         approver: String,
     },

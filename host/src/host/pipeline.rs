@@ -498,7 +498,7 @@ impl Host {
             approval_id: approval_id.clone(),
             call_id: call_id.to_string(),
             principal: principal.to_string(),
-            request: request.clone(),
+            request: Box::new(request.clone()),
             approver: approver_name,
         });
         // A panic is `unavailable`, whether `decide` panics before returning
