@@ -582,6 +582,16 @@ struct Front {
     /// The approval endpoints: the state directory, and the server whose
     /// policy says who is an owner.
     operator: Option<(crate::ApprovalQueue, Server)>,
+    /// With `--tokens`: which token opened each session (its SHA-256). A
+    /// session answers only requests with that token: its id is no bearer
+    /// credential that works for another principal. At most one entry per
+    /// open session (closed ones are dropped when a session opens).
+    owners: std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
+}
+
+/// The SHA-256 of the bearer token `headers` offer, if any.
+fn token_digest(headers: &HeaderMap) -> Option<[u8; 32]> {
+    bearer(headers).map(|t| Sha256::digest(t.as_bytes()).into())
 }
 
 impl Front {
@@ -625,6 +635,22 @@ impl Front {
                 request,
             )
             .await;
+        }
+        // A session answers only the token that opened it.
+        let token = caller
+            .as_ref()
+            .and_then(|_| token_digest(request.headers()));
+        let session = request
+            .headers()
+            .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        if let (Some(session), Some(token)) = (&session, &token) {
+            let owner = self.owners_map().get(session).copied();
+            if owner.is_some_and(|o| !bool::from(o.ct_eq(token))) {
+                tracing::warn!("refused a request on a session another token opened");
+                return plain(StatusCode::NOT_FOUND, "Not Found: no such session\n");
+            }
         }
         // The session's handler reads who is calling from here (rmcp
         // passes the request's parts on to it).
@@ -687,8 +713,29 @@ impl Front {
                 return r;
             }
         }
-        self.forward(Request::from_parts(parts, Full::new(bytes)))
-            .await
+        let response = self
+            .forward(Request::from_parts(parts, Full::new(bytes)))
+            .await;
+        if new_session
+            && let Some(token) = token
+            && let Some(id) = response
+                .headers()
+                .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+        {
+            let open = self.sessions.sessions.read().await;
+            let mut owners = self.owners_map();
+            owners.retain(|s, _| open.keys().any(|k| k.as_ref() == s.as_str()));
+            owners.insert(id.to_string(), token);
+        }
+        response
+    }
+
+    fn owners_map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, [u8; 32]>> {
+        match self.owners.lock() {
+            Ok(o) => o,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 
     /// Hands `request` (past the front door's checks) to rmcp.
@@ -802,6 +849,7 @@ pub async fn serve_http_until(
         stopping: stopping.clone(),
         answering: answering.clone(),
         operator: http.approvals.clone().map(|queue| (queue, server.clone())),
+        owners: std::sync::Mutex::default(),
     });
 
     let reloader = options.watch.clone().map(|dir| {

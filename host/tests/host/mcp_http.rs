@@ -803,6 +803,32 @@ async fn operator(
     )
 }
 
+/// With `--tokens`, a session answers only the token that opened it: its
+/// id is no credential another principal can use (bob could list tools, call
+/// them, and read alice's session's stream with her session id).
+#[tokio::test]
+async fn http_a_session_answers_only_the_token_that_opened_it() {
+    let dir = crate::support::tempdir();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice-token alice\nbob-token bob\n").unwrap();
+    let s = Server::start(&["--tokens", tokens.to_str().unwrap()]);
+    let alice = s
+        .client()
+        .with("authorization", "Bearer alice-token")
+        .initialize(json!({}))
+        .await;
+    let bob = Client {
+        extra: vec![("authorization", "Bearer bob-token".to_string())],
+        ..alice.clone()
+    };
+    let reply = bob
+        .post(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}))
+        .await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    let list = alice.rpc(6, "tools/list", json!({})).await;
+    assert!(list["result"]["tools"].is_array(), "{list}");
+}
+
 /// An operator decides a call's approval over HTTP (`--approver queue`):
 /// only with a token of an owner, exactly once.
 #[tokio::test]
