@@ -154,11 +154,14 @@ impl ProgramTool {
         if let Some(out) = limits.output {
             l.max_stdio = l.max_stdio.min(out);
         }
-        // The program's output becomes the result: it must fit in it.
-        spec.limits.max_output = spec
+        // The program's output becomes the result, which the host's output
+        // cap bounds (stdout and stderr are in it twice, canonical and
+        // content): keep at most a quarter of it of each stream, and check
+        // the result against the cap once it is built.
+        spec.limits.max_stdio = spec
             .limits
-            .max_output
-            .max(spec.limits.max_stdio.saturating_mul(2) + 1024);
+            .max_stdio
+            .min(spec.limits.max_output.saturating_sub(1024) / 4);
         let command = CommandSpec {
             args: argv,
             env: m.env.clone(),
@@ -222,6 +225,20 @@ impl ProgramTool {
             "stdout_truncated": out_dropped > 0,
             "stderr_truncated": err_dropped > 0,
         });
+        // JSON escapes control bytes six times over: measure what is sent.
+        let size = canonical.to_string().len() + content.len();
+        if size > spec.limits.max_output {
+            return (
+                BodyOutcome::Err {
+                    code: ErrorCode::OutputTooLarge,
+                    message: format!(
+                        "the result is {size} bytes; the limit is {}",
+                        spec.limits.max_output
+                    ),
+                },
+                receipt,
+            );
+        }
         (
             BodyOutcome::Ok {
                 canonical,

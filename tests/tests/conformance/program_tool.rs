@@ -142,6 +142,33 @@ async fn program_tool_stdin_and_output_bounds() {
         "{:?}",
         r.content
     );
+
+    // The host's output cap holds for a program's result too (it was raised
+    // to fit the streams): with 16 KiB, each stream is kept to a quarter of
+    // it, and control bytes, which JSON writes six times over, end
+    // OUTPUT_TOO_LARGE instead of passing.
+    let mut b = builder_of(&[&cat], ws.path(), None);
+    b.limits(Limits {
+        max_output: 16 << 10,
+        ..Limits::default()
+    });
+    let capped = b.build().await.unwrap();
+    let plain = "x".repeat(64 << 10);
+    let r = call(&capped, "cat", json!({"text": plain}), SandboxMode::None).await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(
+        r.canonical["stdout"].as_str().map(str::len),
+        Some((16 << 10) / 4 - 256)
+    );
+    assert_eq!(r.canonical["stdout_truncated"], true);
+    let control = "\u{1}".repeat(64 << 10);
+    let r = call(&capped, "cat", json!({"text": control}), SandboxMode::None).await;
+    assert_eq!(
+        r.code(),
+        Some(toolhost::ErrorCode::OutputTooLarge),
+        "{:?}",
+        r.error
+    );
 }
 
 /// A non-zero exit is the tool's error (`TOOL_ERROR`) that still carries
