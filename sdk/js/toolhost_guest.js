@@ -147,7 +147,20 @@ export function exportTools(...tools) {
       } catch (e) {
         throw errorRecord(e);
       }
-      const canonical = JSON.stringify(result === undefined ? null : result);
+      // A result that is not JSON (a BigInt, a cycle, NaN or Infinity, which
+      // JSON.stringify would write as null) is the tool's error `serialize`,
+      // as in Python; thrown as an Error it would trap the call.
+      let canonical;
+      try {
+        canonical = JSON.stringify(result === undefined ? null : result, (_, v) => {
+          if (typeof v === "number" && !Number.isFinite(v)) {
+            throw new TypeError(`${v} is not a JSON number`);
+          }
+          return v;
+        });
+      } catch (e) {
+        throw { code: "serialize", message: `output is not JSON: ${e && e.message}` };
+      }
       let text;
       try {
         text = t.content ? String(t.content(result)) : canonical;

@@ -44,4 +44,10 @@ test("invoke returns the three layers, awaits async tools, maps errors", async (
   await assert.rejects(iface.invoke("fails", '{"n": 1}'), { code: "not-found", message: "gone" });
   await assert.rejects(iface.invoke("bug", '{"n": 1}'), (e) => e.code === "internal-error" && /TypeError/.test(e.message));
   await assert.rejects(iface.invoke("nope", "{}"), { code: "unknown-tool" });
+  const odd = exportTools(
+    tool({ name: "nan", description: "d", input: schema, run: () => ({ n: NaN }) }),
+    tool({ name: "big", description: "d", input: schema, run: () => ({ n: 1n }) }),
+  );
+  await assert.rejects(odd.invoke("nan", '{"n": 1}'), (e) => e.code === "serialize" && /NaN/.test(e.message));
+  await assert.rejects(odd.invoke("big", '{"n": 1}'), { code: "serialize" });
 });

@@ -100,6 +100,20 @@ class Out:
 
 
 class ToolTest(unittest.TestCase):
+    def test_a_field_outside_init_is_outside_the_json(self):
+        # The schema leaves it out (and is closed): so does the output.
+        @dataclasses.dataclass
+        class Ratio:
+            a: int
+            b: int
+            ratio: float = dataclasses.field(init=False)
+
+            def __post_init__(self):
+                self.ratio = self.a / self.b
+
+        self.assertNotIn("ratio", schema_of(Ratio)["properties"])
+        self.assertEqual(to_json(Ratio(1, 2)), {"a": 1, "b": 2})
+
     def test_decorator_reads_name_doc_and_hints(self):
         @tool(min_mode="read-only", side_effect="read", examples=[{"path": "x"}])
         def file_size(args: Args) -> Out:
@@ -120,6 +134,21 @@ class ToolTest(unittest.TestCase):
             with self.assertRaises(ToolError) as e:
                 _run(file_size, args)
             self.assertEqual(e.exception.code, code)
+
+    def test_meta_that_is_not_json_is_a_serialize_error(self):
+        # NaN in meta was written as `NaN`, which the host refuses whole.
+        @dataclasses.dataclass
+        class NoArgs:
+            pass
+
+        @tool(meta=lambda out: {"score": float("nan")})
+        def scored(args: NoArgs) -> Out:
+            """Scores."""
+            return Out(size=1)
+
+        with self.assertRaises(ToolError) as e:
+            _run(scored, "{}")
+        self.assertEqual(e.exception.code, "serialize")
 
     def test_bad_declarations_fail_at_import(self):
         with self.assertRaises(ValueError):

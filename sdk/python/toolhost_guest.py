@@ -342,7 +342,9 @@ def to_json(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return to_json(value.value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # The fields the schema lists: a field with init=False is not part of
+        # the JSON (its schema has additionalProperties false).
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
     if isinstance(value, dict):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -525,7 +527,10 @@ def _run(spec: ToolSpec, args: str):
     if spec.meta is not None:
         m = spec.meta(output)
         if m is not None:
-            meta = json.dumps(to_json(m), ensure_ascii=False)
+            try:
+                meta = json.dumps(to_json(m), allow_nan=False, ensure_ascii=False)
+            except (TypeError, ValueError) as e:
+                raise ToolError("serialize", f"meta is not JSON: {e}") from None
     return canonical, _content_blocks(spec, output, canonical), meta
 
 
