@@ -29,6 +29,7 @@
 //!   "files":{"type":"array","items":{"type":"string"}}}}'''
 //! ```
 
+use crate::sandbox::GUEST_SCRATCH;
 use crate::tool::{Descriptor, is_valid_name};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -355,6 +356,11 @@ impl Manifest {
         }
         let workspace = raw.workspace.unwrap_or_else(|| ".".into());
         check_guest_path(&workspace, true).map_err(|e| invalid(format!("workspace: {e}")))?;
+        if workspace == GUEST_SCRATCH {
+            return Err(invalid(format!(
+                "workspace: {GUEST_SCRATCH} is where the per-call scratch directory is mounted"
+            )));
+        }
         let min_mode = match raw.mode.as_deref() {
             None => SandboxMode::None,
             Some(m) => m
@@ -385,6 +391,23 @@ impl Manifest {
                     "preopen {:?} is where the workspace is mounted",
                     p.guest
                 )));
+            }
+            // The guest's root holds the workspace (mounted at `.`) and the
+            // scratch directory holds a call's temporary files: a preopen at
+            // either would hide them. Nor may two preopens share a path.
+            if p.guest == "/" || p.guest == GUEST_SCRATCH {
+                return Err(invalid(format!(
+                    "preopen {:?} would hide the {}",
+                    p.guest,
+                    if p.guest == "/" {
+                        "workspace"
+                    } else {
+                        "per-call scratch directory"
+                    }
+                )));
+            }
+            if preopens.iter().any(|q: &Preopen| q.guest == p.guest) {
+                return Err(invalid(format!("two preopens are at {:?}", p.guest)));
             }
             let host = Path::new(&p.host);
             if host.is_absolute()
@@ -603,6 +626,11 @@ fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
     if p.contains('\0') || p.split('/').any(|c| c == "." || c == "..") {
         return Err(format!("{p:?} has `.` or `..` components or a NUL"));
     }
+    // One spelling per directory: `/a//b` and `/a/` would name `/a/b` and
+    // `/a` past the checks that compare mount points.
+    if p != "/" && p.split('/').skip(1).any(str::is_empty) {
+        return Err(format!("{p:?} has an empty component or a trailing `/`"));
+    }
     Ok(())
 }
 
@@ -754,6 +782,24 @@ allow_dash = ["nope"]"#,
             ("argv = [\"t\"]\nmode = \"sideways\"", "not a sandbox mode"),
             ("argv = [\"t\"]\nworkspace = \"rel\"", "absolute"),
             ("argv = [\"t\"]\nbogus = 1", "bogus"),
+            ("argv = [\"t\"]\nworkspace = \"/tmp\"", "scratch"),
+            ("argv = [\"t\"]\nworkspace = \"//tmp\"", "empty component"),
+            (
+                "argv = [\"t\"]\npreopens = [{ host = \"a\", guest = \"/tmp\" }]",
+                "would hide the per-call scratch",
+            ),
+            (
+                "argv = [\"t\"]\npreopens = [{ host = \"a\", guest = \"/\" }]",
+                "would hide the workspace",
+            ),
+            (
+                "argv = [\"t\"]\npreopens = [{ host = \"a\", guest = \"/x\" }, { host = \"b\", guest = \"/x\" }]",
+                "two preopens",
+            ),
+            (
+                "argv = [\"t\"]\npreopens = [{ host = \"a\", guest = \"/x/\" }]",
+                "trailing",
+            ),
             (
                 "argv = [\"t\"]\npreopens = [{ host = \"/\", guest = \"/h\" }]",
                 "neither absolute nor with `..`",
