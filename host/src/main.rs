@@ -1372,7 +1372,17 @@ fn network_summary(records: &[serde_json::Value]) -> String {
 }
 
 fn recover(a: StateArgs) -> Result<ExitCode> {
-    let log = open_log(&a)?;
+    let log = match postgres_url(&a) {
+        // Never as a live replica's identity: that would fence it.
+        Some(url) => {
+            let mut options = pg_options()?;
+            options.refuse_live_identity = true;
+            toolhost::log::PgEngine::open(&url, &options)
+                .map(toolhost::log::SessionLog::from_engine)
+                .map_err(|e| anyhow!("{e}"))?
+        }
+        None => open_log(&a)?,
+    };
     let r = log.recover().map_err(|e| anyhow!("{e}"))?;
     if r.recovered.is_empty() {
         outln!("nothing to recover");

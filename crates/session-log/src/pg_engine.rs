@@ -68,6 +68,12 @@ pub struct PgOptions {
     /// How long one database operation may take before it fails with
     /// [`LogError::Storage`] (its outcome then unknown). Default 30 s.
     pub op_timeout: Duration,
+    /// Refuse to open as a writer while this identity's lease still runs (a process
+    /// uses it, or one stopped less than a lease ago), instead of taking it over and
+    /// fencing that process: what `toolhost recover` asks, so that a shell that exports
+    /// a server's `TOOLHOST_REPLICA_ID` cannot fence the live server. Default `false`:
+    /// a restart takes over its predecessor's identity.
+    pub refuse_live_identity: bool,
 }
 
 impl Default for PgOptions {
@@ -78,6 +84,7 @@ impl Default for PgOptions {
             replica: default_replica_id(),
             lease: Duration::from_secs(10),
             op_timeout: Duration::from_secs(30),
+            refuse_live_identity: false,
         }
     }
 }
@@ -396,8 +403,10 @@ impl Worker {
         let log = self.options.log.clone();
         let replica = self.options.replica.clone();
         let lease_secs = self.options.lease.as_secs_f64();
-        self.epoch =
-            self.run_op(async |c| register(&mut c.client, &log, &replica, lease_secs).await)?;
+        let refuse_live = self.options.refuse_live_identity;
+        self.epoch = self.run_op(async |c| {
+            register(&mut c.client, &log, &replica, lease_secs, refuse_live).await
+        })?;
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters
             .durable_commits
@@ -833,6 +842,7 @@ async fn register(
     log: &str,
     replica: &str,
     lease_secs: f64,
+    refuse_live: bool,
 ) -> Result<i64, LogError> {
     let tx = client.transaction().await.map_err(from_pg)?;
     tx.execute(
@@ -842,6 +852,22 @@ async fn register(
     .await
     .map_err(from_pg)?;
     lock_log(&tx, log).await?;
+    if refuse_live {
+        let live = tx
+            .query_opt(
+                "SELECT lease_until::text FROM toolhost_replicas \
+                 WHERE log = $1 AND id = $2 AND lease_until > clock_timestamp()",
+                &[&log, &replica],
+            )
+            .await
+            .map_err(from_pg)?;
+        if let Some(row) = live {
+            let until: String = row.try_get(0).map_err(from_pg)?;
+            return Err(LogError::Invalid(format!(
+                "replica {replica:?} holds a lease until {until}: a process uses this identity (TOOLHOST_REPLICA_ID), or one stopped less than a lease ago; taking it over would fence that process. Stop it, or wait for the lease to end"
+            )));
+        }
+    }
     let row = tx
         .query_one(
             "INSERT INTO toolhost_replicas (log, id, epoch, lease_until) \

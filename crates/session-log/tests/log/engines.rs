@@ -59,6 +59,7 @@ pub fn pg_options(log: &str, replica: &str, lease: Duration) -> PgOptions {
         replica: replica.to_string(),
         lease,
         op_timeout: Duration::from_secs(20),
+        refuse_live_identity: false,
     }
 }
 

@@ -240,6 +240,27 @@ fn a_replica_declared_dead_cannot_commit_a_result_after_its_unknown() {
     assert_eq!(seqs(&events), (1..=events.len() as u64).collect::<Vec<_>>());
 }
 
+/// `refuse_live_identity` (what `toolhost recover` sets) does not take over an
+/// identity whose lease runs: the live replica is not fenced and keeps writing. Once
+/// that replica has stopped cleanly (its lease ended), the identity opens.
+#[test]
+fn an_identity_in_use_is_refused_to_whoever_must_not_fence_it() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("inuse");
+    let (live, _) = open(&url, &name, "r", Duration::from_secs(600));
+    live.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let mut options = pg_options(&name, "r", Duration::from_secs(600));
+    options.refuse_live_identity = true;
+    let err = PgEngine::open(&url, &options).unwrap_err();
+    assert!(matches!(err, LogError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("holds a lease until"), "{err}");
+    live.append(&[result("c1")], Durability::Durable).unwrap();
+    drop(live);
+    let recovering = SessionLog::from_engine(PgEngine::open(&url, &options).unwrap());
+    assert!(recovering.recover().unwrap().recovered.is_empty());
+}
+
 #[test]
 fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
     let Some(url) = pg_url() else { return };

@@ -97,3 +97,38 @@ fn a_run_killed_in_its_body_is_recovered_once_by_toolhost_recover() {
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, [1, 2, 3, 4]);
 }
+
+/// `toolhost recover` never takes over the identity of a live replica (a shell
+/// that exports a server's `TOOLHOST_REPLICA_ID`): it refuses, naming the lease,
+/// and the replica is not fenced.
+#[test]
+fn recover_refuses_the_identity_of_a_live_replica() {
+    use toolhost::log::{Durability, EventKind, NewEvent, PgEngine, PgOptions, SessionLog};
+    let Some(url) = pg_url() else { return };
+    let sb = Sandbox::new();
+    let log = format!("live-{}", std::process::id());
+    let replica = format!("server-{}", std::process::id());
+    let live = SessionLog::from_engine(
+        PgEngine::open(
+            &url,
+            &PgOptions {
+                log: log.clone(),
+                replica: replica.clone(),
+                lease: Duration::from_secs(600),
+                ..PgOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let out = command_on(Path::new(&url), &sb.ws(), &["recover"])
+        .env("TOOLHOST_PG_LOG", &log)
+        .env("TOOLHOST_REPLICA_ID", &replica)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holds a lease until"), "{err}");
+    // Not fenced: it still writes.
+    let event = NewEvent::new("c1", EventKind::ToolCall, serde_json::json!({}));
+    live.append(&[event], Durability::Durable).unwrap();
+}
