@@ -865,7 +865,31 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
             ),
         )
     })?;
+    let mut args = args;
+    whole_numbers_as_integers(&mut args);
     Ok(args)
+}
+
+/// Writes every whole number that came spelled as a float (`1.0`, `1e3`) as
+/// the integer it is. JSON Schema counts `1.0` as an integer, so validation
+/// accepts it; the tool must then read what was validated, and a guest
+/// parser that wants an integer refuses `1.0` (Rust's serde, Python's
+/// helper), after dispatch. Floats beyond 2^53 are left as they are.
+fn whole_numbers_as_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f.abs() <= 9_007_199_254_740_992.0
+            {
+                // Exact: |f| <= 2^53.
+                *n = serde_json::Number::from(f as i64);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
+        serde_json::Value::Object(map) => map.values_mut().for_each(whole_numbers_as_integers),
+        _ => {}
+    }
 }
 
 /// The result of an admitted call whose intent could not be made durable

@@ -80,6 +80,29 @@ async fn huge_names_are_cut_before_they_are_recorded() {
     assert!(recorded < 64 << 10, "{recorded} bytes recorded");
 }
 
+/// A whole number spelled as a float passes the schema's `integer`, and the
+/// tool reads it as the integer: `sleep` (Rust, `u64`) refused `1.0` after
+/// dispatch (TOOL_ERROR invalid-args).
+#[tokio::test]
+async fn whole_floats_reach_the_tool_as_integers() {
+    let ws = workspace();
+    let host = builder(ws.path()).build().await.unwrap();
+    for args in [r#"{"ms": 1.0}"#, r#"{"ms": 1e0}"#] {
+        let r = host
+            .call(CallRequest {
+                args: args.to_string(),
+                ..CallRequest::new("sleep", json!(null))
+            })
+            .await;
+        assert!(r.is_ok(), "{args}: {r:?}");
+        assert_eq!(r.canonical["slept_ms"], 1, "{args}");
+    }
+    let r = host
+        .call(CallRequest::new("sleep", json!({"ms": 1.5})))
+        .await;
+    assert_eq!(r.code(), Some(ErrorCode::InvalidArgs), "{:?}", r.error);
+}
+
 #[tokio::test]
 async fn bad_json_is_invalid_args_and_never_reaches_the_approver() {
     let ws = workspace();
