@@ -305,9 +305,11 @@ impl ApprovalStates {
                 ));
             }
             Err(e) => {
+                // The detail stays in the server's log, not in the answer.
+                tracing::warn!("approval state {call_id}: cannot read the session log: {e}");
                 return Err((
                     ErrorCode::ApprovalStateInvalid,
-                    format!("the session log could not tell whether the state was used: {e}"),
+                    "the session log could not tell whether the state was used".to_string(),
                 ));
             }
         }
@@ -323,9 +325,10 @@ impl ApprovalStates {
                     ));
                 }
                 Err(e) => {
+                    tracing::warn!("approval state {call_id}: cannot claim its use: {e}");
                     return Err((
                         ErrorCode::ApprovalStateInvalid,
-                        format!("the state's use could not be claimed: {e}"),
+                        "the state's use could not be claimed".to_string(),
                     ));
                 }
             }

@@ -141,9 +141,11 @@ impl Tasks {
 
 /// A task that is not running here, as the session log tells it.
 fn from_log(id: &str, principal: &str, log: &SessionLog) -> Result<DetailedTask, McpError> {
-    let events = log
-        .events_for_call(id)
-        .map_err(|e| McpError::internal_error(format!("the session log: {e}"), None))?;
+    let events = log.events_for_call(id).map_err(|e| {
+        // The detail (paths, database errors) stays in the server's log.
+        tracing::warn!("tasks: cannot read the session log: {e}");
+        McpError::internal_error("the session log could not be read", None)
+    })?;
     let call = events.iter().find(|e| e.kind == EventKind::ToolCall);
     let owner = call
         .and_then(|c| c.payload.get("principal"))
