@@ -5,7 +5,7 @@
 //! stdout/stderr passed through (up to a cap each) and its exit status
 //! passed through.
 
-use crate::runtime::{LoadError, Receipt, Run, Runtime, StoreBuilder, race};
+use crate::runtime::{LoadError, Receipt, Run, Runtime, STUCK_GRACE, StoreBuilder, race};
 pub use crate::sandbox::{CommandSpec, SandboxSpec};
 use crate::state::Interrupt;
 use toolhost_core::{ErrorCode, SandboxMode};
@@ -81,12 +81,53 @@ pub async fn run_command(
         }
     };
     let (deadline, interrupt) = run.deadline();
-    let store = &mut run.store;
-    let raced = race(program.run(store), deadline, &interrupt).await;
-    let outcome = outcome(&mut run, raced);
-    Ok(ExecReport {
-        outcome,
-        receipt: run.receipt(),
+    // The program runs on a thread of its own, so that one stuck in a host
+    // system call nothing interrupts (writing to an output nobody reads,
+    // reading a FIFO) is abandoned shortly after its deadline or its
+    // cancellation, as a tool's body is. An abandoned thread is left to end
+    // when that system call returns (the CLI's process exits first).
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::runtime::Handle::current();
+    let body_interrupt = interrupt.clone();
+    std::thread::spawn(move || {
+        let report = handle.block_on(async move {
+            let raced = race(program.run(&mut run.store), deadline, &body_interrupt).await;
+            let outcome = outcome(&mut run, raced);
+            ExecReport {
+                outcome,
+                receipt: run.receipt(),
+            }
+        });
+        let _ = done_tx.send(report);
+    });
+    let abandoned = |code: ErrorCode, message: &str| ExecReport {
+        outcome: ExecOutcome::Failed {
+            code,
+            message: message.to_string(),
+        },
+        receipt: Receipt {
+            mode: Some(spec.mode),
+            ..Receipt::default()
+        },
+    };
+    Ok(tokio::select! {
+        biased;
+        done = done_rx => done.unwrap_or_else(|_| abandoned(
+            ErrorCode::Trap,
+            "the thread running the program ended without a report",
+        )),
+        () = tokio::time::sleep_until(deadline + STUCK_GRACE) => abandoned(
+            ErrorCode::Timeout,
+            "the program did not stop at its deadline: it is blocked in a host system call \
+             (such as writing to an output nobody reads); abandoned",
+        ),
+        () = async {
+            interrupt.cancelled().await;
+            tokio::time::sleep(STUCK_GRACE).await;
+        } => abandoned(
+            ErrorCode::Cancelled,
+            "the program was cancelled while blocked in a host system call; abandoned",
+        ),
     })
 }
 

@@ -436,6 +436,41 @@ fn exec_memory_limit_counts_every_memory() {
     assert!(stderr(&out).contains("MEMORY_LIMIT"), "{}", stderr(&out));
 }
 
+/// The deadline holds while the program is blocked writing to an output
+/// nobody reads (the pipe is full; neither the epoch nor the race can stop a
+/// write the host makes for it): the program is abandoned shortly after its
+/// deadline and toolhost exits 125 with TIMEOUT. It waited forever.
+#[test]
+fn exec_deadline_holds_while_output_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![b'x'; 4 << 20]).unwrap();
+    let mut child = exec(p1::CAT)
+        .arg("--stdin")
+        .arg(&big)
+        .args(["--timeout-ms", "1000", "--max-output", "67108864"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nobody reads stdout. The run must end by itself, well within 60 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("toolhost exec did not end at the program's deadline");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(125));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("TIMEOUT"), "{err}");
+}
+
 /// Output past `--max-output` is refused: exactly the cap reaches stdout,
 /// and toolhost exits 125 with OUTPUT_TOO_LARGE.
 #[test]
