@@ -14,7 +14,7 @@
 /// version-1 database by the first writer of this build that opens it); 3,
 /// `toolhost_append` renews the lease from the time of its update
 /// (`clock_timestamp()`), not from the start of its transaction (`now()`), which may
-/// have waited for the log's row lock longer than a lease ([`CREATE_APPEND`], replaced
+/// have waited for the log's row lock longer than a lease (`CREATE_APPEND`, replaced
 /// in an older database by the first writer of this build that opens it).
 pub const PG_SCHEMA_VERSION: u64 = 3;
 
