@@ -44,6 +44,13 @@ impl Recorder {
     /// Resolves once `call_id`'s first events (its `tool/call` record and
     /// the event written with it) are appended, durably or lazily; dropped
     /// without resolving if the write fails. Register before the call runs.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(
+            dead_code,
+            reason = "only the MCP server waits for a call's first write"
+        )
+    )]
     pub(crate) fn on_first_write(&self, call_id: &str) -> tokio::sync::oneshot::Receiver<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Ok(mut w) = self.first_write.lock() {
@@ -53,6 +60,13 @@ impl Recorder {
     }
 
     /// Drops the waiter of `call_id`, if it is still there (its wait ended).
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(
+            dead_code,
+            reason = "only the MCP server waits for a call's first write"
+        )
+    )]
     pub(crate) fn forget_first_write(&self, call_id: &str) {
         if let Ok(mut w) = self.first_write.lock() {
             w.remove(call_id);

@@ -783,6 +783,10 @@ impl Host {
     /// Refuses a call before the pipeline looks at it (an MCP approval
     /// state that does not verify): its call record and the refusal go to
     /// the log under a new call id.
+    #[cfg_attr(
+        not(feature = "mcp"),
+        allow(dead_code, reason = "only the MCP server refuses unheard calls")
+    )]
     pub(crate) fn refuse_unheard(
         &self,
         tool: &str,
