@@ -157,6 +157,23 @@ async fn frame_input<R, W>(
 /// The id of an answer (a message with an id and no method), if `line`,
 /// written by rmcp, is one.
 fn answer_id(line: &[u8]) -> Option<serde_json::Value> {
+    // rmcp writes an answer as `{"jsonrpc":"2.0","id":ID,"result"|"error":…}`:
+    // read the id there without parsing the (possibly large) result.
+    const PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    if let Some(rest) = line.strip_prefix(PREFIX) {
+        let mut values = serde_json::Deserializer::from_slice(rest).into_iter();
+        if let Some(Ok(id)) = values.next() {
+            let after = &rest[values.byte_offset()..];
+            let answer = after.starts_with(br#","result":"#) || after.starts_with(br#","error":"#);
+            let id: serde_json::Value = id;
+            if answer && !id.is_null() {
+                return Some(id);
+            }
+            if after.starts_with(br#","method":"#) {
+                return None;
+            }
+        }
+    }
     #[derive(serde::Deserialize)]
     struct Head {
         id: Option<serde_json::Value>,
@@ -287,6 +304,24 @@ mod tests {
         }
         let id = answer_id(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#);
         assert_eq!(id, Some(serde_json::json!(3)));
+        // The same ids, and the same non-answers, whichever way they are read.
+        for (line, want) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":"a,b","error":{"code":1,"message":"x"}}"#[..],
+                Some(serde_json::json!("a,b")),
+            ),
+            (
+                br#"{"id":-7,"jsonrpc":"2.0","result":{"x":[1,2]}}"#,
+                Some(serde_json::json!(-7)),
+            ),
+            (br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#, None),
+            (
+                br#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"x"}}"#,
+                None,
+            ),
+        ] {
+            assert_eq!(answer_id(line), want, "{}", String::from_utf8_lossy(line));
+        }
         in_flight.answered(&serde_json::json!(3));
         let n = rmcp_in.read(&mut buf).await.unwrap_or(0);
         assert!(
