@@ -528,6 +528,71 @@ struct Answering {
 /// connection gone).
 struct Answer(Arc<Answering>);
 
+/// The most requests one bearer token may have open at once (each with the
+/// stream it answers on, until that ends): a quarter of [`MAX_CONNECTIONS`],
+/// so that no client holds every connection. Past it: 429.
+pub const MAX_REQUESTS_PER_TOKEN: usize = MAX_CONNECTIONS / 4;
+
+/// The open requests of each token (by its SHA-256).
+#[derive(Default)]
+struct TokenSlots(std::sync::Mutex<std::collections::HashMap<[u8; 32], usize>>);
+
+/// One open request of a token, released when dropped (with its response).
+struct TokenSlot {
+    slots: Arc<TokenSlots>,
+    token: [u8; 32],
+}
+
+impl TokenSlots {
+    fn counts(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<[u8; 32], usize>> {
+        match self.0.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// A slot for `token`, unless it has [`MAX_REQUESTS_PER_TOKEN`] open.
+    fn take(self: &Arc<Self>, token: [u8; 32]) -> Option<TokenSlot> {
+        let mut counts = self.counts();
+        let open = counts.entry(token).or_default();
+        if *open >= MAX_REQUESTS_PER_TOKEN {
+            return None;
+        }
+        *open += 1;
+        Some(TokenSlot {
+            slots: self.clone(),
+            token,
+        })
+    }
+}
+
+impl Drop for TokenSlot {
+    fn drop(&mut self) {
+        let mut counts = self.slots.counts();
+        if let Some(open) = counts.get_mut(&self.token) {
+            *open -= 1;
+            if *open == 0 {
+                counts.remove(&self.token);
+            }
+        }
+    }
+}
+
+/// `response`, holding `slot` until its body has been sent (or dropped).
+fn holding(response: Response<Body>, slot: Option<TokenSlot>) -> Response<Body> {
+    let Some(slot) = slot else {
+        return response;
+    };
+    let (parts, body) = response.into_parts();
+    let body = body
+        .map_frame(move |frame| {
+            let _held = &slot;
+            frame
+        })
+        .boxed();
+    Response::from_parts(parts, body)
+}
+
 impl Answer {
     fn new(answering: &Arc<Answering>) -> Answer {
         answering.open.fetch_add(1, Ordering::SeqCst);
@@ -587,6 +652,8 @@ struct Front {
     /// credential that works for another principal. At most one entry per
     /// open session (closed ones are dropped when a session opens).
     owners: std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
+    /// With `--tokens`: each token's open requests.
+    slots: Arc<TokenSlots>,
 }
 
 /// The SHA-256 of the bearer token `headers` offer, if any.
@@ -652,13 +719,32 @@ impl Front {
                 return plain(StatusCode::NOT_FOUND, "Not Found: no such session\n");
             }
         }
+        // No token holds more than its share of the connections.
+        let slot = match token {
+            Some(t) => match self.slots.take(t) {
+                Some(slot) => Some(slot),
+                None => {
+                    tracing::warn!(
+                        "refused a request: its token has {MAX_REQUESTS_PER_TOKEN} requests open"
+                    );
+                    let mut r = plain(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "Too Many Requests: this token has too many requests open\n",
+                    );
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                    return r;
+                }
+            },
+            None => None,
+        };
         // The session's handler reads who is calling from here (rmcp
         // passes the request's parts on to it).
         if let Some(caller) = caller {
             request.extensions_mut().insert(caller);
         }
         if request.method() != http::Method::POST {
-            return self.forward(request).await;
+            return holding(self.forward(request).await, slot);
         }
         // A POST's body is read here, whole, within a time limit (a client
         // that trickles a body cannot hold a connection), and only one that
@@ -713,9 +799,11 @@ impl Front {
                 return r;
             }
         }
-        let response = self
-            .forward(Request::from_parts(parts, Full::new(bytes)))
-            .await;
+        let response = holding(
+            self.forward(Request::from_parts(parts, Full::new(bytes)))
+                .await,
+            slot,
+        );
         if new_session
             && let Some(token) = token
             && let Some(id) = response
@@ -850,6 +938,7 @@ pub async fn serve_http_until(
         answering: answering.clone(),
         operator: http.approvals.clone().map(|queue| (queue, server.clone())),
         owners: std::sync::Mutex::default(),
+        slots: Arc::default(),
     });
 
     let reloader = options.watch.clone().map(|dir| {

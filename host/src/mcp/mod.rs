@@ -54,8 +54,8 @@ mod tasks;
 pub use announce::APPROVALS_LOGGER;
 pub use approval::McpApprover;
 pub use http::{
-    DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS, MAX_SESSIONS,
-    MCP_PATH, Tokens, serve_http, serve_http_until,
+    DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS,
+    MAX_REQUESTS_PER_TOKEN, MAX_SESSIONS, MCP_PATH, Tokens, serve_http, serve_http_until,
 };
 pub use mrtr::{
     APPROVAL_INPUT, APPROVAL_KEY_FILE, ApprovalKeyStore, ApprovalStates,

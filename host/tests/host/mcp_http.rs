@@ -829,6 +829,77 @@ async fn http_a_session_answers_only_the_token_that_opened_it() {
     assert!(list["result"]["tools"].is_array(), "{list}");
 }
 
+/// With `--tokens`, one token has at most `MAX_REQUESTS_PER_TOKEN` requests
+/// open (here: POSTs whose bodies never come); the next gets 429 while
+/// another token is served, and the token is served again once its requests
+/// end. One token could hold every connection.
+#[tokio::test]
+async fn http_one_token_cannot_hold_every_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = crate::support::tempdir();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice-token alice\nbob-token bob\n").unwrap();
+    let s = Server::start(&["--tokens", tokens.to_str().unwrap()]);
+    let c = s.client();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{",
+        c.host
+    );
+    let mut held = Vec::new();
+    for _ in 0..toolhost::mcp::MAX_REQUESTS_PER_TOKEN {
+        let mut stream = tokio::net::TcpStream::connect(c.addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        held.push(stream);
+    }
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
+    // Once the server has read every held head, alice is refused.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let reply = c
+            .clone()
+            .with("authorization", "Bearer alice-token")
+            .post(&init)
+            .await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice was never refused"
+        );
+        tokio::task::yield_now().await;
+    }
+    let bob = c
+        .clone()
+        .with("authorization", "Bearer bob-token")
+        .post(&init)
+        .await;
+    assert_eq!(bob.status, StatusCode::OK);
+    // Her requests end (connections closed): she is served again.
+    for mut stream in held {
+        let _ = stream.shutdown().await;
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let reply = c
+            .clone()
+            .with("authorization", "Bearer alice-token")
+            .post(&init)
+            .await;
+        if reply.status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice was not served again"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 /// An operator decides a call's approval over HTTP (`--approver queue`):
 /// only with a token of an owner, exactly once.
 #[tokio::test]
