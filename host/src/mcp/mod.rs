@@ -293,13 +293,30 @@ where
     });
 
     let stop = running.cancellation_token();
+    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let signals = tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("stopping the MCP server");
         stop.cancel();
+        let _ = stopped_tx.send(());
     });
-    let quit = running.waiting().await;
-    tracing::info!(?quit, "the MCP session ended");
+    // rmcp ends a session only once every answer it holds is written: with a
+    // client that reads nothing more, never. A stop (SIGTERM, Ctrl-C) waits
+    // for that at most SIGNAL_GRACE, then goes on without it.
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    tokio::select! {
+        quit = &mut waiting => tracing::info!(?quit, "the MCP session ended"),
+        () = async {
+            if stopped_rx.await.is_ok() {
+                tokio::time::sleep(SIGNAL_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => tracing::warn!(
+            "the MCP client did not take the session's last answers within {SIGNAL_GRACE:?}; stopping without them"
+        ),
+    }
     // The client's requests were cancelled with the session; the tasks it
     // started run on their own: interrupt them too, and wait (bounded) for
     // every body to stop and its result to be recorded, as a cancelled
@@ -321,6 +338,10 @@ where
     flush_log(&server.host()).await;
     Ok(())
 }
+
+/// How long a stop (SIGTERM, Ctrl-C) waits for a stdio client to take the
+/// answers the session still holds.
+const SIGNAL_GRACE: Duration = Duration::from_secs(2);
 
 /// Commits what the session log still holds (results ride on the next
 /// durable commit), off the async threads.

@@ -661,13 +661,36 @@ fn flood_until_stalled(
     (writer, last)
 }
 
+/// A child process killed when dropped (a failed test leaves none behind).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Killed {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// `toolhost serve --mcp` on fresh directories, initialized, with stdout
 /// not read any further.
 fn started_unread(
     extra: &[&str],
     stderr: Stdio,
 ) -> (
-    Child,
+    Killed,
     ChildStdin,
     BufReader<std::process::ChildStdout>,
     [tempfile::TempDir; 2],
@@ -700,7 +723,7 @@ fn started_unread(
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert!(line.contains("\"init\""), "{line}");
-    (child, stdin, stdout, [ws, state])
+    (Killed(child), stdin, stdout, [ws, state])
 }
 
 /// A client that sends requests and does not read the answers is slowed
@@ -798,4 +821,26 @@ fn a_tools_directory_inside_the_workspace_is_refused() {
     assert!(!out.status.success(), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is inside the workspace"), "{err}");
+}
+
+/// A stop (SIGTERM) ends a server whose client has stopped reading: the
+/// answers rmcp still holds are given up after a short grace. It waited for
+/// them forever.
+#[test]
+fn sigterm_stops_a_server_whose_client_does_not_read() {
+    let (mut child, stdin, _stdout, _dirs) = started_unread(&[], Stdio::null());
+    let (_writer, _) = flood_until_stalled(stdin, "tools/list", 20_000);
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
