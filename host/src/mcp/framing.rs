@@ -88,7 +88,12 @@ async fn frame_input<R, W>(
     let mut input = BufReader::new(input);
     let mut line = Vec::new();
     loop {
-        in_flight.wait_for_room().await;
+        // Waits for room; but once the writer is gone (stdout closed: the
+        // client died) no answer will ever make room, so stop reading.
+        tokio::select! {
+            () = in_flight.wait_for_room() => {}
+            () = errors.closed() => break,
+        }
         line.clear();
         let read = (&mut input)
             .take(MAX_MESSAGE_BYTES as u64 + 1)

@@ -17,7 +17,7 @@ use super::protocol::Server;
 use rmcp::model::{RequestId, ServerConfig};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
 use rmcp::{ErrorData as McpError, model};
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
@@ -27,19 +27,31 @@ use tokio::sync::Notify;
 pub const MAX_IN_FLIGHT: usize = 2 * super::MAX_CALLS_IN_FLIGHT;
 
 /// The requests of one session counted between their handler's start and
-/// their answer on stdout, by id (a client may reuse an id; each use
-/// counts).
+/// their answer on stdout, by id. An id counts once however often a client
+/// reuses it while it is open: rmcp keeps one answer per open id (it drops
+/// the other), so that is what can wait. A cancelled request is uncounted
+/// at its cancellation: rmcp drops its answer.
 #[derive(Default)]
 pub(super) struct InFlight {
-    ids: Mutex<Counts>,
+    ids: Mutex<Ids>,
     room: Notify,
 }
 
+/// The ids counted, and the ids cancelled while not counted (a cancellation
+/// can be handled before its request's handler starts): the next start of
+/// such an id is not counted. At most [`MAX_EARLY_CANCELS`] of those are
+/// kept, oldest dropped, so a client that cancels what it never sent cannot
+/// grow them; a dropped one makes a later request count once more than it
+/// should until its answer, never less.
 #[derive(Default)]
-struct Counts {
-    by_id: HashMap<String, usize>,
-    total: usize,
+struct Ids {
+    open: HashSet<String>,
+    early: HashSet<String>,
+    early_order: std::collections::VecDeque<String>,
 }
+
+/// The most cancellations of requests not yet counted that are remembered.
+const MAX_EARLY_CANCELS: usize = 1024;
 
 /// An id as the key both sides agree on: its JSON text as rmcp writes it.
 fn key(id: &RequestId) -> String {
@@ -47,7 +59,7 @@ fn key(id: &RequestId) -> String {
 }
 
 impl InFlight {
-    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+    fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
         match self.ids.lock() {
             Ok(c) => c,
             Err(poisoned) => poisoned.into_inner(),
@@ -56,31 +68,45 @@ impl InFlight {
 
     /// A request's handler starts.
     pub(super) fn begin(&self, id: &RequestId) {
-        let mut c = self.counts();
-        *c.by_id.entry(key(id)).or_default() += 1;
-        c.total += 1;
+        let id = key(id);
+        let mut ids = self.ids();
+        if ids.early.remove(&id) {
+            ids.early_order.retain(|e| *e != id);
+            return;
+        }
+        ids.open.insert(id);
     }
 
     /// An answer carrying `id` (as JSON) was written. Answers to requests
-    /// not counted (the `initialize` rmcp answers itself) change nothing.
+    /// not counted change nothing.
     pub(super) fn answered(&self, id: &serde_json::Value) {
-        let id = id.to_string();
-        let mut c = self.counts();
-        let Some(n) = c.by_id.get_mut(&id) else {
-            return;
-        };
-        *n -= 1;
-        if *n == 0 {
-            c.by_id.remove(&id);
+        if self.ids().open.remove(&id.to_string()) {
+            self.room.notify_waiters();
         }
-        c.total -= 1;
-        drop(c);
-        self.room.notify_waiters();
+    }
+
+    /// The request `id` was cancelled: rmcp drops its answer.
+    fn cancelled(&self, id: &RequestId) {
+        let id = key(id);
+        let mut ids = self.ids();
+        if ids.open.remove(&id) {
+            drop(ids);
+            self.room.notify_waiters();
+            return;
+        }
+        if ids.early.insert(id.clone()) {
+            ids.early_order.push_back(id);
+            if ids.early_order.len() > MAX_EARLY_CANCELS
+                && let Some(oldest) = ids.early_order.pop_front()
+            {
+                ids.early.remove(&oldest);
+            }
+        }
     }
 
     /// How many requests are counted.
     pub(super) fn len(&self) -> usize {
-        self.counts().total
+        self.ids().open.len()
     }
 
     /// Returns once fewer than [`MAX_IN_FLIGHT`] requests are counted.
@@ -122,6 +148,11 @@ impl Service<RoleServer> for Counted {
         notification: model::ClientNotification,
         context: NotificationContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if let model::ClientNotification::CancelledNotification(n) = &notification
+            && let Some(id) = &n.params.request_id
+        {
+            self.in_flight.cancelled(id);
+        }
         Service::handle_notification(&self.server, notification, context).await
     }
 
@@ -139,21 +170,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_use_of_an_id_counts_until_its_answer() {
+    fn an_id_counts_once_until_its_answer_or_its_cancellation() {
         let f = InFlight::default();
         let one = RequestId::Number(1);
         f.begin(&one);
         f.begin(&one);
         f.begin(&RequestId::String("1".into()));
-        assert_eq!(f.len(), 3);
+        assert_eq!(f.len(), 2, "a reused open id counts once");
         f.answered(&serde_json::json!(1));
-        assert_eq!(f.len(), 2);
+        assert_eq!(f.len(), 1);
         // An answer to a request never counted changes nothing.
         f.answered(&serde_json::json!(7));
-        assert_eq!(f.len(), 2);
-        f.answered(&serde_json::json!("1"));
-        f.answered(&serde_json::json!(1));
-        f.answered(&serde_json::json!(1));
+        assert_eq!(f.len(), 1);
+        f.cancelled(&RequestId::String("1".into()));
         assert_eq!(f.len(), 0);
+        f.answered(&serde_json::json!("1"));
+        assert_eq!(f.len(), 0);
+        // A cancellation handled before its request's handler started: that
+        // start is not counted (its answer will be dropped).
+        f.cancelled(&RequestId::Number(9));
+        f.begin(&RequestId::Number(9));
+        assert_eq!(f.len(), 0);
+        f.begin(&RequestId::Number(9));
+        assert_eq!(f.len(), 1, "only the one start is skipped");
+        // Cancellations of what was never sent are remembered boundedly.
+        for i in 0..(MAX_EARLY_CANCELS as i64 + 10) {
+            f.cancelled(&RequestId::Number(1000 + i));
+        }
+        assert_eq!(f.ids().early.len(), MAX_EARLY_CANCELS);
+        assert_eq!(f.ids().early_order.len(), MAX_EARLY_CANCELS);
     }
 }

@@ -844,3 +844,43 @@ fn sigterm_stops_a_server_whose_client_does_not_read() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Cancelled requests do not count against the bound on unanswered
+/// requests: rmcp drops a cancelled request's answer, so a count kept until
+/// the answer is written would grow by one per cancellation until, at 512,
+/// the server stopped reading for good. 800 calls, each cancelled at once,
+/// and the server still answers.
+#[test]
+fn cancelled_requests_do_not_fill_the_bound() {
+    let mut s = Server::start();
+    for id in 0..800u64 {
+        s.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "sleep", "arguments": {"ms": 30000}}}),
+        );
+        s.send(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "test"}}),
+        );
+    }
+    s.send(&json!({"jsonrpc": "2.0", "id": 5000, "method": "ping"}));
+    let pong = s.response(&json!(5000));
+    assert!(pong.get("result").is_some(), "{pong}");
+}
+
+/// A client that stops reading and then dies does not leave its server
+/// running: the reader, waiting for room, stops once stdout is gone.
+#[test]
+fn a_server_whose_stalled_client_dies_exits() {
+    let (mut child, stdin, stdout, _dirs) = started_unread(&[], Stdio::null());
+    let (_writer, _) = flood_until_stalled(stdin, "tools/list", 20_000);
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server outlived its client");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
