@@ -206,7 +206,14 @@ impl Manifest {
             detail,
         };
         // A regular file, read through its open handle and never past the cap (a
-        // symbolic link to a device would otherwise be read without end).
+        // symbolic link to a device would otherwise be read without end; opening
+        // a FIFO would wait for a writer, so that is checked before opening).
+        let regular = std::fs::metadata(path)
+            .map_err(|e| invalid(format!("cannot read it: {e}")))?
+            .is_file();
+        if !regular {
+            return Err(invalid("it is not a regular file".to_string()));
+        }
         let file =
             std::fs::File::open(path).map_err(|e| invalid(format!("cannot read it: {e}")))?;
         let meta = file
@@ -760,6 +767,18 @@ allow_dash = ["nope"]"#,
         let m = Manifest::load(&manifest).unwrap_or_else(|e| panic!("{e}"));
         let lib = std::fs::canonicalize(d.join("lib")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(m.preopens[0].host, lib);
+        let fifo = d.join("f.tool.toml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(made.success());
+        let e = Manifest::load(&fifo).err();
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.detail.contains("not a regular file")),
+            "{e:?}"
+        );
         let device = d.join("z.tool.toml");
         std::os::unix::fs::symlink("/dev/zero", &device).unwrap_or_else(|e| panic!("{e}"));
         let e = Manifest::load(&device).err();

@@ -99,10 +99,13 @@ pub(super) async fn handle(
             };
             // A principal never decides its own call: the agent that made it
             // may hold the same token.
-            let own = queue.pending().await.is_ok_and(|pending| {
-                pending
-                    .iter()
-                    .any(|r| r.approval_id == id && r.principal.as_deref() == Some(&caller.0))
+            // Fail closed: a request that cannot be checked is not decided.
+            let pending = match queue.pending().await {
+                Ok(pending) => pending,
+                Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+            };
+            let own = pending.iter().any(|r| {
+                r.approval_id.eq_ignore_ascii_case(&id) && r.principal.as_deref() == Some(&caller.0)
             });
             if own {
                 return error(
