@@ -748,8 +748,11 @@ async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Resul
     // (A reader also opens an older one: it reads only tables every version has.)
     if let Some(version) = schema_version(client, &table).await? {
         check_version(version)?;
-        if !writer || u64::try_from(version).is_ok_and(|v| v == PG_SCHEMA_VERSION) {
+        if !writer {
             return Ok(());
+        }
+        if u64::try_from(version).is_ok_and(|v| v == PG_SCHEMA_VERSION) {
+            return ensure_append_current(client, schema).await;
         }
     }
     if !writer {
@@ -779,9 +782,7 @@ async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Resul
             if version < 2 {
                 tx.batch_execute(CREATE_APPROVALS).await.map_err(from_pg)?;
             }
-            if version < 3 {
-                tx.batch_execute(CREATE_APPEND).await.map_err(from_pg)?;
-            }
+            tx.batch_execute(CREATE_APPEND).await.map_err(from_pg)?;
             let current = i64::try_from(PG_SCHEMA_VERSION).unwrap_or(i64::MAX);
             tx.execute(
                 "UPDATE toolhost_schema SET version = $1 WHERE id = 1",
@@ -803,6 +804,34 @@ async fn ensure_schema(client: &mut Client, schema: &str, writer: bool) -> Resul
             .map_err(from_pg)?;
         }
     }
+    tx.commit().await.map_err(from_pg)
+}
+
+/// Puts this build's append function in place of an older body (one that renews the
+/// lease from its transaction's start), under the schema lock. Its signature is the
+/// same, so replicas of either build go on calling it.
+async fn ensure_append_current(client: &mut Client, schema: &str) -> Result<(), LogError> {
+    let function = format!("{}.toolhost_append", quoted(schema));
+    let current = client
+        .query_one(
+            "SELECT coalesce(pg_get_functiondef(to_regproc($1)) LIKE '%clock_timestamp()%', false)",
+            &[&function],
+        )
+        .await
+        .map_err(from_pg)?;
+    if current.try_get::<_, bool>(0).map_err(from_pg)? {
+        return Ok(());
+    }
+    let tx = client.transaction().await.map_err(from_pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .await
+        .map_err(from_pg)?;
+    tx.batch_execute(&format!(
+        "SET LOCAL search_path TO {q}; {CREATE_APPEND}",
+        q = quoted(schema)
+    ))
+    .await
+    .map_err(from_pg)?;
     tx.commit().await.map_err(from_pg)
 }
 

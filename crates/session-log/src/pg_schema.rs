@@ -11,12 +11,13 @@
 ///
 /// History: 1, the first schema (`toolhost_logs`, `toolhost_events`, `toolhost_pending`,
 /// `toolhost_replicas`); 2, `toolhost_approvals` (two-phase approvals, added to a
-/// version-1 database by the first writer of this build that opens it); 3,
-/// `toolhost_append` renews the lease from the time of its update
-/// (`clock_timestamp()`), not from the start of its transaction (`now()`), which may
-/// have waited for the log's row lock longer than a lease (`CREATE_APPEND`, replaced
-/// in an older database by the first writer of this build that opens it).
-pub const PG_SCHEMA_VERSION: u64 = 3;
+/// version-1 database by the first writer of this build that opens it).
+///
+/// The append function is not versioned: its signature and what it writes stay the
+/// same, so builds of one version can share a database. A writer replaces an older
+/// body when it opens the log (`CREATE_APPEND`; since 2026-12-05 it renews the lease
+/// from `clock_timestamp()`, not from its transaction's start).
+pub const PG_SCHEMA_VERSION: u64 = 2;
 
 /// The advisory lock that serialises schema creation between replicas starting together.
 pub(crate) const SCHEMA_LOCK: i64 = 0x746f_6f6c_686f_7374; // "toolhost"
@@ -99,7 +100,7 @@ CREATE TABLE toolhost_approvals (
 ";
 
 /// The append function (see [`CREATE`] for the tables it writes): created with the
-/// tables, and replaced when a database of version 2 or older is migrated.
+/// tables, and put in place of an older body by a writer that opens the log.
 pub(crate) const CREATE_APPEND: &str = "
 -- One append in one statement (its own transaction, one round trip): lock the log's
 -- row, renew the lease if the epoch is still ours (else TH001: fenced), insert the

@@ -131,7 +131,7 @@ fn recovery_decides_only_requests_nobody_can_wait_for() {
 }
 
 /// A version-1 database gains the approvals table (version 2) and the append function
-/// that renews leases from the time of its update (version 3).
+/// that renews leases from the time of its update.
 #[test]
 fn a_version_1_database_is_brought_up_to_date_when_a_writer_opens_it() {
     let Some(url) = pg_url() else { return };
@@ -182,6 +182,25 @@ fn a_version_1_database_is_brought_up_to_date_when_a_writer_opens_it() {
     assert!(
         migrated.contains("clock_timestamp()") && !migrated.contains("now()"),
         "{migrated}"
+    );
+    // A database of the current version whose append function an older build
+    // created: a writer replaces the body (the version stays, so older builds
+    // still open it); a reader leaves it.
+    sql(&url, &migrated.replace("clock_timestamp()", "now()"));
+    drop(PgEngine::open_reader(&url, &options).unwrap());
+    assert!(definition(&url).contains("now()"));
+    drop(PgEngine::open(&url, &options).unwrap());
+    let replaced = definition(&url);
+    assert!(
+        replaced.contains("clock_timestamp()") && !replaced.contains("now()"),
+        "{replaced}"
+    );
+    assert_eq!(
+        sql_value(
+            &url,
+            &format!("SELECT version::text FROM \"{schema}\".toolhost_schema")
+        ),
+        Some(PG_SCHEMA_VERSION.to_string())
     );
     sql(&url, &format!("DROP SCHEMA \"{schema}\" CASCADE"));
 }
