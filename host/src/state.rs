@@ -36,6 +36,16 @@ pub struct Progress {
 /// MCP client). Called on the thread running the guest: keep it cheap.
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 
+/// `mutex`'s guard, also when a thread panicked holding it: what these
+/// mutexes guard stays consistent between statements, so a poisoned lock
+/// still holds usable data.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
 /// `s` cut to at most `max` bytes (on a character boundary), with `…`
 /// appended when something was cut. The one place that shortens text.
 pub(crate) fn cut(s: &str, max: usize) -> String {

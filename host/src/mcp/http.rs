@@ -544,16 +544,9 @@ struct TokenSlot {
 }
 
 impl TokenSlots {
-    fn counts(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<[u8; 32], usize>> {
-        match self.0.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
     /// A slot for `token`, unless it has [`MAX_REQUESTS_PER_TOKEN`] open.
     fn take(self: &Arc<Self>, token: [u8; 32]) -> Option<TokenSlot> {
-        let mut counts = self.counts();
+        let mut counts = crate::state::lock(&self.0);
         let open = counts.entry(token).or_default();
         if *open >= MAX_REQUESTS_PER_TOKEN {
             return None;
@@ -568,7 +561,7 @@ impl TokenSlots {
 
 impl Drop for TokenSlot {
     fn drop(&mut self) {
-        let mut counts = self.slots.counts();
+        let mut counts = crate::state::lock(&self.slots.0);
         if let Some(open) = counts.get_mut(&self.token) {
             *open -= 1;
             if *open == 0 {
@@ -713,7 +706,7 @@ impl Front {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         if let (Some(session), Some(token)) = (&session, &token) {
-            let owner = self.owners_map().get(session).copied();
+            let owner = crate::state::lock(&self.owners).get(session).copied();
             if owner.is_some_and(|o| !bool::from(o.ct_eq(token))) {
                 tracing::warn!("refused a request on a session another token opened");
                 return plain(StatusCode::NOT_FOUND, "Not Found: no such session\n");
@@ -812,18 +805,11 @@ impl Front {
                 .and_then(|v| v.to_str().ok())
         {
             let open = self.sessions.sessions.read().await;
-            let mut owners = self.owners_map();
+            let mut owners = crate::state::lock(&self.owners);
             owners.retain(|s, _| open.keys().any(|k| k.as_ref() == s.as_str()));
             owners.insert(id.to_string(), token);
         }
         response
-    }
-
-    fn owners_map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, [u8; 32]>> {
-        match self.owners.lock() {
-            Ok(o) => o,
-            Err(poisoned) => poisoned.into_inner(),
-        }
     }
 
     /// Hands `request` (past the front door's checks) to rmcp.

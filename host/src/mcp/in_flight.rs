@@ -60,10 +60,7 @@ fn key(id: &RequestId) -> String {
 
 impl InFlight {
     fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
-        match self.ids.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::state::lock(&self.ids)
     }
 
     /// A request's handler starts.
