@@ -900,6 +900,55 @@ async fn http_one_token_cannot_hold_every_connection() {
     }
 }
 
+/// A session opened with `token` whose `write_file` of `path` (request `id`)
+/// waits for its approval; its answer once decided.
+async fn write_in_session(
+    s: &Server,
+    token: &str,
+    id: u64,
+    path: &str,
+) -> tokio::task::JoinHandle<Value> {
+    let c = s
+        .client()
+        .with("authorization", &format!("Bearer {token}"))
+        .initialize(json!({}))
+        .await;
+    let path = path.to_string();
+    tokio::spawn(async move {
+        let mut reply = c
+            .post(&call(
+                id,
+                "write_file",
+                json!({"path": path, "content": "x"}),
+            ))
+            .await;
+        reply.message().await
+    })
+}
+
+/// The approval id of the pending `write_file` request `principal` made,
+/// as the owner alice lists it (polled until it is there).
+async fn pending_of(s: &Server, principal: &str) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, pending) =
+            operator(s, "GET", "/approvals", Some("alice-token"), json!(null)).await;
+        assert_eq!(status, StatusCode::OK, "{pending}");
+        if let Some(r) = pending
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["principal"] == principal))
+        {
+            assert_eq!(r["tool"], "write_file");
+            return r["approval_id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing of {principal} became pending"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An operator decides a call's approval over HTTP (`--approver queue`):
 /// only with a token of an owner, exactly once.
 #[tokio::test]
@@ -921,69 +970,12 @@ async fn http_operator_decides_a_queued_approval() {
         "--approver",
         "queue",
     ]);
-    let c = s
-        .client()
-        .with("authorization", "Bearer bob-token")
-        .initialize(json!({}))
-        .await;
-    let waiting = tokio::spawn(async move {
-        let mut reply = c
-            .post(&call(
-                1,
-                "write_file",
-                json!({"path": "out.txt", "content": "x"}),
-            ))
-            .await;
-        reply.message().await
-    });
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let id = loop {
-        let (status, pending) =
-            operator(&s, "GET", "/approvals", Some("alice-token"), json!(null)).await;
-        assert_eq!(status, StatusCode::OK, "{pending}");
-        if let Some(r) = pending.as_array().and_then(|a| a.first()) {
-            assert_eq!(r["tool"], "write_file");
-            break r["approval_id"].as_str().unwrap().to_string();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "nothing became pending"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let waiting = write_in_session(&s, "bob-token", 1, "out.txt").await;
+    let id = pending_of(&s, "bob").await;
     // alice's own call: listed with her as its principal, and her token
     // cannot decide it (the agent that made it holds that token).
-    let c = s
-        .client()
-        .with("authorization", "Bearer alice-token")
-        .initialize(json!({}))
-        .await;
-    let _mine = tokio::spawn(async move {
-        let mut reply = c
-            .post(&call(
-                2,
-                "write_file",
-                json!({"path": "own.txt", "content": "x"}),
-            ))
-            .await;
-        reply.message().await
-    });
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let own = loop {
-        let (_, pending) =
-            operator(&s, "GET", "/approvals", Some("alice-token"), json!(null)).await;
-        if let Some(r) = pending
-            .as_array()
-            .and_then(|a| a.iter().find(|r| r["principal"] == "alice"))
-        {
-            break r["approval_id"].as_str().unwrap().to_string();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "nothing became pending"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let _mine = write_in_session(&s, "alice-token", 2, "own.txt").await;
+    let own = pending_of(&s, "alice").await;
     let (status, body) = operator(
         &s,
         "POST",

@@ -9,6 +9,18 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
+/// `toolhost serve --mcp` on the workspace `ws` and state `state`, with `extra`.
+fn serve_command(ws: &std::path::Path, state: &std::path::Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(crate::support::bin());
+    c.args(["serve", "--mcp", "--workspace"])
+        .arg(ws)
+        .arg("--state")
+        .arg(state)
+        .args(extra)
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir());
+    c
+}
+
 pub(crate) struct Server {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -26,13 +38,7 @@ impl Server {
     pub(crate) fn start_with(extra: &[&str], capabilities: Value) -> Server {
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
-        let mut child = Command::new(crate::support::bin())
-            .args(["serve", "--mcp", "--workspace"])
-            .arg(ws.path())
-            .arg("--state")
-            .arg(state.path())
-            .args(extra)
-            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        let mut child = serve_command(ws.path(), state.path(), extra)
             .env("TOOLHOST_LOG", "debug")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -697,13 +703,7 @@ fn started_unread(
 ) {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(crate::support::bin())
-        .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .arg("--state")
-        .arg(state.path())
-        .args(extra)
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+    let mut child = serve_command(ws.path(), state.path(), extra)
         .env("TOOLHOST_LOG", "toolhost=info")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -807,17 +807,15 @@ fn a_tools_directory_inside_the_workspace_is_refused() {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     std::fs::create_dir(ws.path().join("tools")).unwrap();
-    let out = Command::new(crate::support::bin())
-        .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .arg("--state")
-        .arg(state.path())
-        .arg("--tools")
-        .arg(ws.path().join("tools"))
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let tools = ws.path().join("tools");
+    let out = serve_command(
+        ws.path(),
+        state.path(),
+        &["--tools", tools.to_str().unwrap()],
+    )
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
     assert!(!out.status.success(), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is inside the workspace"), "{err}");
