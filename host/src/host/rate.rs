@@ -76,10 +76,7 @@ impl RateLimiter {
             Some((at, _)) => &name[..at],
             None => name,
         };
-        let mut clients = match self.clients.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut clients = crate::state::lock(&self.clients);
         if !clients.contains_key(name) && clients.len() >= self.limits.max_clients() {
             make_room(&mut clients, now);
         }
