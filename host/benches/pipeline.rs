@@ -630,6 +630,29 @@ fn native_get(port: u16) -> usize {
     response.len()
 }
 
+/// The same GET by hyper's HTTP/1 client on the calling task: the stack
+/// the host's own client is built on (tokio connect, handshake, the
+/// connection driven by a task of its own, the body collected).
+async fn native_hyper_get(port: u16) -> usize {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::get("/4k")
+        .header("host", format!("127.0.0.1:{port}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let _ = conn.await;
+    body.len()
+}
+
 /// Section 10.
 async fn network(quick: bool) -> Value {
     use toolhost::policy::egress::{Grant, NetworkPolicy, Request, StaticResolver, connect_plan};
@@ -703,6 +726,8 @@ async fn network(quick: bool) -> Value {
 struct NetworkGets {
     /// A blocking Rust client on a blocking-pool thread.
     native: Stats,
+    /// hyper's client on the calling task.
+    native_hyper: Stats,
     /// `http_fetch` through the whole pipeline, the server granted.
     governed: Stats,
     /// The same call to 127.0.0.2, which the policy does not grant:
@@ -715,6 +740,8 @@ impl NetworkGets {
         json!({
             "governed_http_fetch_get_4k": js(&self.governed),
             "native_rust_get_4k": js(&self.native),
+            "native_hyper_get_4k": js(&self.native_hyper),
+            "governed_minus_native_hyper_p50_us": round(self.governed.p50 - self.native_hyper.p50),
             "governed_refused_before_connecting": js(&self.refused),
             "governed_minus_native_p50_us": round(self.governed.p50 - self.native.p50),
         })
@@ -747,6 +774,16 @@ async fn network_gets(host: &Host, port: u16, n: usize) -> NetworkGets {
         native.push(native_get_timed().await);
     }
 
+    for _ in 0..warm_ups(n) {
+        assert_eq!(native_hyper_get(port).await, 4096);
+    }
+    let mut native_hyper = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        assert_eq!(native_hyper_get(port).await, 4096);
+        native_hyper.push(us(t.elapsed()));
+    }
+
     let granted = fetch("127.0.0.1");
     let governed = timed_calls(host, &granted, n).await;
     let r = host.call(granted()).await;
@@ -766,6 +803,7 @@ async fn network_gets(host: &Host, port: u16, n: usize) -> NetworkGets {
     }
     NetworkGets {
         native: stats(native),
+        native_hyper: stats(native_hyper),
         governed,
         refused: stats(refused),
     }
