@@ -7,9 +7,11 @@
 //! guest. This module decides nothing and enforces nothing; the store
 //! module records what it classifies.
 
+use super::store::MAX_RESOURCES;
 use crate::output::CapturedOutput;
 use toolhost_core::ErrorCode;
 use wasmtime::Trap;
+use wasmtime::component::ResourceTableError;
 
 /// A limit of the call that the guest ran into.
 ///
@@ -93,6 +95,20 @@ pub(crate) fn classify(err: &wasmtime::Error, seen: &Seen<'_>) -> (ErrorCode, St
     }
     if let Some(hit) = err.downcast_ref::<LimitHit>().copied().or(seen.limit_hit) {
         return (ErrorCode::MemoryLimit, hit.to_string());
+    }
+    if err.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<ResourceTableError>(),
+            Some(ResourceTableError::Full)
+        )
+    }) {
+        return (
+            ErrorCode::MemoryLimit,
+            format!(
+                "the call held more than {MAX_RESOURCES} host resources at once (open files, \
+                 sockets, streams, HTTP requests and fields)"
+            ),
+        );
     }
     let (stderr, _) = seen.stderr.snapshot();
     let tail = stderr

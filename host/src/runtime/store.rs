@@ -35,6 +35,20 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 /// What a content block counts toward the output cap beside its text.
 pub(crate) const BLOCK_OVERHEAD: usize = 32;
 
+/// The most host resources one call may hold at once: open files and
+/// directories, sockets, streams, pollables, HTTP requests, responses and
+/// header fields (each an entry of the call's resource table). Sockets and
+/// files are host file descriptors and fields are host memory, none of it
+/// counted in the guest's own memory; without a cap a guest could exhaust
+/// the process's descriptors (a socket object needs no grant to exist) or
+/// its memory. Past the cap the call ends `MEMORY_LIMIT`.
+pub(crate) const MAX_RESOURCES: usize = 1024;
+
+/// The largest set of HTTP header fields a guest may build (wasi:http's
+/// default is 128 KiB): with [`MAX_RESOURCES`], what a call's fields can
+/// hold of the host's memory.
+const MAX_FIELDS_BYTES: usize = 64 * 1024;
+
 /// The most content blocks a tool's result may have.
 pub(crate) const MAX_CONTENT_BLOCKS: usize = 1024;
 
@@ -341,9 +355,13 @@ impl<'a> StoreBuilder<'a> {
             scratch,
         )
         .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
+        let mut wasi = built.wasi;
+        wasi.ctx().table.set_max_capacity(MAX_RESOURCES);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(MAX_FIELDS_BYTES);
         let state = CallState {
-            wasi: built.wasi,
-            http: WasiHttpCtx::new(),
+            wasi,
+            http,
             http_hooks: HttpHooks(net.clone()),
             limiter: Limiter::new(limits),
             host: HostCalls {

@@ -6,7 +6,7 @@
 use crate::common::*;
 use serde_json::{Value, json};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use toolhost::{Limits, SandboxMode};
+use toolhost::{ErrorCode, Limits, SandboxMode};
 
 toolhost_conformance::foreach_capability!(assert_test_exists);
 
@@ -370,4 +370,45 @@ reason = "writes are asked about"
         "{r:?}"
     );
     assert_eq!(snapshot(ws.path()), before, "the workspace changed");
+}
+
+/// A guest that holds ever more host resources without any grant: socket
+/// objects (a host file descriptor each, created before any address is
+/// checked), opened files (in `read-only`) and wasi:http header fields
+/// (host memory). A hundred are fine; five thousand end the call
+/// `MEMORY_LIMIT` at the per-call cap, and the host's open descriptors are
+/// back where they were once the call has ended.
+#[tokio::test]
+async fn capability_handle_flood() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("f.txt"), "x").unwrap();
+    let host = host_with(
+        probes::CAPABILITY_HANDLE_FLOOD,
+        ws.path(),
+        Limits::default(),
+    )
+    .await;
+    let open_fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = open_fds();
+    for (what, mode) in [
+        ("tcp", SandboxMode::None),
+        ("udp", SandboxMode::None),
+        ("files", SandboxMode::ReadOnly),
+        ("fields", SandboxMode::None),
+    ] {
+        let args = |count: u32| json!({"what": what, "count": count, "path": "f.txt"});
+        let r = call(&host, "handle_flood", args(100), mode).await;
+        assert!(r.is_ok(), "{what}: {r:?}");
+        assert_eq!(r.canonical, json!({"held": 100}), "{what}");
+        let r = call(&host, "handle_flood", args(5000), mode).await;
+        assert_eq!(r.code(), Some(ErrorCode::MemoryLimit), "{what}: {r:?}");
+        let message = &r.error.as_ref().unwrap().message;
+        assert!(message.contains("host resources"), "{what}: {message}");
+    }
+    // Other tests of this binary run at the same time: a margin for theirs.
+    let after = open_fds();
+    assert!(
+        after < before + 200,
+        "descriptors held after the calls: {before} before, {after} after"
+    );
 }
