@@ -105,6 +105,27 @@ impl ApprovalQueue {
         }
     }
 
+    /// The decision of request `id`, if it has one.
+    ///
+    /// # Errors
+    ///
+    /// [`DecideError::Io`] when the queue cannot be read.
+    pub async fn decision(&self, id: &str) -> Result<Option<ApprovalDecision>, DecideError> {
+        if !check_id(id) {
+            return Ok(None);
+        }
+        match self {
+            ApprovalQueue::Dir(state) => Ok(read_decision(&approvals_dir(state), id)),
+            #[cfg(feature = "postgres")]
+            ApprovalQueue::Postgres(pg) => match pg.decision(id).await.map_err(|e| pg_io(pg, e))? {
+                Some(text) => serde_json::from_str(&text)
+                    .map(Some)
+                    .map_err(|e| pg_io(pg, format!("a decision of {id} cannot be read: {e}"))),
+                None => Ok(None),
+            },
+        }
+    }
+
     /// Decides request `id` as `by`; see [`decide_approval`].
     ///
     /// # Errors

@@ -98,16 +98,32 @@ pub(super) async fn handle(
                 }
             };
             // A principal never decides its own call: the agent that made it
-            // may hold the same token.
-            // Fail closed: a request that cannot be checked is not decided.
+            // may hold the same token. Only a request the pending list
+            // shows, with its principal, can be decided here: one not
+            // listed yet (its call is still registering it) could not be
+            // checked. Fail closed: a request that cannot be checked is not
+            // decided.
             let pending = match queue.pending().await {
                 Ok(pending) => pending,
                 Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
             };
-            let own = pending.iter().any(|r| {
-                r.approval_id.eq_ignore_ascii_case(&id) && r.principal.as_deref() == Some(&caller.0)
-            });
-            if own {
+            let Some(request) = pending
+                .iter()
+                .find(|r| r.approval_id.eq_ignore_ascii_case(&id))
+            else {
+                return match queue.decision(&id).await {
+                    Ok(Some(decision)) => reply(
+                        StatusCode::CONFLICT,
+                        &json!({ "error": "already decided", "decision": decision }),
+                    ),
+                    Ok(None) => error(
+                        StatusCode::NOT_FOUND,
+                        format!("no approval request {id:?} is pending"),
+                    ),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+                };
+            };
+            if request.principal.as_deref() == Some(&caller.0) {
                 return error(
                     StatusCode::FORBIDDEN,
                     format!(
@@ -116,6 +132,7 @@ pub(super) async fn handle(
                     ),
                 );
             }
+            let id = request.approval_id.clone();
             match queue.decide(&id, outcome, &caller.0).await {
                 Ok(()) => reply(
                     StatusCode::OK,

@@ -986,6 +986,25 @@ async fn http_operator_decides_a_queued_approval() {
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(!s.ws.path().join("own.txt").exists());
+    // A request the pending list does not show (here one it cannot read;
+    // or one its call is still registering) has no principal to check
+    // against the caller: it is not decided.
+    let approvals = s.state.path().join("approvals");
+    std::fs::write(approvals.join("call-unlisted-approval.request.json"), "{").unwrap();
+    let (status, body) = operator(
+        &s,
+        "POST",
+        "/approvals/call-unlisted-approval",
+        Some("alice-token"),
+        json!({"decision": "allow"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        !approvals
+            .join("call-unlisted-approval.decision.json")
+            .exists()
+    );
     let path = format!("/approvals/{id}");
     let allow = json!({"decision": "allow"});
     // bob fills the session limit (his and alice's sessions are open): a new
