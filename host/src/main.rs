@@ -1004,6 +1004,9 @@ async fn serve(a: ServeArgs) -> Result<ExitCode> {
         watch: a.host.tools.clone(),
         poll_interval: Duration::from_millis(a.poll_ms.max(20)),
         fallback_approver: std::sync::Arc::from(fallback),
+        // An approver outside the client decides every ask itself: with
+        // one configured, a client must not approve the calls it makes.
+        ask_clients: a.host.approver == "none",
         approval_timeout: timeout,
         // Over HTTP a caller is nobody in particular unless a token names it.
         principal: a.host.principal.clone().or_else(|| {

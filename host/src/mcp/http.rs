@@ -879,6 +879,7 @@ pub async fn serve_http_until(
         fallback: options.fallback_approver.clone(),
         timeout: options.approval_timeout,
         states: options.approval_states.clone(),
+        ask_clients: options.ask_clients,
     };
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
     let host = factory(HostParts {

@@ -155,8 +155,15 @@ pub struct ServeOptions {
     pub watch: Option<PathBuf>,
     /// How often to poll `watch`.
     pub poll_interval: Duration,
-    /// The approver used when the client cannot be asked (no elicitation).
+    /// The approver used when the client cannot be asked (no elicitation),
+    /// or for every call when `ask_clients` is false.
     pub fallback_approver: Arc<dyn Approver>,
+    /// Whether a client that elicits is asked to approve its own session's
+    /// calls (`elicitation/create`, or a multi-round-trip request). False
+    /// when an approver outside the client was configured (an operator's
+    /// queue, a terminal, a command): then that approver decides every
+    /// ask, and no client can approve the calls it makes.
+    pub ask_clients: bool,
     /// How long to wait for the client's answer to an elicitation.
     pub approval_timeout: Duration,
     /// Who calls, as the policy sees it, when the transport names nobody:
@@ -178,6 +185,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("watch", &self.watch)
             .field("poll_interval", &self.poll_interval)
             .field("fallback_approver", &self.fallback_approver.name())
+            .field("ask_clients", &self.ask_clients)
             .field("approval_timeout", &self.approval_timeout)
             .field("principal", &self.principal)
             .field("approval_states", &self.approval_states)
@@ -216,8 +224,14 @@ where
     let peer: PeerSlot = Arc::new(OnceLock::new());
     let fallback = options.fallback_approver.clone();
     let timeout = options.approval_timeout;
+    let ask_clients = options.ask_clients;
     let approver = move |peer: &PeerSlot| -> Box<dyn Approver> {
-        Box::new(McpApprover::new(peer.clone(), fallback.clone(), timeout))
+        let peer = if ask_clients {
+            peer.clone()
+        } else {
+            PeerSlot::default()
+        };
+        Box::new(McpApprover::new(peer, fallback.clone(), timeout))
     };
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
     let host = factory(HostParts {
@@ -236,6 +250,7 @@ where
         fallback: options.fallback_approver.clone(),
         timeout: options.approval_timeout,
         states: options.approval_states.clone(),
+        ask_clients: options.ask_clients,
     };
     let server = Server::new(
         host,

@@ -68,6 +68,20 @@ pub(super) struct Approvals {
     pub(super) fallback: Arc<dyn Approver>,
     pub(super) timeout: Duration,
     pub(super) states: Option<Arc<ApprovalStates>>,
+    /// Whether a client that elicits is asked (`ServeOptions::ask_clients`).
+    pub(super) ask_clients: bool,
+}
+
+impl Approvals {
+    /// The approver of one call made by the client of `peer`: that client
+    /// if it elicits and clients are asked, else the fallback.
+    pub(super) fn for_peer(&self, peer: Peer<RoleServer>) -> McpApprover {
+        if self.ask_clients {
+            McpApprover::for_peer(peer, self.fallback.clone(), self.timeout)
+        } else {
+            McpApprover::new(Arc::default(), self.fallback.clone(), self.timeout)
+        }
+    }
 }
 
 /// One open session as announcements see it.
@@ -297,11 +311,7 @@ impl Server {
             principal,
             interrupt: Some(interrupt),
             progress: Some(progress),
-            approver: Some(Arc::new(McpApprover::for_peer(
-                context.peer.clone(),
-                self.approvals.fallback.clone(),
-                self.approvals.timeout,
-            ))),
+            approver: Some(Arc::new(self.approvals.for_peer(context.peer.clone()))),
             client: Some(client_of(context, &self.client)),
             call_id: Some(call_id.clone()),
             ..CallRequest::default()
@@ -637,7 +647,7 @@ impl ServerHandler for Server {
             .approvals
             .states
             .clone()
-            .filter(|_| asks_through_results(&context));
+            .filter(|_| self.approvals.ask_clients && asks_through_results(&context));
         let mut call_id = None;
         let mut ask_through_result = None;
         let approver: Arc<dyn Approver> = match (&request.request_state, &mrtr) {
@@ -683,11 +693,7 @@ impl ServerHandler for Server {
             }
             // The client of this request's session is asked, never the
             // client of another session on the same host.
-            (None, None) => Arc::new(McpApprover::for_peer(
-                context.peer.clone(),
-                self.approvals.fallback.clone(),
-                self.approvals.timeout,
-            )),
+            (None, None) => Arc::new(self.approvals.for_peer(context.peer.clone())),
         };
         let interrupt = Interrupt::default();
         let (progress, forwarder) = match context.meta.get_progress_token() {

@@ -908,10 +908,12 @@ async fn write_in_session(
     id: u64,
     path: &str,
 ) -> tokio::task::JoinHandle<Value> {
+    // The client elicits: with `--approver queue` it is still not asked
+    // (it must not approve its own call); the operator's queue is.
     let c = s
         .client()
         .with("authorization", &format!("Bearer {token}"))
-        .initialize(json!({}))
+        .initialize(json!({"elicitation": {}}))
         .await;
     let path = path.to_string();
     tokio::spawn(async move {
@@ -1597,6 +1599,25 @@ fn events_of<'a>(events: &'a [Value], call_id: &str) -> Vec<&'a Value> {
 /// use) precedes its intent. Replayed (with the same answer) it is refused,
 /// in the same process and after a SIGKILL and restart on the same state,
 /// and nothing runs again.
+/// With an approver outside the client (`--approver` other than `none`),
+/// a 2026-07-28 client that elicits is not asked through an input-required
+/// result: the configured approver decides (here it rejects).
+#[tokio::test]
+async fn mrtr_clients_are_not_asked_when_an_approver_is_configured() {
+    let (s, _policy) = ask_server(&["--approver", "auto-reject"]);
+    let answer = rpc_2026(
+        &s,
+        1,
+        "tools/call",
+        json!({"name": "write_file", "arguments": write_args()}),
+    )
+    .await;
+    let result = &answer["result"];
+    assert_ne!(result["resultType"], "input_required", "{answer}");
+    assert_eq!(code(result), "APPROVAL_REJECTED", "{answer}");
+    assert!(!s.ws.path().join("b.txt").exists());
+}
+
 #[tokio::test]
 async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
     let (mut s, _policy) = ask_server(&[]);
