@@ -333,6 +333,18 @@ impl Host {
 
         // 3. pre-execute policy, every layer that applies; strictest wins.
         let trace = self.policy.trace(&facts, &subject);
+        // Visibility in the mode the call runs in: a tool clamped to a
+        // narrower mode than the one asked for is refused where a layer of
+        // that narrower mode hides it.
+        if let Some(blame) = &trace.hidden {
+            return Err((
+                ErrorCode::PolicyDenied,
+                format!(
+                    "tool {:?} is not available to principal {principal:?} [{blame}]",
+                    tool.descriptor.name
+                ),
+            ));
+        }
         let ask_reason = match &trace.decision {
             Decision::Deny { reason } => {
                 return Err((

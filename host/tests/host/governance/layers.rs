@@ -110,6 +110,28 @@ fn owner_only_through_the_cli() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
+/// A mode layer hides a tool in the mode the call runs in, not only in the
+/// mode it asked for: `read_file` declares `read`, so a call asked in
+/// `workspace-write` runs read-only, where the layer denies it.
+#[tokio::test]
+async fn a_mode_layer_hides_a_tool_in_the_mode_its_call_is_clamped_to() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "a").unwrap();
+    let mut b = builder(ws.path());
+    b.policy(policy(
+        "version = 1\nmode = \"workspace-write\"\n[[layers]]\nkind = \"mode\"\nname = \"read-only\"\ndeny = [\"read_file\"]\n",
+    ));
+    let host = b.build().await.unwrap();
+    for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+        let r = host
+            .call(CallRequest::new("read_file", json!({"path": "a.txt"})).mode(mode))
+            .await;
+        assert_refused(&host, &r, ErrorCode::PolicyDenied);
+        let msg = &r.error.as_ref().unwrap().message;
+        assert!(msg.contains("layer mode:read-only"), "{mode}: {msg}");
+    }
+}
+
 #[tokio::test]
 async fn a_layer_refusal_names_its_layer_and_rule_in_the_log() {
     let ws = workspace();
