@@ -11,7 +11,7 @@
 
 use crate::credential::{CredentialSpec, SecretSource, is_header_value};
 use crate::error::{ConfigError, KeyPath, LocatedError, PathSegment};
-use crate::grant::{Grant, is_token};
+use crate::grant::{Grant, Scheme, is_token};
 use crate::host::Host;
 use crate::policy::{Limits, NetworkPolicy};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -124,7 +124,9 @@ impl<'de> Deserialize<'de> for GrantEntry {
 /// ```toml
 /// [[credentials]]
 /// host = "api.example.com"     # one exact host (a name or an IP address); no wildcards
-/// header = "Authorization"     # the header the host sets on requests to that host
+/// # scheme = "https"           # optional: `https` (the default) or `http`
+/// # port = 443                 # optional: the scheme's default port unless given
+/// header = "Authorization"     # the header the host sets on requests to that origin
 /// value_env = "EXAMPLE_TOKEN"  # read from the host process's environment, or:
 /// # value_file = "/run/secrets/example-token"   # read from a file (one trailing newline dropped)
 /// prefix = "Bearer "           # optional, put before the secret
@@ -134,6 +136,12 @@ impl<'de> Deserialize<'de> for GrantEntry {
 pub struct CredentialEntry {
     /// The host the credential belongs to.
     pub host: String,
+    /// The scheme of its requests: `https` (the default) or `http`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    /// The port of its requests (default: the scheme's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// The header it is sent in.
     pub header: String,
     /// An environment variable of the host process holding the secret.
@@ -242,16 +250,16 @@ impl NetworkPolicy {
         let path = KeyPath::root().key("credentials");
         for (i, entry) in credentials.iter().enumerate() {
             let spec = compile_credential(entry, &path.index(i))?;
-            if let Some(j) = policy
-                .credentials
-                .iter()
-                .position(|c: &CredentialSpec| c.host() == spec.host())
-            {
+            if let Some(j) = policy.credentials.iter().position(|c: &CredentialSpec| {
+                c.applies_to(spec.scheme(), spec.host(), spec.port())
+            }) {
                 return Err(ConfigError::invalid(
                     path.index(i).key("host"),
                     format!(
-                        "host {} already has a credential (credentials[{j}]); one credential per host",
-                        spec.host()
+                        "{}://{}:{} already has a credential (credentials[{j}]); one credential per origin",
+                        spec.scheme(),
+                        spec.host(),
+                        spec.port()
                     ),
                 ));
             }
@@ -416,7 +424,33 @@ fn compile_credential(e: &CredentialEntry, path: &KeyPath) -> Result<CredentialS
             "a header value cannot contain control characters",
         ));
     }
-    Ok(CredentialSpec::new(host, header, source, prefix))
+    let scheme = match e.scheme.as_deref() {
+        None | Some("https") => Scheme::Https,
+        Some("http") => Scheme::Http,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                path.key("scheme"),
+                format!(
+                    "{other:?}: a credential goes with `https` (the default) or `http` requests"
+                ),
+            ));
+        }
+    };
+    let port = match (e.port, scheme.default_port()) {
+        (Some(0), _) => {
+            return Err(ConfigError::invalid(path.key("port"), "port 0"));
+        }
+        (Some(p), _) | (None, Some(p)) => p,
+        (None, None) => {
+            return Err(ConfigError::invalid(path.key("port"), "a port is needed"));
+        }
+    };
+    Ok(CredentialSpec::new(
+        (scheme, host, port),
+        header,
+        source,
+        prefix,
+    ))
 }
 
 /// The byte offset of the item at `path` in `src`: the deepest item of the
@@ -617,6 +651,16 @@ prefix = "Bearer "
                 1,
                 "unknown field `value`",
             ),
+            (
+                "host = \"a.example.com\"\nscheme = \"tcp\"\nheader = \"A\"\nvalue_env = \"V\"",
+                3,
+                "goes with `https` (the default) or `http`",
+            ),
+            (
+                "host = \"a.example.com\"\nport = 0\nheader = \"A\"\nvalue_env = \"V\"",
+                3,
+                "port 0",
+            ),
         ];
         for (body, line, needle) in cases {
             let src = format!("[[credentials]]\n{body}\n");
@@ -634,6 +678,12 @@ prefix = "Bearer "
                 .contains("already has a credential (credentials[0])"),
             "{e}"
         );
+        // Another origin of the same host is another credential.
+        let two = "[[credentials]]\nhost = \"a.example.com\"\nheader = \"A\"\nvalue_env = \"V\"\n\
+                   [[credentials]]\nhost = \"a.example.com\"\nport = 8443\nheader = \"A\"\nvalue_env = \"W\"\n";
+        let p = NetworkPolicy::from_toml(two, "two.toml").unwrap();
+        let ports: Vec<u16> = p.credentials().iter().map(CredentialSpec::port).collect();
+        assert_eq!(ports, [443, 8443]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! process's environment or files: [`CredentialSpec::load`].
 
 use crate::error::KeyPath;
+use crate::grant::Scheme;
 use crate::host::Host;
 use serde::Serialize;
 use std::borrow::Cow;
@@ -69,21 +70,30 @@ impl fmt::Display for SecretSource {
     }
 }
 
-/// A credential as configured: which host it belongs to, which header it is
-/// sent in, where its secret is, and the text put before the secret. Holds
-/// no secret, so it may be printed and serialised.
+/// A credential as configured: which origin it belongs to (scheme, host,
+/// port), which header it is sent in, where its secret is, and the text put
+/// before the secret. Holds no secret, so it may be printed and serialised.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct CredentialSpec {
+    scheme: Scheme,
     host: Host,
+    port: u16,
     header: String,
     source: SecretSource,
     prefix: String,
 }
 
 impl CredentialSpec {
-    pub(crate) fn new(host: Host, header: String, source: SecretSource, prefix: String) -> Self {
+    pub(crate) fn new(
+        (scheme, host, port): (Scheme, Host, u16),
+        header: String,
+        source: SecretSource,
+        prefix: String,
+    ) -> Self {
         CredentialSpec {
+            scheme,
             host,
+            port,
             header,
             source,
             prefix,
@@ -93,6 +103,24 @@ impl CredentialSpec {
     /// The one host it belongs to.
     pub fn host(&self) -> &Host {
         &self.host
+    }
+
+    /// The scheme of the requests it goes with (`https` unless configured).
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The port of the requests it goes with (the scheme's default unless
+    /// configured).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether it goes with a request to `scheme://host:port`: exactly its
+    /// origin. A credential for `https://api.example.com` is not sent over
+    /// plain HTTP, nor to another port of that host (another service).
+    pub fn applies_to(&self, scheme: Scheme, host: &Host, port: u16) -> bool {
+        self.scheme == scheme && self.port == port && &self.host == host
     }
 
     /// The header name, lower case.
@@ -297,10 +325,13 @@ impl Credentials {
             .map(Credentials)
     }
 
-    /// The credential that belongs to `host`, if any (exact match: the name
-    /// or address the request named, never what it resolved to).
-    pub fn credential_for(&self, host: &Host) -> Option<&Credential> {
-        self.0.iter().find(|c| c.host() == host)
+    /// The credential of the origin `scheme://host:port`, if any (exact
+    /// match: the name or address the request named, never what it
+    /// resolved to; the scheme and port the credential names).
+    pub fn credential_for(&self, scheme: Scheme, host: &Host, port: u16) -> Option<&Credential> {
+        self.0
+            .iter()
+            .find(|c| c.spec.applies_to(scheme, host, port))
     }
 
     /// Every loaded credential.
@@ -326,7 +357,7 @@ mod tests {
 
     fn spec(source: SecretSource) -> CredentialSpec {
         CredentialSpec::new(
-            Host::parse("api.example.com").unwrap(),
+            (Scheme::Https, Host::parse("api.example.com").unwrap(), 443),
             "authorization".to_string(),
             source,
             "Bearer ".to_string(),

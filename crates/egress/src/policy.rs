@@ -8,7 +8,7 @@
 use crate::addr::classify;
 use crate::credential::CredentialSpec;
 use crate::decision::{Decision, DenyReason};
-use crate::grant::{Grant, GrantList, GrantRef};
+use crate::grant::{Grant, GrantList, GrantRef, Scheme};
 use crate::host::Host;
 use crate::request::Request;
 use serde::Serialize;
@@ -233,10 +233,18 @@ impl NetworkPolicy {
         &self.credentials
     }
 
-    /// The credential that belongs to `host`, if any. Exact match only: a
-    /// credential for `api.example.com` is not sent to `x.api.example.com`,
-    /// to `example.com`, or to the address `api.example.com` resolves to.
-    pub fn credential_for(&self, host: &Host) -> Option<&CredentialSpec> {
-        self.credentials.iter().find(|c| c.host() == host)
+    /// The credential of the origin `scheme://host:port`, if any. Exact
+    /// match only: a credential for `https://api.example.com` is not sent
+    /// to `x.api.example.com`, to `example.com`, to the address
+    /// `api.example.com` resolves to, over plain `http`, or to another port.
+    pub fn credential_for(
+        &self,
+        scheme: Scheme,
+        host: &Host,
+        port: u16,
+    ) -> Option<&CredentialSpec> {
+        self.credentials
+            .iter()
+            .find(|c| c.applies_to(scheme, host, port))
     }
 }

@@ -23,6 +23,9 @@ pub struct Request {
     pub method: Option<String>,
 }
 
+/// The most bytes of a request's path that records keep.
+pub(crate) const MAX_RECORDED_PATH: usize = 512;
+
 impl Request {
     /// A request from its parts.
     pub fn new(scheme: Scheme, host: Host, port: u16, method: Option<&str>) -> Request {
@@ -87,6 +90,19 @@ impl Request {
     /// nothing for sockets.
     pub fn url_without_query(&self, path: &str) -> String {
         let path = strip_query(path);
+        // What is recorded of a path is bounded: a guest's 64 KiB path,
+        // refused again and again, would otherwise fill the receipt.
+        let cut;
+        let path = if path.len() > MAX_RECORDED_PATH {
+            let mut end = MAX_RECORDED_PATH;
+            while !path.is_char_boundary(end) {
+                end -= 1;
+            }
+            cut = format!("{}...[{} more bytes]", &path[..end], path.len() - end);
+            cut.as_str()
+        } else {
+            path
+        };
         if !self.scheme.is_http() && path.is_empty() {
             return self.origin();
         }
@@ -159,6 +175,10 @@ mod tests {
             "https://api.example.com:443/v1/items"
         );
         assert_eq!(r.url_without_query(""), "https://api.example.com:443/");
+        let long = format!("/{}?q=1", "é".repeat(40_000));
+        let url = r.url_without_query(&long);
+        assert!(url.len() < MAX_RECORDED_PATH + 100, "{}", url.len());
+        assert!(url.ends_with("more bytes]"), "{url}");
         let r = Request::from_url("tcp://db.example.com:5432", None).unwrap();
         assert_eq!(r.url_without_query(""), "tcp://db.example.com:5432");
     }

@@ -488,8 +488,10 @@ fn credentials_go_to_their_host_only_and_never_print() {
     );
     let policy = NetworkPolicy::from_toml(&src, "creds.toml").unwrap();
     let host = |s: &str| Host::parse(s).unwrap();
+    let https = |s: &str| (Scheme::Https, host(s), 443);
 
-    let spec = policy.credential_for(&host("API.Example.com.")).unwrap();
+    let (scheme, h, port) = https("API.Example.com.");
+    let spec = policy.credential_for(scheme, &h, port).unwrap();
     assert_eq!(spec.header(), "authorization");
     for other in [
         "other.example.com",
@@ -499,16 +501,33 @@ fn credentials_go_to_their_host_only_and_never_print() {
         "93.184.216.34",
         "10.0.0.10",
     ] {
-        assert!(policy.credential_for(&host(other)).is_none(), "{other}");
+        let (scheme, h, port) = https(other);
+        assert!(policy.credential_for(scheme, &h, port).is_none(), "{other}");
     }
-    assert!(policy.credential_for(&host("10.0.0.9")).is_some());
+    // Its origin only: not over plain HTTP, not to another port of the host.
+    let api = host("api.example.com");
+    for (scheme, port) in [
+        (Scheme::Http, 80),
+        (Scheme::Http, 443),
+        (Scheme::Https, 8443),
+    ] {
+        assert!(
+            policy.credential_for(scheme, &api, port).is_none(),
+            "{scheme}:{port}"
+        );
+    }
+    let (scheme, h, port) = https("10.0.0.9");
+    assert!(policy.credential_for(scheme, &h, port).is_some());
 
     let loaded = Credentials::load(policy.credentials()).unwrap();
-    let c = loaded.credential_for(&host("api.example.com")).unwrap();
+    let c = loaded.credential_for(Scheme::Https, &api, 443).unwrap();
     assert_eq!(c.header_value().expose(), format!("Bearer {secret}"));
-    assert!(loaded.credential_for(&host("other.example.com")).is_none());
+    assert!(loaded.credential_for(Scheme::Http, &api, 80).is_none());
+    let (scheme, h, port) = https("other.example.com");
+    assert!(loaded.credential_for(scheme, &h, port).is_none());
     // The same address spelled oddly is the same host.
-    assert!(loaded.credential_for(&host("10.9")).is_some());
+    let (scheme, h, port) = https("10.9");
+    assert!(loaded.credential_for(scheme, &h, port).is_some());
 
     // Nothing printable or serialisable carries the secret.
     let texts = [

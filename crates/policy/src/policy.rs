@@ -66,7 +66,7 @@ use toolhost_egress::NetworkPolicy;
 /// ca_file = "/etc/toolhost/private-ca.pem"   # extra trusted roots for https
 ///
 /// [[credentials]]              # attached by the host; the tool never sees it
-/// host = "api.example.com"
+/// host = "api.example.com"     # its origin: https, port 443 (else `scheme`, `port`)
 /// header = "Authorization"
 /// value_env = "EXAMPLE_TOKEN"  # or value_file = "/run/secrets/token"
 /// prefix = "Bearer "

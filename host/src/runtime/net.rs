@@ -295,6 +295,19 @@ impl CallNet {
             self.refuse(&request, &path, &refusal);
             return Err(HttpError::HttpRequestDenied);
         };
+        // TRACE echoes the request back, headers included, so a guest
+        // could read the credential the host attaches; CONNECT would make
+        // the host a tunnel. Neither is sent, whatever the grant.
+        if matches!(req.method(), &http::Method::TRACE | &http::Method::CONNECT) {
+            self.refuse_with(
+                &request,
+                &path,
+                "method_refused",
+                format!("the host never sends {method} requests"),
+                0,
+            );
+            return Err(HttpError::HttpRequestMethodInvalid);
+        }
         let (rule, approved) = match egress.policy.decide(&request) {
             Decision::Allow { rule } => (rule, false),
             Decision::Ask { rule } if self.grant.ask_approved => (rule, true),
@@ -388,7 +401,11 @@ impl CallNet {
         // The credential of exactly this host, replacing the guest's header
         // of that name; the Host header names the request's host.
         let headers = req.headers_mut();
-        if let Some(c) = egress.credentials.credential_for(&request.host) {
+        if let Some(c) =
+            egress
+                .credentials
+                .credential_for(request.scheme, &request.host, request.port)
+        {
             let name = HeaderName::from_bytes(c.header().as_bytes())
                 .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
             let secret = c.header_value();

@@ -38,10 +38,22 @@ pub(crate) struct Built {
 /// loop must not grow the receipt, or the session log that records it.
 pub(crate) const MAX_DENIED_LISTED: usize = 32;
 
+/// The most bytes of one `denied` line (the rest is cut): a line may quote
+/// what the guest asked for.
+const MAX_DENIED_LINE: usize = 1024;
+
 /// Records a denied `attempt`: listed while fewer than
 /// [`MAX_DENIED_LISTED`] are, otherwise counted in `unlisted` and in the
 /// list's last line.
-pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, attempt: String) {
+pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, mut attempt: String) {
+    if attempt.len() > MAX_DENIED_LINE {
+        let mut end = MAX_DENIED_LINE;
+        while !attempt.is_char_boundary(end) {
+            end -= 1;
+        }
+        attempt.truncate(end);
+        attempt.push_str("...");
+    }
     if denied.len() < MAX_DENIED_LISTED {
         denied.push(attempt);
         return;
@@ -209,6 +221,13 @@ mod tests {
             );
         }
         assert_eq!(denied.len(), MAX_DENIED_LISTED + 1);
+        let mut long = Vec::new();
+        record_denied(
+            &mut long,
+            &unlisted,
+            format!("network: GET {}", "ü".repeat(100_000)),
+        );
+        assert!(long[0].len() <= MAX_DENIED_LINE + 3 && long[0].ends_with("..."));
         assert_eq!(denied[0], "network: Connect 10.0.0.1:0");
         assert_eq!(
             denied[MAX_DENIED_LISTED],

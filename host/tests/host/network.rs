@@ -389,6 +389,8 @@ const SECRET: &str = "sk-test-8f2e1c9a7b6d5e4f";
 async fn a_credential_goes_only_to_its_host_and_is_never_recorded() {
     let with = echo_headers("127.0.0.1");
     let without = echo_headers("127.0.0.2");
+    // The same host on another port: another service, another origin.
+    let other_port = echo_headers("127.0.0.1");
     let dir = tempdir();
     let secret_file = dir.path().join("token");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
@@ -397,16 +399,20 @@ async fn a_credential_goes_only_to_its_host_and_is_never_recorded() {
 default = "allow"
 
 [network]
-allow = ["http://127.0.0.1:{}", "http://127.0.0.2:{}"]
+allow = ["http://127.0.0.1:{}", "http://127.0.0.2:{}", "http://127.0.0.1:{}"]
 
 [[credentials]]
 host = "127.0.0.1"
+scheme = "http"
+port = {}
 header = "Authorization"
 value_file = "{}"
 prefix = "Bearer "
 "#,
         with.port(),
         without.port(),
+        other_port.port(),
+        with.port(),
         secret_file.display()
     );
     let (_ws, host) = host(&policy).await;
@@ -445,6 +451,9 @@ prefix = "Bearer "
     let r2 = fetch(&host, json!({"url": without.url("/whoami")})).await;
     assert!(r2.is_ok(), "{r2:?}");
     assert_eq!(without.seen()[0].header("authorization"), None);
+    let r3 = fetch(&host, json!({"url": other_port.url("/whoami")})).await;
+    assert!(r3.is_ok(), "{r3:?}");
+    assert_eq!(other_port.seen()[0].header("authorization"), None);
 
     // Not in the session log (intents, results), not in any Debug output.
     let events = host.log().events().unwrap();
@@ -466,9 +475,10 @@ async fn the_content_cap_never_cuts_a_credential_in_two() {
     let policy = |cap: Option<usize>| {
         format!(
             "version = 1\ndefault = \"allow\"\n{}\n[network]\nallow = [\"http://127.0.0.1:{}\"]\n\n\
-             [[credentials]]\nhost = \"127.0.0.1\"\nheader = \"Authorization\"\nvalue_file = \"{}\"\nprefix = \"Bearer \"\n",
+             [[credentials]]\nhost = \"127.0.0.1\"\nscheme = \"http\"\nport = {}\nheader = \"Authorization\"\nvalue_file = \"{}\"\nprefix = \"Bearer \"\n",
             cap.map(|c| format!("[post_execute]\nmax_content_chars = {c}\n"))
                 .unwrap_or_default(),
+            with.port(),
             with.port(),
             secret_file.display()
         )

@@ -248,3 +248,52 @@ allow = [
         .collect();
     assert_eq!(codes.last(), Some(&json!("limit_reached")), "{codes:?}");
 }
+
+/// TRACE echoes a request back, headers included, so a guest could read
+/// the credential the host attaches to its origin; CONNECT would make the
+/// host a tunnel. Granted origin and credential or not, neither is sent:
+/// the guest gets `HTTP-request-method-invalid`, nothing reaches the
+/// listener, and the receipt records `method_refused`.
+#[tokio::test]
+async fn egress_trace_and_connect_are_never_sent() {
+    let target = Counted::start("127.0.0.1");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("token");
+    std::fs::write(&secret, "sk-conformance-secret\n").unwrap();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{p}\"]\n\n\
+         [[credentials]]\nhost = \"127.0.0.1\"\nscheme = \"http\"\nport = {p}\nheader = \"Authorization\"\nvalue_file = {f:?}\n",
+        p = target.port,
+        f = secret.display().to_string(),
+    );
+    let (_ws, host) = egress_host(&policy, None).await;
+    for method in ["TRACE", "CONNECT"] {
+        let url = format!("http://127.0.0.1:{}/", target.port);
+        let r = call(
+            &host,
+            "egress",
+            json!({"http": [url], "method": method}),
+            SandboxMode::None,
+        )
+        .await;
+        let attempts = r.canonical["attempts"].as_array().unwrap();
+        assert_eq!(attempts[0]["ok"], false, "{method}: {attempts:?}");
+        let detail = attempts[0]["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("HTTP-request-method-invalid"),
+            "{method}: {detail}"
+        );
+        let codes: Vec<Value> = r
+            .receipt
+            .network
+            .iter()
+            .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
+            .collect();
+        assert_eq!(codes, [json!("method_refused")], "{method}");
+    }
+    assert_eq!(
+        target.count(),
+        0,
+        "a TRACE or CONNECT request reached the listener"
+    );
+}

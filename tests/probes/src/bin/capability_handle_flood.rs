@@ -84,8 +84,12 @@ mod imp {
     use super::Args;
     use toolhost_guest::ToolError;
 
-    pub fn hold(_: &Args) -> Result<u32, ToolError> {
-        Err(ToolError::new("unsupported", "wasi only"))
+    pub fn hold(args: &Args) -> Result<u32, ToolError> {
+        let Args { what, count, path } = args;
+        Err(ToolError::new(
+            "unsupported",
+            format!("holding {count} {what} ({path}) needs wasi"),
+        ))
     }
 }
 

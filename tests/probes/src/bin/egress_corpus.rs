@@ -11,9 +11,12 @@ use toolhost_guest::{Tool, ToolError};
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
-    /// URLs to GET.
+    /// URLs to request (GET unless `method` says otherwise).
     #[serde(default)]
     http: Vec<String>,
+    /// The method of the `http` requests (default `GET`).
+    #[serde(default)]
+    method: Option<String>,
     /// `a.b.c.d:port` to connect to over TCP.
     #[serde(default)]
     tcp: Vec<String>,
@@ -153,7 +156,11 @@ impl Tool for Corpus {
     fn run(args: Args) -> Result<Out, ToolError> {
         let mut attempts = Vec::new();
         for url in args.http {
-            let r = send(&HttpRequest::get(&url), 4096)
+            let mut request = HttpRequest::get(&url);
+            if let Some(m) = &args.method {
+                request.method = m.clone();
+            }
+            let r = send(&request, 4096)
                 .map(|r| format!("status {}", r.status))
                 .map_err(|f| f.to_string());
             attempts.push(attempt(format!("http {url}"), r));
