@@ -44,6 +44,18 @@ impl Egress {
         policy: &NetworkPolicy,
         resolver: Option<SharedResolver>,
     ) -> Result<Egress, String> {
+        // The host decides a socket's address as the guest connects it and
+        // looks no name up for sockets (name lookup is refused to guests),
+        // so a `tcp://`/`udp://` grant must name an address: one that
+        // names a host name would never match anything.
+        if let Some(g) = policy.grants().find(|g| {
+            !g.scheme().is_http() && !matches!(g.host(), toolhost_egress::HostPattern::Ip(_))
+        }) {
+            return Err(format!(
+                "network grant {:?}: a tcp:// or udp:// grant names an IP address (sockets connect to addresses; the host looks up no name for them)",
+                g.as_str()
+            ));
+        }
         let credentials = Credentials::load(policy.credentials())
             .map_err(|(path, e)| format!("policy {path}: {e}"))?;
         let tls = tls_config(policy.ca_file())?;

@@ -528,6 +528,23 @@ value_file = "/nonexistent/toolhost-test-token"
     );
 }
 
+/// Sockets are decided by address: a `tcp://`/`udp://` grant that names a
+/// host name could never match, so the host refuses to start with one.
+#[tokio::test]
+async fn a_socket_grant_by_name_stops_the_host() {
+    for grant in ["tcp://db.example.com:5432", "udp://*.example.com:53"] {
+        let policy = format!("version = 1\n\n[network]\nallow = [\"{grant}\"]\n");
+        let ws = tempdir();
+        let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
+        b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
+        let msg = b.build().await.unwrap_err().to_string();
+        assert!(
+            msg.contains(grant) && msg.contains("names an IP address"),
+            "{msg}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn redirects_are_not_followed() {
     let target = Server::ok("127.0.0.1", "moved here");
