@@ -290,7 +290,7 @@ impl PgStatsHandle {
 impl Drop for PgEngine {
     fn drop(&mut self) {
         // Closing the channel stops the worker after the jobs already sent; it then
-        // releases the lease of a replica that has nothing pending.
+        // ends the replica's lease (see `release`).
         self.jobs.take();
         if let Some(handle) = self.worker.take() {
             let _ = handle.join();
@@ -864,8 +864,10 @@ fn check_version(found: i64) -> Result<(), LogError> {
 }
 
 /// Creates the log's row if missing and registers `replica` with a fresh lease: a new
-/// replica gets epoch 1; one that existed (a restart with the same identity) gets its
-/// epoch plus one, which fences the earlier incarnation. Returns the epoch.
+/// replica gets epoch 1; one that existed (a restart with the same identity, also after
+/// a clean close: its row is kept, see [`release`]) gets its epoch plus one, which
+/// fences every earlier incarnation. An identity's epochs are never reused. Returns the
+/// epoch.
 async fn register(
     client: &mut Client,
     log: &str,
@@ -913,28 +915,25 @@ async fn register(
     Ok(epoch)
 }
 
-/// On a clean close: forgets a replica that has nothing pending; otherwise ends its
-/// lease now, so that its calls are recovered at once.
+/// On a clean close: ends this replica's lease now, so that any call it left pending is
+/// recovered at once, and `toolhost recover` may take the identity over.
+///
+/// The row stays, as a tombstone: a restart with the same identity takes its epoch plus
+/// one. Deleting it let a returning identity start again at epoch 1, which an older,
+/// fenced incarnation of it may still hold: that one's appends (checked by epoch) would
+/// then pass, and commit results for calls already declared unknown. Known limit: the
+/// table keeps one small row per identity ever registered (per process start with the
+/// default identity).
 async fn release(client: &mut Client, who: &Who) -> Result<(), LogError> {
     let tx = client.transaction().await.map_err(from_pg)?;
     lock_log(&tx, &who.log).await?;
-    let deleted = tx
-        .execute(
-            "DELETE FROM toolhost_replicas r WHERE r.log = $1 AND r.id = $2 AND r.epoch = $3 \
-             AND NOT EXISTS (SELECT 1 FROM toolhost_pending p WHERE p.log = r.log AND p.replica = r.id)",
-            &[&who.log, &who.replica, &who.epoch],
-        )
-        .await
-        .map_err(from_pg)?;
-    if deleted == 0 {
-        tx.execute(
-            "UPDATE toolhost_replicas SET lease_until = now() \
-             WHERE log = $1 AND id = $2 AND epoch = $3",
-            &[&who.log, &who.replica, &who.epoch],
-        )
-        .await
-        .map_err(from_pg)?;
-    }
+    tx.execute(
+        "UPDATE toolhost_replicas SET lease_until = now() \
+         WHERE log = $1 AND id = $2 AND epoch = $3",
+        &[&who.log, &who.replica, &who.epoch],
+    )
+    .await
+    .map_err(from_pg)?;
     tx.commit().await.map_err(from_pg)
 }
 

@@ -296,6 +296,51 @@ fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
     );
 }
 
+/// An identity's epochs are never reused: an incarnation fenced by a restart stays
+/// fenced after that restart closed cleanly and the identity came back a third time.
+/// A clean close used to delete the identity's row, the third incarnation got epoch 1
+/// again, the first one's, and the first one (only cut off) then committed a result
+/// for a call already declared unknown.
+#[test]
+fn a_fenced_incarnation_stays_fenced_after_its_identity_closed_cleanly_and_returned() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("epochs");
+    let (first, _) = open(&url, &name, "x", Duration::from_secs(600));
+    first
+        .record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    // A second incarnation takes the identity over, recovers c1 and closes cleanly
+    // with nothing pending.
+    let (second, _) = open(&url, &name, "x", Duration::from_secs(600));
+    assert_eq!(second.recover().unwrap().recovered, ["c1"]);
+    drop(second);
+    // A third one starts; the first comes back.
+    let (third, _) = open(&url, &name, "x", Duration::from_secs(600));
+    let err = first
+        .append(&[result("c1")], Durability::Durable)
+        .unwrap_err();
+    assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
+    // The third writes; c1 has its one result, the unknown one.
+    third.append(&[call("c2")], Durability::Durable).unwrap();
+    let results: Vec<_> = third
+        .events_for_call("c1")
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
+    // The closed identity's row (ended lease) lets `toolhost recover` take it over and
+    // another replica's sweep finds nothing to do.
+    drop(third);
+    let (other, _) = open(&url, &name, "other", Duration::from_secs(600));
+    assert_eq!(other.recover().unwrap(), Recovery::default());
+    let mut options = pg_options(&name, "x", Duration::from_secs(600));
+    options.refuse_live_identity = true;
+    let recovering = SessionLog::from_engine(PgEngine::open(&url, &options).unwrap());
+    assert_eq!(recovering.recover().unwrap(), Recovery::default());
+}
+
 #[test]
 fn a_survivor_recovers_a_killed_replicas_calls_after_its_lease_expires() {
     let Some(url) = pg_url() else { return };
