@@ -23,7 +23,7 @@
 //!   cannot commit a result for a call already declared unknown;
 //! - leases are compared with the database's clock, never a replica's.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1187,7 +1187,8 @@ async fn insert_events(
 /// Resolves, in one synchronous transaction, the pending calls of other replicas that
 /// are gone (lease expired, superseded by a restart, or unregistered) and, with
 /// `include_own`, every call of this replica's identity (this incarnation's and its
-/// predecessors'); fences the expired replicas whose calls it resolved.
+/// predecessors'); fences the expired replicas whose calls it resolved (the epoch it
+/// found expired, even if that replica renewed its lease since).
 /// Renews this replica's lease either way.
 async fn recover_calls(
     client: &mut Client,
@@ -1197,10 +1198,13 @@ async fn recover_calls(
     let tx = client.transaction().await.map_err(from_pg)?;
     let first = lock_log(&tx, &who.log).await?;
     check_lease(&tx, who).await?;
+    // The third column: the replica's epoch if it is the expired writer of the call,
+    // to be fenced.
     let rows = tx
         .query(
             "SELECT p.call_id, p.replica, \
-                    (r.id IS NOT NULL AND r.epoch = p.epoch AND r.lease_until < now()) \
+                    CASE WHEN r.id IS NOT NULL AND r.epoch = p.epoch AND r.lease_until < now() \
+                         THEN r.epoch END \
              FROM toolhost_pending p \
              LEFT JOIN toolhost_replicas r ON r.log = p.log AND r.id = p.replica \
              WHERE p.log = $1 AND CASE WHEN p.replica = $3 THEN $2 \
@@ -1211,13 +1215,13 @@ async fn recover_calls(
         .await
         .map_err(from_pg)?;
     let mut recovered = Vec::with_capacity(rows.len());
-    let mut expired = BTreeSet::new();
+    let mut expired = BTreeMap::new();
     for row in &rows {
         recovered.push(row.try_get::<_, String>(0).map_err(from_pg)?);
-        if row.try_get::<_, bool>(2).map_err(from_pg)? {
+        if let Some(epoch) = row.try_get::<_, Option<i64>>(2).map_err(from_pg)? {
             let replica: String = row.try_get(1).map_err(from_pg)?;
             if replica != who.replica {
-                expired.insert(replica);
+                expired.insert(replica, epoch);
             }
         }
     }
@@ -1225,11 +1229,17 @@ async fn recover_calls(
         let events = recovery_events(&recovered);
         let refs: Vec<&NewEvent> = events.iter().collect();
         insert_events(&tx, who, first, &refs).await?;
-        let expired: Vec<String> = expired.into_iter().collect();
+        // Fences the epoch that was found expired, whatever its lease says now: a
+        // renewal does not take the log's row lock, so the replica may have renewed
+        // since the select, and its calls are resolved all the same. (Conditioned on
+        // the lease, the fence missed such a replica, which then committed results for
+        // calls declared unknown.)
+        let (ids, epochs): (Vec<String>, Vec<i64>) = expired.into_iter().unzip();
         tx.execute(
-            "UPDATE toolhost_replicas SET epoch = epoch + 1 \
-             WHERE log = $1 AND id = ANY($2) AND lease_until < now()",
-            &[&who.log, &expired],
+            "UPDATE toolhost_replicas r SET epoch = r.epoch + 1 \
+             FROM UNNEST($2::text[], $3::bigint[]) AS f(id, epoch) \
+             WHERE r.log = $1 AND r.id = f.id AND r.epoch = f.epoch",
+            &[&who.log, &ids, &epochs],
         )
         .await
         .map_err(from_pg)?;

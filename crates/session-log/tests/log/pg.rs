@@ -79,7 +79,20 @@ fn hold_log_lock(
     url: &str,
     log: &str,
 ) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (url, log) = (url.to_string(), log.to_string());
+    hold_uncommitted(
+        url,
+        &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = '{log}' FOR UPDATE"),
+    )
+}
+
+/// Runs `statement` in a transaction on another connection and holds that transaction
+/// open (with its locks) until the returned sender sends (or is dropped), then rolls it
+/// back; returns once the statement has run.
+fn hold_uncommitted(
+    url: &str,
+    statement: &str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (url, statement) = (url.to_string(), statement.to_string());
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
@@ -93,12 +106,7 @@ fn hold_log_lock(
                 .unwrap();
             tokio::spawn(conn);
             let tx = client.transaction().await.unwrap();
-            tx.execute(
-                &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = $1 FOR UPDATE"),
-                &[&log],
-            )
-            .await
-            .unwrap();
+            tx.batch_execute(&statement).await.unwrap();
             locked_tx.send(()).unwrap();
             let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
             tx.rollback().await.unwrap();
@@ -238,6 +246,77 @@ fn a_replica_declared_dead_cannot_commit_a_result_after_its_unknown() {
     assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
     assert!(events.iter().all(|e| e.call_id != "c2"));
     assert_eq!(seqs(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+}
+
+/// A replica whose calls a survivor's recovery resolved is fenced, also when it renewed
+/// its lease (a flush) after the survivor found it expired and before the survivor
+/// fenced it. The fence used to be a separate update conditioned on the lease being
+/// expired, which the renewal had made false: the calls were declared unknown, the
+/// replica was not fenced, and it then committed a result for one of them.
+#[test]
+fn a_replica_that_renews_while_its_calls_are_recovered_is_still_fenced() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("renew-race");
+    let (a_id, b_id) = (unique("race-a"), unique("race-b"));
+    // Long leases: no worker renews or sweeps by itself during the test.
+    let (a, _) = open(&url, &name, &a_id, Duration::from_secs(600));
+    a.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    // Something for a's flush to make durable: the flush is then a lease renewal.
+    a.append(&[call("lazy")], Durability::Lazy).unwrap();
+    let (b, _) = open(&url, &name, &b_id, Duration::from_secs(600));
+    // a looks dead to b.
+    sql(
+        &url,
+        &format!(
+            "UPDATE {TEST_SCHEMA}.toolhost_replicas SET lease_until = now() - interval '1 second' \
+             WHERE log = '{name}' AND id = '{a_id}'"
+        ),
+    );
+    // b's recovery reads the pending calls (c1, a expired), then waits to insert its
+    // results at the next sequence number, which another transaction holds.
+    let next = sql_value(
+        &url,
+        &format!("SELECT next_seq::text FROM {TEST_SCHEMA}.toolhost_logs WHERE log = '{name}'"),
+    )
+    .unwrap();
+    let (release, holder) = hold_uncommitted(
+        &url,
+        &format!(
+            "INSERT INTO {TEST_SCHEMA}.toolhost_events (log, seq, call_id, kind, at_unix_ms, payload, replica) \
+             VALUES ('{name}', {next}, 'x', 'tool/call', 0, '{{}}', 'x')"
+        ),
+    );
+    let b = Arc::new(b);
+    let recovering = {
+        let b = b.clone();
+        std::thread::spawn(move || b.recover())
+    };
+    let waiting = format!(
+        "SELECT count(*)::text FROM pg_stat_activity \
+         WHERE application_name = 'toolhost {b_id}' AND wait_event_type = 'Lock'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sql_value(&url, &waiting).as_deref() != Some("1") {
+        assert!(Instant::now() < deadline, "b's recovery never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Meanwhile a renews its lease.
+    a.flush().unwrap();
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(recovering.join().unwrap().unwrap().recovered, ["c1"]);
+    // c1 was declared unknown: a cannot commit its result.
+    let err = a.append(&[result("c1")], Durability::Durable).unwrap_err();
+    assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
+    let results: Vec<_> = b
+        .events_for_call("c1")
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
 }
 
 /// `refuse_live_identity` (what `toolhost recover` sets) does not take over an
