@@ -87,7 +87,10 @@ CREATE TABLE toolhost_replicas (
 /// - `replica`: who waits for it (its lease in `toolhost_replicas` says whether it still
 ///   can);
 /// - `decision`: `NULL` while pending; set once, by whoever gets there first (an
-///   operator, or the waiting replica when its wait ends), never changed.
+///   operator, or the waiting replica when its wait ends), never changed;
+/// - `decided_at`: when the decision was made; for a claim (`PgApprovals::claim_once`,
+///   a row decided when inserted), until when it must be kept (`infinity`: for good).
+///   Rows are removed a grace after it.
 pub(crate) const CREATE_APPROVALS: &str = "
 CREATE TABLE toolhost_approvals (
     log        text        NOT NULL,
