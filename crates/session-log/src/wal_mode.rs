@@ -299,8 +299,12 @@ impl RedbLog {
         let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
         let ticket = match durability {
             Durability::Durable => {
-                if staged.is_empty() && state.unsynced.is_empty() {
-                    return Ok(seqs);
+                if staged.is_empty() {
+                    // Nothing of its own, but a durable append returns only once every
+                    // earlier event is durable, also those of a record another thread
+                    // wrote and has not synced yet: what a flush does.
+                    drop(state);
+                    return self.flush_wal_mode(wal).map(|()| seqs);
                 }
                 Some(wal_record(wal, &mut state, &staged)?)
             }

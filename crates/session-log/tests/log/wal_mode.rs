@@ -658,6 +658,17 @@ impl toolhost_log::Storage for GatedStorage {
 /// its sync: the host relies on it before it tells anyone of an approval
 /// request. Checked for the WAL mode and for redb alone.
 pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync::Arc<Gate>) {
+    waits_for_a_sync_in_flight(log, gate, |log| log.flush());
+}
+
+/// `make_durable` (a flush, or a durable append of nothing) returns only once every
+/// earlier lazy append is durable, also when a concurrent durable append already
+/// carried them and is still in its sync.
+fn waits_for_a_sync_in_flight(
+    log: SessionLog,
+    gate: std::sync::Arc<Gate>,
+    make_durable: fn(&SessionLog) -> Result<(), LogError>,
+) {
     let log = std::sync::Arc::new(log);
     log.append(&[result("lazy")], Durability::Lazy).unwrap();
     gate.arm();
@@ -673,7 +684,7 @@ pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync:
     let flusher = {
         let (log, gate) = (log.clone(), gate.clone());
         std::thread::spawn(move || {
-            log.flush().unwrap();
+            make_durable(&log).unwrap();
             done.send(gate.released()).unwrap();
         })
     };
@@ -682,9 +693,23 @@ pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync:
     // seen returning early, so this cannot fail a correct one).
     let early = flushed.recv_timeout(std::time::Duration::from_millis(500));
     gate.release();
-    assert_ne!(early, Ok(false), "flush returned before the sync finished");
+    assert_ne!(early, Ok(false), "it returned before the sync finished");
     durable.join().unwrap();
     flusher.join().unwrap();
+}
+
+/// A durable append of no events makes every earlier event durable, as any durable
+/// append does: it used to return at once when this thread had nothing unsynced,
+/// while another thread's record (carrying the lazy events) was written and not yet
+/// synced.
+#[test]
+fn an_empty_durable_append_waits_for_a_wal_sync_in_flight_that_carries_earlier_events() {
+    let (wal, gate) = GatedStorage::new(MemStorage::new());
+    let log = SessionLog::open_with_journal(MemStorage::new(), wal).unwrap();
+    waits_for_a_sync_in_flight(log, gate, |log| {
+        assert_eq!(log.append(&[], Durability::Durable)?, Vec::<u64>::new());
+        Ok(())
+    });
 }
 
 #[test]
