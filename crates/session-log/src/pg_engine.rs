@@ -301,7 +301,12 @@ impl Drop for PgEngine {
 impl LogEngine for PgEngine {
     fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
         if events.is_empty() {
-            return Ok(Vec::new());
+            // A durable append returns only once every earlier event is durable: with
+            // none of its own, that is a flush.
+            return match durability {
+                Durability::Durable => self.flush().map(|()| Vec::new()),
+                Durability::Lazy => Ok(Vec::new()),
+            };
         }
         self.ask(|reply| Job::Append {
             events: events.to_vec(),

@@ -153,6 +153,26 @@ fn a_lease_renewed_after_a_long_wait_for_the_lock_is_a_whole_lease() {
     assert_eq!(b.pending_calls().unwrap(), Vec::<String>::new());
 }
 
+/// A durable append of no events makes earlier lazy ones durable, as any durable
+/// append does: it used to return at once, without a synchronous commit.
+#[test]
+fn an_empty_durable_append_makes_earlier_lazy_appends_durable() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("empty-durable");
+    let (log, stats) = open(&url, &name, "r", Duration::from_secs(600));
+    log.append(&[call("c1")], Durability::Lazy).unwrap();
+    let before = stats.get().durable_commits;
+    assert_eq!(
+        log.append(&[], Durability::Durable).unwrap(),
+        Vec::<u64>::new()
+    );
+    assert_eq!(stats.get().durable_commits, before + 1);
+    // Nothing left to make durable: no commit.
+    log.append(&[], Durability::Durable).unwrap();
+    log.append(&[], Durability::Lazy).unwrap();
+    assert_eq!(stats.get().durable_commits, before + 1);
+}
+
 #[test]
 fn concurrent_appends_on_one_replica_share_commits() {
     let Some(url) = pg_url() else { return };
