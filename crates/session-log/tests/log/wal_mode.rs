@@ -375,6 +375,39 @@ fn a_database_at_the_end_of_the_sequence_space_refuses_appends_without_panicking
     assert_eq!(log.events().unwrap().len(), 1);
 }
 
+/// Lazily appended events count toward the checkpoint by their size, not only by
+/// their number: large lazy results reach the database at a checkpoint instead of
+/// piling up in memory until the next durable append writes them all as one WAL record
+/// (about 680 calls with 4 MiB results held 2.7 GiB, and over 4 GiB the record was
+/// refused).
+#[test]
+fn large_lazy_events_are_checkpointed_by_size_not_carried_by_the_next_durable_append() {
+    let (log, dbc, walc, db, wal) = counted();
+    let big = crate::incompressible(200 << 10);
+    let checkpoints = dbc.fsyncs();
+    // 1.6 MiB of lazy results: over the checkpoint size (768 KiB), far under its count.
+    for i in 0..8 {
+        let id = format!("r{i}");
+        let e = NewEvent::new(
+            &id,
+            EventKind::ToolResult,
+            serde_json::json!({ "text": big }),
+        );
+        log.append(&[e], Durability::Lazy).unwrap();
+    }
+    assert!(dbc.fsyncs() > checkpoints, "no checkpoint ran");
+    let before = walc.bytes_written();
+    log.record_intents(&[intent("next")]).unwrap();
+    let written = walc.bytes_written() - before;
+    assert!(
+        written < 768 << 10,
+        "the durable append wrote {written} bytes of lazy events to the WAL"
+    );
+    // Every event survives a power loss after the durable append.
+    let crashed = open(&db.crash(), &wal.crash());
+    assert_eq!(crashed.events().unwrap().len(), 9);
+}
+
 #[test]
 fn a_wal_grown_by_a_large_record_shrinks_back_at_the_next_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
