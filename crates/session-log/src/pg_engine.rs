@@ -393,7 +393,7 @@ struct Worker {
     /// The sequence number of the last event committed lazily.
     lazy_last: u64,
     /// Lazily committed events were lost (the database restarted before they were
-    /// durable): the next flush reports it.
+    /// durable): the next flush or durable append reports it.
     lazy_lost: Option<String>,
     counters: Arc<Counters>,
     last_renewal: Instant,
@@ -555,12 +555,23 @@ impl Worker {
             }
             Err(e) => Err(e),
         };
+        // A durable append returns only once every earlier event is durable: lazily
+        // committed events found lost at a reconnection (in this operation or an
+        // earlier one) fail the group's durable appends, once, though their own events
+        // are committed (an error leaves a durable append's outcome unknown anyway).
+        let lost = match (&outcome, durable) {
+            (Ok(_), true) => self.lazy_lost.take(),
+            _ => None,
+        };
         match outcome {
             Ok(first) => {
                 let mut next = first;
-                for (events, _, reply) in &group {
+                for (events, durable, reply) in &group {
                     let n = events.len() as u64;
-                    let _ = reply.send(Ok((next..next + n).collect()));
+                    let _ = reply.send(match &lost {
+                        Some(lost) if *durable => Err(LogError::Storage(lost.clone())),
+                        _ => Ok((next..next + n).collect()),
+                    });
                     next += n;
                 }
             }
@@ -636,7 +647,8 @@ impl Worker {
     /// that the last of them is still there, before anything is written on it: a
     /// database that crashed and restarted in between lost them, and a flush must not
     /// then report them durable (a synchronous commit on the new connection would
-    /// succeed). Found missing, they are reported by the next flush.
+    /// succeed). Found missing, they are reported by the next flush or durable append
+    /// (this one, if it is one).
     fn run_op<T>(
         &mut self,
         op: impl AsyncFnOnce(&mut Conn) -> Result<T, LogError>,

@@ -640,6 +640,25 @@ fn a_database_crash_and_restart_keeps_every_durable_event_and_the_engine_reconne
 /// (10 s), they do not (in every run so far).
 #[test]
 fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
+    lazy_events_lost_in_a_crash_are_reported_by(|log| log.flush());
+}
+
+/// As a flush, a durable append after the restart fails when earlier lazy events were
+/// lost: it returns only once every event before it is durable. It used to succeed,
+/// leaving the loss to the next flush.
+#[test]
+fn a_durable_append_after_a_crash_that_lost_lazy_events_reports_the_loss() {
+    lazy_events_lost_in_a_crash_are_reported_by(|log| {
+        log.append(&[call("c2")], Durability::Durable).map(|_| ())
+    });
+}
+
+/// Commits a lazy result, crashes and restarts the database, then runs `make_durable`
+/// (retried once after the dead connection's error): it succeeds exactly when the lazy
+/// result survived, and reports the loss otherwise, once.
+fn lazy_events_lost_in_a_crash_are_reported_by(
+    make_durable: fn(&SessionLog) -> Result<(), LogError>,
+) {
     if pg_url().is_none() {
         return;
     }
@@ -653,8 +672,8 @@ fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
     log.append(&[result("c1")], Durability::Lazy).unwrap();
     server.script("restart");
     // The first operation may meet the dead connection; the next reconnects.
-    let flushed = match log.flush() {
-        Err(LogError::Storage(e)) if !e.contains("were lost") => log.flush(),
+    let outcome = match make_durable(&log) {
+        Err(LogError::Storage(e)) if !e.contains("were lost") => make_durable(&log),
         other => other,
     };
     let kept = log
@@ -662,8 +681,8 @@ fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
         .unwrap()
         .iter()
         .any(|e| e.call_id == "c1" && e.kind == EventKind::ToolResult);
-    match flushed {
-        Ok(()) => assert!(kept, "the flush succeeded but the lazy result is gone"),
+    match outcome {
+        Ok(()) => assert!(kept, "it succeeded but the lazy result is gone"),
         Err(e) => {
             assert!(!kept, "{e}");
             assert!(e.to_string().contains("were lost"), "{e}");
