@@ -395,6 +395,51 @@ fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
     );
 }
 
+/// A replica whose worker is held up by a slow operation (longer than a lease, shorter
+/// than the operation timeout) keeps its lease: it is not declared dead, and goes on
+/// once the operation ends. Only the worker renewed the lease, so a slow read let it
+/// expire and another replica's sweep would resolve the live replica's calls.
+#[test]
+fn a_replica_whose_worker_waits_longer_than_a_lease_keeps_its_lease() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("slow-op");
+    let a_id = unique("slow-a");
+    let lease = Duration::from_secs(1);
+    let (a, stats) = open(&url, &name, &a_id, lease);
+    let a = Arc::new(a);
+    a.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let (b, _) = open(&url, &name, "b", Duration::from_secs(600));
+    // a's next read waits for a lock on the events table.
+    let (release, holder) = hold_uncommitted(
+        &url,
+        &format!("LOCK TABLE {TEST_SCHEMA}.toolhost_events IN ACCESS EXCLUSIVE MODE"),
+    );
+    let before = stats.get().submitted;
+    let reader = {
+        let a = a.clone();
+        std::thread::spawn(move || a.events().map(|e| e.len()))
+    };
+    wait_until(
+        "a's read to reach its worker",
+        Duration::from_secs(20),
+        || stats.get().submitted > before,
+    );
+    // The condition under test: more than a lease passes while the worker waits.
+    std::thread::sleep(lease * 2);
+    let live = format!(
+        "SELECT (lease_until > now())::text FROM {TEST_SCHEMA}.toolhost_replicas \
+         WHERE log = '{name}' AND id = '{a_id}'"
+    );
+    assert_eq!(sql_value(&url, &live).as_deref(), Some("true"));
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(reader.join().unwrap().unwrap(), 2);
+    assert_eq!(b.recover().unwrap(), Recovery::default());
+    a.append(&[result("c1")], Durability::Durable).unwrap();
+    assert!(b.pending_calls().unwrap().is_empty());
+}
+
 /// An identity's epochs are never reused: an incarnation fenced by a restart stays
 /// fenced after that restart closed cleanly and the identity came back a third time.
 /// A clean close used to delete the identity's row, the third incarnation got epoch 1
