@@ -15,7 +15,7 @@
 //! spawned there); the connection is made at the first call and remade after it closes.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::{Client, Config};
 
@@ -135,17 +135,53 @@ impl PgApprovals {
     /// pending: no operator lists or decides it. For what must happen once however
     /// many replicas see it at the same instant (a 2026-07-28 approval state's use).
     ///
+    /// The claim is kept for good: [`PgApprovals::recover`] never removes it. A claim
+    /// that only matters until some time (the expiry of the state it spends) should be
+    /// made with [`PgApprovals::claim_once_until`], which lets it go after that.
+    ///
     /// # Errors
     ///
     /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
     pub async fn claim_once(&self, id: &str, what: &str) -> Result<bool, LogError> {
+        self.claim(id, what, f64::INFINITY).await
+    }
+
+    /// [`PgApprovals::claim_once`] for a claim needed only until `until` (the expiry of
+    /// what it spends): it is kept at least until then, and removed by a
+    /// [`PgApprovals::recover`] more than its `grace` after `until`, never before,
+    /// whatever that grace.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgApprovals::claim_once`].
+    pub async fn claim_once_until(
+        &self,
+        id: &str,
+        what: &str,
+        until: SystemTime,
+    ) -> Result<bool, LogError> {
+        // A time before 1970 keeps the claim until 1970: already past.
+        let secs = until
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.claim(id, what, secs).await
+    }
+
+    /// Inserts the claim with `decided_at` = `keep_until_secs` (Unix time; infinite for
+    /// good): for a claim, that column says until when it must be kept, so that the
+    /// clean-up of [`PgApprovals::recover`] (`decided_at` older than its grace) leaves
+    /// it until then. Before, a claim was stamped with the time it was made and removed
+    /// after the grace (the host's is 600 s), while the state it spent could live
+    /// longer: a replay of that still-valid state then won a second claim.
+    async fn claim(&self, id: &str, what: &str, keep_until_secs: f64) -> Result<bool, LogError> {
         let client = self.client().await?;
         self.bounded(async {
             client
                 .execute(
                     "INSERT INTO toolhost_approvals (log, id, request, replica, decision, decided_at) \
-                     VALUES ($1, $2, $3, $4, $3, now()) ON CONFLICT (log, id) DO NOTHING",
-                    &[&self.log, &id, &what, &self.replica],
+                     VALUES ($1, $2, $3, $4, $3, to_timestamp($5::float8)) \
+                     ON CONFLICT (log, id) DO NOTHING",
+                    &[&self.log, &id, &what, &self.replica, &keep_until_secs],
                 )
                 .await
                 .map_err(from_pg)
@@ -221,8 +257,9 @@ impl PgApprovals {
     /// Decides `decision` (JSON) for every pending request that nobody can wait for any
     /// more: those of this replica's identity (an earlier incarnation: call this right
     /// after the replica's log was opened, before it asks anything) and those of replicas
-    /// whose lease expired. Removes requests decided more than `grace` ago. Returns the
-    /// ids decided.
+    /// whose lease expired. Removes requests decided more than `grace` ago, and claims
+    /// more than `grace` past the time they were kept for (never those of
+    /// [`PgApprovals::claim_once`]). Returns the ids decided.
     ///
     /// # Errors
     ///

@@ -21,13 +21,17 @@
 //!   one it registered with; recovery of a replica's calls increments its epoch, so a
 //!   replica that only looked dead fails its next write with [`LogError::Fenced`] and
 //!   cannot commit a result for a call already declared unknown;
-//! - leases are compared with the database's clock, never a replica's.
+//! - leases are compared with the database's clock, never a replica's;
+//! - a lease keeper thread, on a connection of its own, renews the lease whenever the
+//!   worker has not for half a lease (the worker is busy with a slow operation: one may
+//!   take up to the operation timeout, longer than the lease), so that a live replica
+//!   is not declared dead because its worker waits.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -61,9 +65,11 @@ pub struct PgOptions {
     /// its predecessor's lease (and fences it). Default: host name, process id and start
     /// time, unique per process.
     pub replica: String,
-    /// How long this replica's lease lasts without renewal. Every write renews it, and the
-    /// worker renews it every third of it when idle; after it expires, another replica (or
-    /// `toolhost recover`) resolves this replica's unfinished calls. Default 10 s.
+    /// How long this replica's lease lasts without renewal. Every write renews it, the
+    /// worker renews it every third of it when idle, and a keeper thread whenever the
+    /// worker has not for half of it (while an operation is slow); after it expires,
+    /// another replica (or `toolhost recover`) resolves this replica's unfinished calls.
+    /// Default 10 s.
     pub lease: Duration,
     /// How long one database operation may take before it fails with
     /// [`LogError::Storage`] (its outcome then unknown). Default 30 s.
@@ -139,6 +145,8 @@ struct Counters {
 pub struct PgEngine {
     jobs: Option<Sender<Job>>,
     worker: Option<JoinHandle<()>>,
+    /// The lease keeper (writers): what it shares with the worker, and its thread.
+    keeper: Option<(Arc<LeaseShared>, JoinHandle<()>)>,
     counters: Arc<Counters>,
     replica: Option<String>,
     log: String,
@@ -188,11 +196,13 @@ impl PgEngine {
         }
         // Names the connections, so that an operator (or a test) can tell replicas apart.
         config.application_name(format!("toolhost {}", options.replica));
+        let keeper_config = config.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| LogError::Storage(format!("cannot start the PostgreSQL client: {e}")))?;
         let counters = Arc::new(Counters::default());
+        let lease = Arc::new(LeaseShared::new());
         let mut worker = Worker {
             config,
             options: options.clone(),
@@ -206,13 +216,14 @@ impl PgEngine {
             lazy_lost: None,
             counters: counters.clone(),
             last_renewal: Instant::now(),
+            lease: lease.clone(),
         };
         let (jobs, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let handle = std::thread::Builder::new()
             .name("toolhost-log-pg".to_string())
             .spawn(move || {
-                let opened = worker.open();
+                let opened = worker.open().map(|()| worker.epoch);
                 let ok = opened.is_ok();
                 let _ = ready_tx.send(opened);
                 if ok {
@@ -220,8 +231,8 @@ impl PgEngine {
                 }
             })
             .map_err(|e| LogError::Storage(format!("cannot start the PostgreSQL worker: {e}")))?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
+        let epoch = match ready_rx.recv() {
+            Ok(Ok(epoch)) => epoch,
             Ok(Err(e)) => {
                 let _ = handle.join();
                 return Err(e);
@@ -232,14 +243,36 @@ impl PgEngine {
                     "the PostgreSQL worker stopped while opening".to_string(),
                 ));
             }
-        }
-        Ok(PgEngine {
+        };
+        let mut engine = PgEngine {
             jobs: Some(jobs),
             worker: Some(handle),
+            keeper: None,
             counters,
             replica: writer.then(|| options.replica.clone()),
             log: options.log.clone(),
-        })
+        };
+        if writer {
+            let keeper = LeaseKeeper {
+                config: keeper_config,
+                schema: options.schema.clone(),
+                who: Who {
+                    log: options.log.clone(),
+                    replica: options.replica.clone(),
+                    epoch,
+                    lease_secs: options.lease.as_secs_f64(),
+                },
+                lease: options.lease,
+                shared: lease.clone(),
+                counters: engine.counters.clone(),
+            };
+            let handle = std::thread::Builder::new()
+                .name("toolhost-log-pg-lease".to_string())
+                .spawn(move || keeper.run())
+                .map_err(|e| LogError::Storage(format!("cannot start the lease keeper: {e}")))?;
+            engine.keeper = Some((lease, handle));
+        }
+        Ok(engine)
     }
 
     /// This replica's identity (`None` for a reader).
@@ -289,8 +322,13 @@ impl PgStatsHandle {
 
 impl Drop for PgEngine {
     fn drop(&mut self) {
+        // The keeper stops first, so that no renewal follows the release.
+        if let Some((lease, handle)) = self.keeper.take() {
+            lease.stop();
+            let _ = handle.join();
+        }
         // Closing the channel stops the worker after the jobs already sent; it then
-        // releases the lease of a replica that has nothing pending.
+        // ends the replica's lease (see `release`).
         self.jobs.take();
         if let Some(handle) = self.worker.take() {
             let _ = handle.join();
@@ -301,7 +339,12 @@ impl Drop for PgEngine {
 impl LogEngine for PgEngine {
     fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
         if events.is_empty() {
-            return Ok(Vec::new());
+            // A durable append returns only once every earlier event is durable: with
+            // none of its own, that is a flush.
+            return match durability {
+                Durability::Durable => self.flush().map(|()| Vec::new()),
+                Durability::Lazy => Ok(Vec::new()),
+            };
         }
         self.ask(|reply| Job::Append {
             events: events.to_vec(),
@@ -388,10 +431,12 @@ struct Worker {
     /// The sequence number of the last event committed lazily.
     lazy_last: u64,
     /// Lazily committed events were lost (the database restarted before they were
-    /// durable): the next flush reports it.
+    /// durable): the next flush or durable append reports it.
     lazy_lost: Option<String>,
     counters: Arc<Counters>,
     last_renewal: Instant,
+    /// Shared with the lease keeper: when the lease was last renewed.
+    lease: Arc<LeaseShared>,
 }
 
 impl Worker {
@@ -412,6 +457,7 @@ impl Worker {
             .durable_commits
             .fetch_add(1, Ordering::Relaxed);
         self.last_renewal = Instant::now();
+        self.lease.renewed();
         Ok(())
     }
 
@@ -519,6 +565,7 @@ impl Worker {
         }
         // Every write transaction renewed the lease.
         self.last_renewal = Instant::now();
+        self.lease.renewed();
     }
 
     /// Notes a write's failure: a fenced replica stays fenced.
@@ -550,12 +597,23 @@ impl Worker {
             }
             Err(e) => Err(e),
         };
+        // A durable append returns only once every earlier event is durable: lazily
+        // committed events found lost at a reconnection (in this operation or an
+        // earlier one) fail the group's durable appends, once, though their own events
+        // are committed (an error leaves a durable append's outcome unknown anyway).
+        let lost = match (&outcome, durable) {
+            (Ok(_), true) => self.lazy_lost.take(),
+            _ => None,
+        };
         match outcome {
             Ok(first) => {
                 let mut next = first;
-                for (events, _, reply) in &group {
+                for (events, durable, reply) in &group {
                     let n = events.len() as u64;
-                    let _ = reply.send(Ok((next..next + n).collect()));
+                    let _ = reply.send(match &lost {
+                        Some(lost) if *durable => Err(LogError::Storage(lost.clone())),
+                        _ => Ok((next..next + n).collect()),
+                    });
                     next += n;
                 }
             }
@@ -631,7 +689,8 @@ impl Worker {
     /// that the last of them is still there, before anything is written on it: a
     /// database that crashed and restarted in between lost them, and a flush must not
     /// then report them durable (a synchronous commit on the new connection would
-    /// succeed). Found missing, they are reported by the next flush.
+    /// succeed). Found missing, they are reported by the next flush or durable append
+    /// (this one, if it is one).
     fn run_op<T>(
         &mut self,
         op: impl AsyncFnOnce(&mut Conn) -> Result<T, LogError>,
@@ -676,6 +735,126 @@ impl Worker {
             *conn = None;
         }
         outcome
+    }
+}
+
+/// What the worker and the lease keeper share: when the lease was last renewed, and
+/// the keeper's stop signal.
+struct LeaseShared {
+    base: Instant,
+    /// Milliseconds from `base` to the last renewal.
+    renewed_ms: AtomicU64,
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl LeaseShared {
+    fn new() -> LeaseShared {
+        LeaseShared {
+            base: Instant::now(),
+            renewed_ms: AtomicU64::new(0),
+            stopped: Mutex::new(false),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Notes a renewal that committed now.
+    fn renewed(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.renewed_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    fn since_renewal(&self) -> Duration {
+        let at = Duration::from_millis(self.renewed_ms.load(Ordering::SeqCst));
+        self.base.elapsed().saturating_sub(at)
+    }
+
+    fn stop(&self) {
+        if let Ok(mut stopped) = self.stopped.lock() {
+            *stopped = true;
+        }
+        self.wake.notify_all();
+    }
+
+    /// Waits for `tick` or the stop signal; returns whether to stop.
+    fn wait(&self, tick: Duration) -> bool {
+        let Ok(stopped) = self.stopped.lock() else {
+            return true;
+        };
+        match self.wake.wait_timeout_while(stopped, tick, |s| !*s) {
+            Ok((stopped, _)) => *stopped,
+            Err(_) => true,
+        }
+    }
+}
+
+/// Renews the lease of a writer, on a connection of its own, whenever the worker has
+/// not renewed it for half a lease: the worker renews it at every write and every third
+/// of a lease when idle, but not while one of its operations is slow (up to the
+/// operation timeout, which may be longer than the lease).
+///
+/// It checks the epoch as every renewal does: once this replica is fenced it stops.
+/// It writes nothing else, and never resolves anyone's calls (the worker's sweep does).
+struct LeaseKeeper {
+    config: tokio_postgres::Config,
+    schema: String,
+    who: Who,
+    lease: Duration,
+    shared: Arc<LeaseShared>,
+    counters: Arc<Counters>,
+}
+
+impl LeaseKeeper {
+    fn run(self) {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        // A renewal is due at half a lease, seen within a sixth, and bounded by a sixth:
+        // the lease is renewed at most five sixths of it after the last renewal.
+        let tick = self.lease / 6;
+        let mut client: Option<Client> = None;
+        while !self.shared.wait(tick) {
+            if self.shared.since_renewal() < self.lease / 2 {
+                continue;
+            }
+            let renewal = runtime.block_on(with_timeout(tick, self.renew(&mut client)));
+            match renewal {
+                Ok(true) => {
+                    self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .durable_commits
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.shared.renewed();
+                }
+                // Fenced: the worker's next write says so.
+                Ok(false) => return,
+                // Tried again at the next tick, on a new connection.
+                Err(_) => client = None,
+            }
+        }
+    }
+
+    /// Renews the lease if the epoch is still this replica's; `false` if it is not.
+    async fn renew(&self, client: &mut Option<Client>) -> Result<bool, LogError> {
+        if client.as_ref().is_none_or(Client::is_closed) {
+            *client = Some(connect(&self.config, &self.schema, false).await?);
+        }
+        let Some(c) = client.as_ref() else {
+            return Err(LogError::Storage("no connection to PostgreSQL".to_string()));
+        };
+        let who = &self.who;
+        let renewed = c
+            .execute(
+                "UPDATE toolhost_replicas SET lease_until = clock_timestamp() + make_interval(secs => $4) \
+                 WHERE log = $1 AND id = $2 AND epoch = $3",
+                &[&who.log, &who.replica, &who.epoch, &who.lease_secs],
+            )
+            .await
+            .map_err(from_pg)?;
+        Ok(renewed == 1)
     }
 }
 
@@ -864,8 +1043,10 @@ fn check_version(found: i64) -> Result<(), LogError> {
 }
 
 /// Creates the log's row if missing and registers `replica` with a fresh lease: a new
-/// replica gets epoch 1; one that existed (a restart with the same identity) gets its
-/// epoch plus one, which fences the earlier incarnation. Returns the epoch.
+/// replica gets epoch 1; one that existed (a restart with the same identity, also after
+/// a clean close: its row is kept, see [`release`]) gets its epoch plus one, which
+/// fences every earlier incarnation. An identity's epochs are never reused. Returns the
+/// epoch.
 async fn register(
     client: &mut Client,
     log: &str,
@@ -913,28 +1094,25 @@ async fn register(
     Ok(epoch)
 }
 
-/// On a clean close: forgets a replica that has nothing pending; otherwise ends its
-/// lease now, so that its calls are recovered at once.
+/// On a clean close: ends this replica's lease now, so that any call it left pending is
+/// recovered at once, and `toolhost recover` may take the identity over.
+///
+/// The row stays, as a tombstone: a restart with the same identity takes its epoch plus
+/// one. Deleting it let a returning identity start again at epoch 1, which an older,
+/// fenced incarnation of it may still hold: that one's appends (checked by epoch) would
+/// then pass, and commit results for calls already declared unknown. Known limit: the
+/// table keeps one small row per identity ever registered (per process start with the
+/// default identity).
 async fn release(client: &mut Client, who: &Who) -> Result<(), LogError> {
     let tx = client.transaction().await.map_err(from_pg)?;
     lock_log(&tx, &who.log).await?;
-    let deleted = tx
-        .execute(
-            "DELETE FROM toolhost_replicas r WHERE r.log = $1 AND r.id = $2 AND r.epoch = $3 \
-             AND NOT EXISTS (SELECT 1 FROM toolhost_pending p WHERE p.log = r.log AND p.replica = r.id)",
-            &[&who.log, &who.replica, &who.epoch],
-        )
-        .await
-        .map_err(from_pg)?;
-    if deleted == 0 {
-        tx.execute(
-            "UPDATE toolhost_replicas SET lease_until = now() \
-             WHERE log = $1 AND id = $2 AND epoch = $3",
-            &[&who.log, &who.replica, &who.epoch],
-        )
-        .await
-        .map_err(from_pg)?;
-    }
+    tx.execute(
+        "UPDATE toolhost_replicas SET lease_until = now() \
+         WHERE log = $1 AND id = $2 AND epoch = $3",
+        &[&who.log, &who.replica, &who.epoch],
+    )
+    .await
+    .map_err(from_pg)?;
     tx.commit().await.map_err(from_pg)
 }
 
@@ -1188,7 +1366,8 @@ async fn insert_events(
 /// Resolves, in one synchronous transaction, the pending calls of other replicas that
 /// are gone (lease expired, superseded by a restart, or unregistered) and, with
 /// `include_own`, every call of this replica's identity (this incarnation's and its
-/// predecessors'); fences the expired replicas whose calls it resolved.
+/// predecessors'); fences the expired replicas whose calls it resolved (the epoch it
+/// found expired, even if that replica renewed its lease since).
 /// Renews this replica's lease either way.
 async fn recover_calls(
     client: &mut Client,
@@ -1198,10 +1377,13 @@ async fn recover_calls(
     let tx = client.transaction().await.map_err(from_pg)?;
     let first = lock_log(&tx, &who.log).await?;
     check_lease(&tx, who).await?;
+    // The third column: the replica's epoch if it is the expired writer of the call,
+    // to be fenced.
     let rows = tx
         .query(
             "SELECT p.call_id, p.replica, \
-                    (r.id IS NOT NULL AND r.epoch = p.epoch AND r.lease_until < now()) \
+                    CASE WHEN r.id IS NOT NULL AND r.epoch = p.epoch AND r.lease_until < now() \
+                         THEN r.epoch END \
              FROM toolhost_pending p \
              LEFT JOIN toolhost_replicas r ON r.log = p.log AND r.id = p.replica \
              WHERE p.log = $1 AND CASE WHEN p.replica = $3 THEN $2 \
@@ -1212,13 +1394,13 @@ async fn recover_calls(
         .await
         .map_err(from_pg)?;
     let mut recovered = Vec::with_capacity(rows.len());
-    let mut expired = BTreeSet::new();
+    let mut expired = BTreeMap::new();
     for row in &rows {
         recovered.push(row.try_get::<_, String>(0).map_err(from_pg)?);
-        if row.try_get::<_, bool>(2).map_err(from_pg)? {
+        if let Some(epoch) = row.try_get::<_, Option<i64>>(2).map_err(from_pg)? {
             let replica: String = row.try_get(1).map_err(from_pg)?;
             if replica != who.replica {
-                expired.insert(replica);
+                expired.insert(replica, epoch);
             }
         }
     }
@@ -1226,11 +1408,17 @@ async fn recover_calls(
         let events = recovery_events(&recovered);
         let refs: Vec<&NewEvent> = events.iter().collect();
         insert_events(&tx, who, first, &refs).await?;
-        let expired: Vec<String> = expired.into_iter().collect();
+        // Fences the epoch that was found expired, whatever its lease says now: a
+        // renewal does not take the log's row lock, so the replica may have renewed
+        // since the select, and its calls are resolved all the same. (Conditioned on
+        // the lease, the fence missed such a replica, which then committed results for
+        // calls declared unknown.)
+        let (ids, epochs): (Vec<String>, Vec<i64>) = expired.into_iter().unzip();
         tx.execute(
-            "UPDATE toolhost_replicas SET epoch = epoch + 1 \
-             WHERE log = $1 AND id = ANY($2) AND lease_until < now()",
-            &[&who.log, &expired],
+            "UPDATE toolhost_replicas r SET epoch = r.epoch + 1 \
+             FROM UNNEST($2::text[], $3::bigint[]) AS f(id, epoch) \
+             WHERE r.log = $1 AND r.id = f.id AND r.epoch = f.epoch",
+            &[&who.log, &ids, &epochs],
         )
         .await
         .map_err(from_pg)?;

@@ -42,7 +42,9 @@ CREATE TABLE IF NOT EXISTS toolhost_schema (
 /// - `toolhost_pending`: calls with a `tool/intent` and no `tool/result`, with the replica
 ///   (and its epoch) that wrote the intent; maintained in the events' transaction.
 /// - `toolhost_replicas`: who writes a log: a lease (database clock) renewed by every
-///   write, and an epoch that recovery of the replica's calls increments (fencing).
+///   write, and an epoch that recovery of the replica's calls increments (fencing). A
+///   clean close ends the lease but keeps the row, so that an identity's epochs are
+///   never reused.
 /// - `toolhost_append`: an append in one statement (see its comment).
 pub(crate) const CREATE: &str = "
 CREATE TABLE toolhost_logs (
@@ -85,7 +87,10 @@ CREATE TABLE toolhost_replicas (
 /// - `replica`: who waits for it (its lease in `toolhost_replicas` says whether it still
 ///   can);
 /// - `decision`: `NULL` while pending; set once, by whoever gets there first (an
-///   operator, or the waiting replica when its wait ends), never changed.
+///   operator, or the waiting replica when its wait ends), never changed;
+/// - `decided_at`: when the decision was made; for a claim (`PgApprovals::claim_once`,
+///   a row decided when inserted), until when it must be kept (`infinity`: for good).
+///   Rows are removed a grace after it.
 pub(crate) const CREATE_APPROVALS: &str = "
 CREATE TABLE toolhost_approvals (
     log        text        NOT NULL,

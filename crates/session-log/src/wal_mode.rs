@@ -19,9 +19,10 @@
 //!   events from memory, so they see every appended event; appends wait for them. A read
 //!   writes nothing. (Another process sees the database and the WAL's records: see
 //!   `reader.rs`.)
-//! - **Checkpoint:** on a lazy append once the WAL holds [`CHECKPOINT_BYTES`] (or
-//!   [`CHECKPOINT_EVENTS`] wait in memory), on a durable append only at four times those
-//!   (a log without lazy appends), and when the log is dropped: one durable redb commit
+//! - **Checkpoint:** on a lazy append once the WAL and the unsynced events hold
+//!   [`CHECKPOINT_BYTES`] (or [`CHECKPOINT_EVENTS`] wait in memory), on a durable
+//!   append only at four times those (a log without lazy appends), and when the log
+//!   is dropped: one durable redb commit
 //!   inserts the unapplied events, then the WAL starts a new round. Except when the log
 //!   is dropped, it runs in two phases: the bulk is committed without the state's lock,
 //!   while other appends go on into the WAL and memory; then, under the lock, the few
@@ -73,7 +74,8 @@ use crate::wal::{IntentWal, Staged, encode_record};
 /// including it (never reset, across rounds).
 type Ticket = u64;
 
-/// A checkpoint runs once the WAL's current round holds this many bytes.
+/// A checkpoint runs once the WAL's current round and the lazy events not yet in it
+/// hold this many bytes.
 pub(crate) const CHECKPOINT_BYTES: u64 = 768 * 1024;
 
 /// ... or once this many events wait in memory for redb.
@@ -90,6 +92,10 @@ pub(crate) struct WalState {
     /// Lazily appended events not yet in the WAL, in order (shared with
     /// `unapplied`: a lazy event's bytes are not copied).
     unsynced: Vec<Arc<Staged>>,
+    /// The size of the events of `unsynced`: it counts toward a checkpoint as if they
+    /// were in the WAL already, so that large lazy events neither pile up in memory nor
+    /// make the next durable append write them all as one record.
+    unsynced_bytes: u64,
     /// Set by the first storage failure; the log refuses further use.
     broken: Option<String>,
     /// A checkpoint's first phase (the bulk commit, without this lock) is running.
@@ -262,6 +268,7 @@ impl RedbLog {
                 next_seq,
                 unapplied: Vec::new(),
                 unsynced: Vec::new(),
+                unsynced_bytes: 0,
                 broken: None,
                 checkpointing: false,
                 generation: 0,
@@ -299,12 +306,18 @@ impl RedbLog {
         let seqs: Vec<u64> = staged.iter().map(|s| s.seq).collect();
         let ticket = match durability {
             Durability::Durable => {
-                if staged.is_empty() && state.unsynced.is_empty() {
-                    return Ok(seqs);
+                if staged.is_empty() {
+                    // Nothing of its own, but a durable append returns only once every
+                    // earlier event is durable, also those of a record another thread
+                    // wrote and has not synced yet: what a flush does.
+                    drop(state);
+                    return self.flush_wal_mode(wal).map(|()| seqs);
                 }
                 Some(wal_record(wal, &mut state, &staged)?)
             }
             Durability::Lazy => {
+                let bytes: u64 = staged.iter().map(|s| s.bytes.len() as u64).sum();
+                state.unsynced_bytes = state.unsynced_bytes.saturating_add(bytes);
                 state.unsynced.extend(staged.iter().cloned());
                 None
             }
@@ -320,7 +333,7 @@ impl RedbLog {
             Durability::Lazy => 1,
             Durability::Durable => 4,
         };
-        let due = state.wal.len() >= factor * CHECKPOINT_BYTES
+        let due = state.wal.len().saturating_add(state.unsynced_bytes) >= factor * CHECKPOINT_BYTES
             || state.unapplied.len() + state.unsynced.len() >= factor as usize * CHECKPOINT_EVENTS;
         // One checkpoint at a time: while one commits its bulk, appends go on
         // (and do not start another).
@@ -489,6 +502,7 @@ impl RedbLog {
             state.unapplied.clear();
         }
         state.unsynced.clear();
+        state.unsynced_bytes = 0;
         if let Err(e) = state.wal.reset() {
             let e = storage_error("intent WAL", &e);
             state.broken = Some(e.to_string());
@@ -561,6 +575,7 @@ fn wal_record(
         return Err(e);
     }
     state.unsynced.clear();
+    state.unsynced_bytes = 0;
     // Only written under the state's lock: tickets follow the write order.
     let ticket = wal.written.load(Ordering::SeqCst) + 1;
     wal.written.store(ticket, Ordering::SeqCst);

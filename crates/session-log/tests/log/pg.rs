@@ -79,7 +79,20 @@ fn hold_log_lock(
     url: &str,
     log: &str,
 ) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (url, log) = (url.to_string(), log.to_string());
+    hold_uncommitted(
+        url,
+        &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = '{log}' FOR UPDATE"),
+    )
+}
+
+/// Runs `statement` in a transaction on another connection and holds that transaction
+/// open (with its locks) until the returned sender sends (or is dropped), then rolls it
+/// back; returns once the statement has run.
+fn hold_uncommitted(
+    url: &str,
+    statement: &str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (url, statement) = (url.to_string(), statement.to_string());
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
@@ -93,12 +106,7 @@ fn hold_log_lock(
                 .unwrap();
             tokio::spawn(conn);
             let tx = client.transaction().await.unwrap();
-            tx.execute(
-                &format!("SELECT 1 FROM {TEST_SCHEMA}.toolhost_logs WHERE log = $1 FOR UPDATE"),
-                &[&log],
-            )
-            .await
-            .unwrap();
+            tx.batch_execute(&statement).await.unwrap();
             locked_tx.send(()).unwrap();
             let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
             tx.rollback().await.unwrap();
@@ -143,6 +151,26 @@ fn a_lease_renewed_after_a_long_wait_for_the_lock_is_a_whole_lease() {
     assert_eq!(b.recover().unwrap().recovered, Vec::<String>::new());
     a.append(&[result("c1")], Durability::Durable).unwrap();
     assert_eq!(b.pending_calls().unwrap(), Vec::<String>::new());
+}
+
+/// A durable append of no events makes earlier lazy ones durable, as any durable
+/// append does: it used to return at once, without a synchronous commit.
+#[test]
+fn an_empty_durable_append_makes_earlier_lazy_appends_durable() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("empty-durable");
+    let (log, stats) = open(&url, &name, "r", Duration::from_secs(600));
+    log.append(&[call("c1")], Durability::Lazy).unwrap();
+    let before = stats.get().durable_commits;
+    assert_eq!(
+        log.append(&[], Durability::Durable).unwrap(),
+        Vec::<u64>::new()
+    );
+    assert_eq!(stats.get().durable_commits, before + 1);
+    // Nothing left to make durable: no commit.
+    log.append(&[], Durability::Durable).unwrap();
+    log.append(&[], Durability::Lazy).unwrap();
+    assert_eq!(stats.get().durable_commits, before + 1);
 }
 
 #[test]
@@ -240,6 +268,77 @@ fn a_replica_declared_dead_cannot_commit_a_result_after_its_unknown() {
     assert_eq!(seqs(&events), (1..=events.len() as u64).collect::<Vec<_>>());
 }
 
+/// A replica whose calls a survivor's recovery resolved is fenced, also when it renewed
+/// its lease (a flush) after the survivor found it expired and before the survivor
+/// fenced it. The fence used to be a separate update conditioned on the lease being
+/// expired, which the renewal had made false: the calls were declared unknown, the
+/// replica was not fenced, and it then committed a result for one of them.
+#[test]
+fn a_replica_that_renews_while_its_calls_are_recovered_is_still_fenced() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("renew-race");
+    let (a_id, b_id) = (unique("race-a"), unique("race-b"));
+    // Long leases: no worker renews or sweeps by itself during the test.
+    let (a, _) = open(&url, &name, &a_id, Duration::from_secs(600));
+    a.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    // Something for a's flush to make durable: the flush is then a lease renewal.
+    a.append(&[call("lazy")], Durability::Lazy).unwrap();
+    let (b, _) = open(&url, &name, &b_id, Duration::from_secs(600));
+    // a looks dead to b.
+    sql(
+        &url,
+        &format!(
+            "UPDATE {TEST_SCHEMA}.toolhost_replicas SET lease_until = now() - interval '1 second' \
+             WHERE log = '{name}' AND id = '{a_id}'"
+        ),
+    );
+    // b's recovery reads the pending calls (c1, a expired), then waits to insert its
+    // results at the next sequence number, which another transaction holds.
+    let next = sql_value(
+        &url,
+        &format!("SELECT next_seq::text FROM {TEST_SCHEMA}.toolhost_logs WHERE log = '{name}'"),
+    )
+    .unwrap();
+    let (release, holder) = hold_uncommitted(
+        &url,
+        &format!(
+            "INSERT INTO {TEST_SCHEMA}.toolhost_events (log, seq, call_id, kind, at_unix_ms, payload, replica) \
+             VALUES ('{name}', {next}, 'x', 'tool/call', 0, '{{}}', 'x')"
+        ),
+    );
+    let b = Arc::new(b);
+    let recovering = {
+        let b = b.clone();
+        std::thread::spawn(move || b.recover())
+    };
+    let waiting = format!(
+        "SELECT count(*)::text FROM pg_stat_activity \
+         WHERE application_name = 'toolhost {b_id}' AND wait_event_type = 'Lock'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sql_value(&url, &waiting).as_deref() != Some("1") {
+        assert!(Instant::now() < deadline, "b's recovery never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Meanwhile a renews its lease.
+    a.flush().unwrap();
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(recovering.join().unwrap().unwrap().recovered, ["c1"]);
+    // c1 was declared unknown: a cannot commit its result.
+    let err = a.append(&[result("c1")], Durability::Durable).unwrap_err();
+    assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
+    let results: Vec<_> = b
+        .events_for_call("c1")
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
+}
+
 /// `refuse_live_identity` (what `toolhost recover` sets) does not take over an
 /// identity whose lease runs: the live replica is not fenced and keeps writing. Once
 /// that replica has stopped cleanly (its lease ended), the identity opens.
@@ -294,6 +393,96 @@ fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
             EventKind::ToolResult
         ]
     );
+}
+
+/// A replica whose worker is held up by a slow operation (longer than a lease, shorter
+/// than the operation timeout) keeps its lease: it is not declared dead, and goes on
+/// once the operation ends. Only the worker renewed the lease, so a slow read let it
+/// expire and another replica's sweep would resolve the live replica's calls.
+#[test]
+fn a_replica_whose_worker_waits_longer_than_a_lease_keeps_its_lease() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("slow-op");
+    let a_id = unique("slow-a");
+    let lease = Duration::from_secs(1);
+    let (a, stats) = open(&url, &name, &a_id, lease);
+    let a = Arc::new(a);
+    a.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let (b, _) = open(&url, &name, "b", Duration::from_secs(600));
+    // a's next read waits for a lock on the events table.
+    let (release, holder) = hold_uncommitted(
+        &url,
+        &format!("LOCK TABLE {TEST_SCHEMA}.toolhost_events IN ACCESS EXCLUSIVE MODE"),
+    );
+    let before = stats.get().submitted;
+    let reader = {
+        let a = a.clone();
+        std::thread::spawn(move || a.events().map(|e| e.len()))
+    };
+    wait_until(
+        "a's read to reach its worker",
+        Duration::from_secs(20),
+        || stats.get().submitted > before,
+    );
+    // The condition under test: more than a lease passes while the worker waits.
+    std::thread::sleep(lease * 2);
+    let live = format!(
+        "SELECT (lease_until > now())::text FROM {TEST_SCHEMA}.toolhost_replicas \
+         WHERE log = '{name}' AND id = '{a_id}'"
+    );
+    assert_eq!(sql_value(&url, &live).as_deref(), Some("true"));
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(reader.join().unwrap().unwrap(), 2);
+    assert_eq!(b.recover().unwrap(), Recovery::default());
+    a.append(&[result("c1")], Durability::Durable).unwrap();
+    assert!(b.pending_calls().unwrap().is_empty());
+}
+
+/// An identity's epochs are never reused: an incarnation fenced by a restart stays
+/// fenced after that restart closed cleanly and the identity came back a third time.
+/// A clean close used to delete the identity's row, the third incarnation got epoch 1
+/// again, the first one's, and the first one (only cut off) then committed a result
+/// for a call already declared unknown.
+#[test]
+fn a_fenced_incarnation_stays_fenced_after_its_identity_closed_cleanly_and_returned() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("epochs");
+    let (first, _) = open(&url, &name, "x", Duration::from_secs(600));
+    first
+        .record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    // A second incarnation takes the identity over, recovers c1 and closes cleanly
+    // with nothing pending.
+    let (second, _) = open(&url, &name, "x", Duration::from_secs(600));
+    assert_eq!(second.recover().unwrap().recovered, ["c1"]);
+    drop(second);
+    // A third one starts; the first comes back.
+    let (third, _) = open(&url, &name, "x", Duration::from_secs(600));
+    let err = first
+        .append(&[result("c1")], Durability::Durable)
+        .unwrap_err();
+    assert!(matches!(err, LogError::Fenced { .. }), "{err:?}");
+    // The third writes; c1 has its one result, the unknown one.
+    third.append(&[call("c2")], Durability::Durable).unwrap();
+    let results: Vec<_> = third
+        .events_for_call("c1")
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
+    // The closed identity's row (ended lease) lets `toolhost recover` take it over and
+    // another replica's sweep finds nothing to do.
+    drop(third);
+    let (other, _) = open(&url, &name, "other", Duration::from_secs(600));
+    assert_eq!(other.recover().unwrap(), Recovery::default());
+    let mut options = pg_options(&name, "x", Duration::from_secs(600));
+    options.refuse_live_identity = true;
+    let recovering = SessionLog::from_engine(PgEngine::open(&url, &options).unwrap());
+    assert_eq!(recovering.recover().unwrap(), Recovery::default());
 }
 
 #[test]
@@ -496,6 +685,25 @@ fn a_database_crash_and_restart_keeps_every_durable_event_and_the_engine_reconne
 /// (10 s), they do not (in every run so far).
 #[test]
 fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
+    lazy_events_lost_in_a_crash_are_reported_by(|log| log.flush());
+}
+
+/// As a flush, a durable append after the restart fails when earlier lazy events were
+/// lost: it returns only once every event before it is durable. It used to succeed,
+/// leaving the loss to the next flush.
+#[test]
+fn a_durable_append_after_a_crash_that_lost_lazy_events_reports_the_loss() {
+    lazy_events_lost_in_a_crash_are_reported_by(|log| {
+        log.append(&[call("c2")], Durability::Durable).map(|_| ())
+    });
+}
+
+/// Commits a lazy result, crashes and restarts the database, then runs `make_durable`
+/// (retried once after the dead connection's error): it succeeds exactly when the lazy
+/// result survived, and reports the loss otherwise, once.
+fn lazy_events_lost_in_a_crash_are_reported_by(
+    make_durable: fn(&SessionLog) -> Result<(), LogError>,
+) {
     if pg_url().is_none() {
         return;
     }
@@ -509,8 +717,8 @@ fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
     log.append(&[result("c1")], Durability::Lazy).unwrap();
     server.script("restart");
     // The first operation may meet the dead connection; the next reconnects.
-    let flushed = match log.flush() {
-        Err(LogError::Storage(e)) if !e.contains("were lost") => log.flush(),
+    let outcome = match make_durable(&log) {
+        Err(LogError::Storage(e)) if !e.contains("were lost") => make_durable(&log),
         other => other,
     };
     let kept = log
@@ -518,8 +726,8 @@ fn a_flush_after_a_crash_that_lost_lazy_events_reports_the_loss() {
         .unwrap()
         .iter()
         .any(|e| e.call_id == "c1" && e.kind == EventKind::ToolResult);
-    match flushed {
-        Ok(()) => assert!(kept, "the flush succeeded but the lazy result is gone"),
+    match outcome {
+        Ok(()) => assert!(kept, "it succeeded but the lazy result is gone"),
         Err(e) => {
             assert!(!kept, "{e}");
             assert!(e.to_string().contains("were lost"), "{e}");

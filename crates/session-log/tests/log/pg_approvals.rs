@@ -3,7 +3,7 @@
 //! leaves a live replica's requests alone and decides a dead one's; a version-1
 //! database gains the table when a writer of this build opens it.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use toolhost_log::{Decided, PG_SCHEMA_VERSION, PgApprovals, PgEngine};
 
@@ -77,6 +77,34 @@ fn a_claim_is_won_once_across_replicas_and_is_never_pending() {
             b.decide("c1", "allow").await.unwrap(),
             Decided::Already("used".into())
         );
+    });
+}
+
+/// The clean-up of decided requests leaves a claim as long as what it spends is valid:
+/// for good (`claim_once`), or until its time (`claim_once_until`), whatever the grace.
+/// A claim used to be removed a grace (the host's: 600 s) after it was made, so a
+/// replay of an approval state that lived longer than that won a second claim.
+#[test]
+fn a_claim_outlives_the_clean_up_of_decided_requests_until_its_time() {
+    let Some(url) = pg_url() else { return };
+    let log = unique("approvals-claim-kept");
+    let _a_log = PgEngine::open(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let a = PgApprovals::new(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let rt = rt();
+    rt.block_on(async {
+        let hour = Duration::from_secs(3600);
+        assert!(a.claim_once("forever", "used").await.unwrap());
+        let later = SystemTime::now() + hour;
+        assert!(a.claim_once_until("later", "used", later).await.unwrap());
+        let past = SystemTime::now() - hour;
+        assert!(a.claim_once_until("past", "used", past).await.unwrap());
+        // A clean-up with no grace at all.
+        a.recover("unavailable", Duration::ZERO).await.unwrap();
+        assert!(!a.claim_once("forever", "used").await.unwrap());
+        assert!(!a.claim_once_until("later", "used", later).await.unwrap());
+        // Past its time: gone, and claimed anew (the state it spent has expired: the
+        // host refuses it before it claims).
+        assert!(a.claim_once_until("past", "used", past).await.unwrap());
     });
 }
 

@@ -375,6 +375,39 @@ fn a_database_at_the_end_of_the_sequence_space_refuses_appends_without_panicking
     assert_eq!(log.events().unwrap().len(), 1);
 }
 
+/// Lazily appended events count toward the checkpoint by their size, not only by
+/// their number: large lazy results reach the database at a checkpoint instead of
+/// piling up in memory until the next durable append writes them all as one WAL record
+/// (about 680 calls with 4 MiB results held 2.7 GiB, and over 4 GiB the record was
+/// refused).
+#[test]
+fn large_lazy_events_are_checkpointed_by_size_not_carried_by_the_next_durable_append() {
+    let (log, dbc, walc, db, wal) = counted();
+    let big = crate::incompressible(200 << 10);
+    let checkpoints = dbc.fsyncs();
+    // 1.6 MiB of lazy results: over the checkpoint size (768 KiB), far under its count.
+    for i in 0..8 {
+        let id = format!("r{i}");
+        let e = NewEvent::new(
+            &id,
+            EventKind::ToolResult,
+            serde_json::json!({ "text": big }),
+        );
+        log.append(&[e], Durability::Lazy).unwrap();
+    }
+    assert!(dbc.fsyncs() > checkpoints, "no checkpoint ran");
+    let before = walc.bytes_written();
+    log.record_intents(&[intent("next")]).unwrap();
+    let written = walc.bytes_written() - before;
+    assert!(
+        written < 768 << 10,
+        "the durable append wrote {written} bytes of lazy events to the WAL"
+    );
+    // Every event survives a power loss after the durable append.
+    let crashed = open(&db.crash(), &wal.crash());
+    assert_eq!(crashed.events().unwrap().len(), 9);
+}
+
 #[test]
 fn a_wal_grown_by_a_large_record_shrinks_back_at_the_next_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -658,6 +691,17 @@ impl toolhost_log::Storage for GatedStorage {
 /// its sync: the host relies on it before it tells anyone of an approval
 /// request. Checked for the WAL mode and for redb alone.
 pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync::Arc<Gate>) {
+    waits_for_a_sync_in_flight(log, gate, |log| log.flush());
+}
+
+/// `make_durable` (a flush, or a durable append of nothing) returns only once every
+/// earlier lazy append is durable, also when a concurrent durable append already
+/// carried them and is still in its sync.
+fn waits_for_a_sync_in_flight(
+    log: SessionLog,
+    gate: std::sync::Arc<Gate>,
+    make_durable: fn(&SessionLog) -> Result<(), LogError>,
+) {
     let log = std::sync::Arc::new(log);
     log.append(&[result("lazy")], Durability::Lazy).unwrap();
     gate.arm();
@@ -673,7 +717,7 @@ pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync:
     let flusher = {
         let (log, gate) = (log.clone(), gate.clone());
         std::thread::spawn(move || {
-            log.flush().unwrap();
+            make_durable(&log).unwrap();
             done.send(gate.released()).unwrap();
         })
     };
@@ -682,9 +726,23 @@ pub(crate) fn flush_waits_for_a_sync_in_flight(log: SessionLog, gate: std::sync:
     // seen returning early, so this cannot fail a correct one).
     let early = flushed.recv_timeout(std::time::Duration::from_millis(500));
     gate.release();
-    assert_ne!(early, Ok(false), "flush returned before the sync finished");
+    assert_ne!(early, Ok(false), "it returned before the sync finished");
     durable.join().unwrap();
     flusher.join().unwrap();
+}
+
+/// A durable append of no events makes every earlier event durable, as any durable
+/// append does: it used to return at once when this thread had nothing unsynced,
+/// while another thread's record (carrying the lazy events) was written and not yet
+/// synced.
+#[test]
+fn an_empty_durable_append_waits_for_a_wal_sync_in_flight_that_carries_earlier_events() {
+    let (wal, gate) = GatedStorage::new(MemStorage::new());
+    let log = SessionLog::open_with_journal(MemStorage::new(), wal).unwrap();
+    waits_for_a_sync_in_flight(log, gate, |log| {
+        assert_eq!(log.append(&[], Durability::Durable)?, Vec::<u64>::new());
+        Ok(())
+    });
 }
 
 #[test]
