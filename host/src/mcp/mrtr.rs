@@ -154,21 +154,30 @@ struct Bound {
 /// Where a state's single use is claimed beyond this process: once for all
 /// the servers that accept the same states (replicas of one log).
 pub trait SharedClaims: Send + Sync {
-    /// Claims `key`: `Ok(true)` for the first claim anywhere, `Ok(false)`
-    /// for any later one.
+    /// Claims `key` for at least as long as the state it spends is valid
+    /// (`until`, its expiry): `Ok(true)` for the first claim anywhere,
+    /// `Ok(false)` for any later one.
     ///
     /// # Errors
     ///
     /// A message when the claim cannot be made (the store is unreachable):
     /// the state is then refused, never run unclaimed.
-    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+    fn claim<'a>(
+        &'a self,
+        key: &'a str,
+        until: std::time::SystemTime,
+    ) -> BoxFuture<'a, Result<bool, String>>;
 }
 
 #[cfg(feature = "postgres")]
 impl SharedClaims for toolhost_log::PgApprovals {
-    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+    fn claim<'a>(
+        &'a self,
+        key: &'a str,
+        until: std::time::SystemTime,
+    ) -> BoxFuture<'a, Result<bool, String>> {
         Box::pin(async move {
-            self.claim_once(&format!("{key}-state"), "{\"mrtr\":\"used\"}")
+            self.claim_once_until(&format!("{key}-state"), "{\"mrtr\":\"used\"}", until)
                 .await
                 .map_err(|e| e.to_string())
         })
@@ -314,7 +323,8 @@ impl ApprovalStates {
             }
         }
         if let Some(shared) = &self.shared {
-            match shared.claim(&call_id).await {
+            let until = std::time::UNIX_EPOCH + Duration::from_millis(bound.expires_ms);
+            match shared.claim(&call_id, until).await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Err((
@@ -671,7 +681,11 @@ mod tests {
     struct Ledger(Mutex<std::collections::HashSet<String>>, bool);
 
     impl SharedClaims for Ledger {
-        fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        fn claim<'a>(
+            &'a self,
+            key: &'a str,
+            _until: std::time::SystemTime,
+        ) -> BoxFuture<'a, Result<bool, String>> {
             Box::pin(async move {
                 if !self.1 {
                     return Err("the database is unreachable".to_string());
