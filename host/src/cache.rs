@@ -11,9 +11,13 @@
 //! go to a temporary file that is renamed into place, so readers never see a
 //! partial entry. The checksum detects accidents (torn writes, bit rot), not
 //! tampering: whoever can write the cache directory can write a matching
-//! sum, so the directory must be as private as the host binary. The key is
-//! content-addressed with SHA-256, so one component cannot be made to
-//! collide with another's entry.
+//! sum, and an entry is machine code the host runs. So the directory must be
+//! as private as the host binary, and the host checks that it is: it creates
+//! it open to its user only (0700), and uses a directory only when the
+//! host's user owns it and nobody else may write to it; otherwise it warns
+//! and compiles without a disk cache. Entries are opened without following
+//! symbolic links. The key is content-addressed with SHA-256, so one
+//! component cannot be made to collide with another's entry.
 
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
@@ -119,15 +123,76 @@ pub struct Cached<A = Component> {
 #[derive(Debug)]
 pub struct CompileCache {
     dir: Option<PathBuf>,
+    /// `dir` resolved (no symbolic links), once it passed [`private_dir`]
+    /// (checked once, on first use); `None` when it did not.
+    dir_ok: std::sync::OnceLock<Option<PathBuf>>,
     engine_key: String,
     stats: CacheStats,
 }
 
+/// Creates `dir` (0700) if it is missing, then checks that the host's user
+/// owns it and that nobody else may write to it: an entry is machine code
+/// the host runs, and whoever can write the directory could plant one.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        return Err(format!("cannot create it: {e}"));
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() {
+        Err("it is not a directory".into())
+    } else if meta.uid() != me {
+        Err(format!(
+            "it belongs to user {}, not to this process's user {me}",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o022 != 0 {
+        Err(format!(
+            "others may write to it (mode {:o}); make it private with chmod go-w",
+            meta.mode() & 0o7777
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 impl CompileCache {
-    /// A cache in `dir` (created on first write), or no disk cache for `None`.
-    /// The directory entries are kept in, if any.
-    pub(crate) fn dir(&self) -> Option<&Path> {
+    /// The directory as configured (not checked, maybe not made yet).
+    pub(crate) fn configured_dir(&self) -> Option<&Path> {
         self.dir.as_deref()
+    }
+
+    /// The directory entries are kept in, if any, and only once it has
+    /// passed [`private_dir`] (an unsafe one is warned about once and not
+    /// used: the cache then compiles every time).
+    ///
+    /// The directory is resolved once, when it is checked, and used by
+    /// that resolved path from then on: a symbolic link on the way to it
+    /// that changes later cannot move the cache (into a workspace, say).
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        let dir = self.dir.as_deref()?;
+        self.dir_ok
+            .get_or_init(|| {
+                match private_dir(dir).and_then(|()| {
+                    dir.canonicalize()
+                        .map_err(|e| format!("cannot resolve it: {e}"))
+                }) {
+                    Ok(resolved) => Some(resolved),
+                    Err(why) => {
+                        tracing::warn!(
+                            dir = %dir.display(),
+                            "not using the compile cache directory: {why}; compiling without a disk cache"
+                        );
+                        None
+                    }
+                }
+            })
+            .as_deref()
     }
 
     pub fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
@@ -136,6 +201,7 @@ impl CompileCache {
         let engine_key = format!("{:016x}", h.finish());
         CompileCache {
             dir,
+            dir_ok: std::sync::OnceLock::new(),
             engine_key,
             stats: CacheStats::default(),
         }
@@ -174,7 +240,7 @@ impl CompileCache {
     ) -> wasmtime::Result<Cached<A>> {
         let sha256 = hex::encode(Sha256::digest(bytes));
         let key = self.key_of::<A>(&sha256);
-        if let Some(dir) = &self.dir
+        if let Some(dir) = self.dir()
             && let Some(compiled) = self.read_entry::<A>(engine, dir, &key)
         {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
@@ -191,7 +257,7 @@ impl CompileCache {
         // of held in a second copy in memory (hundreds of MB for an
         // interpreter). Without a cache, or when that fails, it is loaded
         // from the bytes in memory.
-        if let Some(dir) = &self.dir {
+        if let Some(dir) = self.dir() {
             match write_entry(dir, &key, &serialized) {
                 Ok(()) => {
                     if let Some(compiled) = self.read_entry::<A>(engine, dir, &key) {
@@ -220,7 +286,7 @@ impl CompileCache {
     /// The descriptors cached for the component whose SHA-256 is `sha256`,
     /// if a whole, valid entry holds them.
     pub(crate) fn read_descriptors(&self, sha256: &str) -> Option<Vec<Descriptor>> {
-        let dir = self.dir.as_ref()?;
+        let dir = self.dir()?;
         let key = self.key(sha256);
         let text = std::fs::read_to_string(dir.join(format!("{key}.desc"))).ok()?;
         let valid = text
@@ -240,14 +306,13 @@ impl CompileCache {
     /// Caches the descriptors `describe` returned for the component whose
     /// SHA-256 is `sha256` (best effort: a failure is logged).
     pub(crate) fn write_descriptors(&self, sha256: &str, descriptors: &[Descriptor]) {
-        let Some(dir) = &self.dir else {
+        let Some(dir) = self.dir() else {
             return;
         };
         let written = serde_json::to_string(descriptors)
             .map_err(std::io::Error::other)
             .and_then(|json| {
                 let text = format!("{}\n{json}", checksum(json.as_bytes()));
-                std::fs::create_dir_all(dir)?;
                 persist(dir, &format!("{}.desc", self.key(sha256)), text.as_bytes())
             });
         if let Err(e) = written {
@@ -256,8 +321,13 @@ impl CompileCache {
     }
 
     fn read_entry<A: Artifact>(&self, engine: &Engine, dir: &Path, key: &str) -> Option<A> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join(format!("{key}.cwasm"));
-        let file = std::fs::File::open(&path).ok()?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .ok()?;
         // SAFETY: entries are only ever replaced by rename, never edited in
         // place, so the mapped file does not change while it is mapped; and
         // the cache directory is as trusted as the host binary (see the
@@ -288,7 +358,6 @@ impl CompileCache {
 }
 
 fn write_entry(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
     let sum = checksum(artifact);
     persist(dir, &format!("{key}.cwasm"), artifact)?;
     persist(dir, &format!("{key}.sum"), sum.as_bytes())
@@ -321,8 +390,46 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A cache directory others may write to is not used: nothing is read
+    /// from it (not even an entry planted there) and nothing is written;
+    /// a private one is used.
+    #[test]
+    fn a_directory_others_may_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let engine = Engine::default();
+        let empty_module = b"\0asm\x01\0\0\0";
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let cache = CompileCache::new(&engine, Some(shared.path().to_path_buf()));
+        assert!(cache.dir().is_none());
+        for _ in 0..2 {
+            let got = cache.load_hashed::<Module>(&engine, empty_module).unwrap();
+            assert!(!got.hit);
+        }
+        assert_eq!(std::fs::read_dir(shared.path()).unwrap().count(), 0);
+
+        let private = tempfile::tempdir().unwrap();
+        let inner = private.path().join("made");
+        let cache = CompileCache::new(&engine, Some(inner.clone()));
+        assert!(
+            !cache
+                .load_hashed::<Module>(&engine, empty_module)
+                .unwrap()
+                .hit
+        );
+        assert!(
+            cache
+                .load_hashed::<Module>(&engine, empty_module)
+                .unwrap()
+                .hit
+        );
+        let mode = std::fs::metadata(&inner).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    }
 
     /// A component and a core module never share an entry, even for the
     /// same hash; component keys are those of before modules were cached.

@@ -53,7 +53,10 @@ pub async fn run_command(
     // A program that may write the workspace must not be able to write the
     // compile cache there: the host maps its entries as native code.
     if spec.mode == SandboxMode::WorkspaceWrite
-        && let (Some(cache), Ok(workspace)) = (runtime.cache().dir(), spec.workspace.canonicalize())
+        && let (Some(cache), Ok(workspace)) = (
+            runtime.cache().configured_dir(),
+            spec.workspace.canonicalize(),
+        )
         && let Some(inside) = crate::sandbox::resolved_inside(cache, &workspace)
     {
         return Ok(ExecReport {
@@ -62,6 +65,26 @@ pub async fn run_command(
                 message: format!(
                     "the compile cache {} is inside the workspace {}, which this program may \
                      write; use TOOLHOST_CACHE_DIR outside the workspace",
+                    inside.display(),
+                    workspace.display()
+                ),
+            },
+            receipt: Receipt::default(),
+        });
+    }
+    // Its scratch directory (`/tmp`) must not be where another call's is
+    // reachable: under a TMPDIR inside the workspace, it would be.
+    if spec.mode == SandboxMode::WorkspaceWrite
+        && let Ok(workspace) = spec.workspace.canonicalize()
+        && let Some(inside) =
+            crate::sandbox::resolved_inside(runtime.invoker().scratch_base(), &workspace)
+    {
+        return Ok(ExecReport {
+            outcome: ExecOutcome::Failed {
+                code: ErrorCode::SandboxUnavailable,
+                message: format!(
+                    "the scratch directories' home {} is inside the workspace {}; set TMPDIR \
+                     outside the workspace",
                     inside.display(),
                     workspace.display()
                 ),

@@ -162,6 +162,23 @@ impl ProgramTool {
             .limits
             .max_stdio
             .min(spec.limits.max_output.saturating_sub(1024) / 4);
+        // Each preopen was resolved inside the manifest's directory when the
+        // tool was loaded, and is opened by that resolved path at each call:
+        // it must still resolve to itself. A directory on its way replaced
+        // by a symbolic link since then (by whoever can write there) would
+        // otherwise hand the program whatever the link names.
+        for p in &m.preopens {
+            if std::fs::canonicalize(&p.host).ok().as_deref() != Some(p.host.as_path()) {
+                return refuse(
+                    ErrorCode::SandboxUnavailable,
+                    format!(
+                        "the preopen {} (for {}) no longer resolves to itself since the tool was loaded",
+                        p.host.display(),
+                        p.guest
+                    ),
+                );
+            }
+        }
         let command = CommandSpec {
             args: argv,
             env: m.env.clone(),

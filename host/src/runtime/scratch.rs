@@ -176,6 +176,11 @@ impl ScratchPool {
         }
     }
 
+    /// Where the home is made.
+    pub(crate) fn base(&self) -> &Path {
+        &self.base
+    }
+
     /// The home's path, made (and the homes of gone runtimes removed) the
     /// first time.
     fn home(&self) -> io::Result<PathBuf> {

@@ -1915,6 +1915,47 @@ async fn a_compile_cache_inside_the_workspace_is_refused() {
     assert!(b.build().await.is_ok());
 }
 
+/// The scratch directories of `workspace-write` calls are made under
+/// `TMPDIR`: a workspace that holds it is refused, since a call could then
+/// read or change another call's scratch directory.
+#[test]
+fn a_workspace_that_holds_the_scratch_home_is_refused() {
+    let ws = workspace();
+    let tmp = ws.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::write(ws.path().join("a.txt"), "a").unwrap();
+    let state = crate::support::tempdir();
+    let out = std::process::Command::new(crate::support::bin())
+        .args(["run", "read_file", "--args", r#"{"path":"a.txt"}"#])
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--state")
+        .arg(state.path())
+        .env("TMPDIR", &tmp)
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("scratch directories' home"), "{stderr}");
+    // With TMPDIR elsewhere, the same call runs.
+    let out = std::process::Command::new(crate::support::bin())
+        .args(["run", "read_file", "--args", r#"{"path":"a.txt"}"#])
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--state")
+        .arg(state.path())
+        .env("TMPDIR", state.path())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Explaining a call takes none of the client's rate-limit tokens: a
 /// client with one call left may ask for explanations and still make it.
 #[tokio::test]

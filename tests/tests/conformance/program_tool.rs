@@ -339,6 +339,42 @@ async fn program_tool_sandbox_modes() {
     assert!(r.canonical["stdout"].as_str().unwrap().contains("inside"));
 }
 
+/// A manifest's preopen was resolved inside the manifest's directory when
+/// the tool loaded; if that directory is later swapped for a symbolic link
+/// to somewhere else, the next call is refused `SANDBOX_UNAVAILABLE` and
+/// reads nothing there.
+#[tokio::test]
+async fn program_tool_preopen_swapped_for_a_link_is_refused() {
+    let tools = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("f.txt"), "outside secret").unwrap();
+    std::fs::create_dir(tools.path().join("lib")).unwrap();
+    std::fs::write(tools.path().join("lib/f.txt"), "the tool's own").unwrap();
+    let manifest = format!("{FS}preopens = [{{ host = \"lib\", guest = \"/lib\" }}]\n");
+    let m = install(tools.path(), "fs", p1::FS, &manifest);
+    let host = host_of(&[&m], ws.path(), None).await;
+    let read = json!({"op": "read", "path": "/lib/f.txt"});
+    let r = call(&host, "fs", read.clone(), SandboxMode::ReadOnly).await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(
+        r.canonical["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("the tool's own")
+    );
+
+    std::fs::rename(tools.path().join("lib"), tools.path().join("lib.old")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), tools.path().join("lib")).unwrap();
+    let r = call(&host, "fs", read, SandboxMode::ReadOnly).await;
+    assert_eq!(
+        r.code(),
+        Some(toolhost::ErrorCode::SandboxUnavailable),
+        "{r:?}"
+    );
+    assert!(!format!("{r:?}").contains("outside secret"));
+}
+
 /// The runtime's limits hold: a program that never ends is stopped at the
 /// manifest's deadline (`TIMEOUT`), one that allocates past the manifest's
 /// memory ends `MEMORY_LIMIT`, and the host serves the next call.
