@@ -17,7 +17,7 @@ use crate::sandbox::SandboxSpec;
 use crate::state::{Interrupt, ProgressSink};
 use crate::tool::ContentItem;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use toolhost_core::{ErrorCode, SandboxMode};
 use wasmtime::Engine;
@@ -188,10 +188,46 @@ impl Invoker {
                 ),
             );
         }
-        let (body_spec, body_interrupt) = (spec.clone(), interrupt.clone());
+        let (mut body_spec, body_interrupt) = (spec.clone(), interrupt.clone());
         let handle = tokio::runtime::Handle::current();
-        let mut body =
-            tokio::task::spawn_blocking(move || handle.block_on(make(body_spec, body_interrupt)));
+        // The call's deadline counts from now, not from when the pool gets
+        // to the body: a body that starts late runs only for what is left,
+        // and one whose call has already ended (abandoned at the backstop,
+        // or cancelled) never starts. Otherwise a body queued behind busy
+        // threads could run in full after its call was reported TIMEOUT.
+        let call_deadline = Instant::now() + spec.limits.deadline;
+        let given_up = Arc::new(AtomicBool::new(false));
+        let too_late = given_up.clone();
+        let mode = spec.mode;
+        let mut body = tokio::task::spawn_blocking(move || {
+            let left = call_deadline.saturating_duration_since(Instant::now());
+            let not_run = |code: ErrorCode, message: &str| {
+                (
+                    BodyOutcome::Err {
+                        code,
+                        message: message.to_string(),
+                    },
+                    Receipt {
+                        mode: Some(mode),
+                        ..Receipt::default()
+                    },
+                )
+            };
+            if body_interrupt.is_cancelled() {
+                return not_run(
+                    ErrorCode::Cancelled,
+                    "the call was cancelled before the tool started",
+                );
+            }
+            if too_late.load(Ordering::SeqCst) || left.is_zero() {
+                return not_run(
+                    ErrorCode::Timeout,
+                    "the call's deadline passed before the tool could start",
+                );
+            }
+            body_spec.limits.deadline = left;
+            handle.block_on(make(body_spec, body_interrupt))
+        });
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
         let ended = tokio::select! {
             biased;
@@ -213,7 +249,9 @@ impl Invoker {
                  call; the call was abandoned",
             ),
         };
-        // Abandoned: counted until its thread returns.
+        // Abandoned: counted until its thread returns (at once, if it had
+        // not started: it will not).
+        given_up.store(true, Ordering::SeqCst);
         let abandoned = self.abandoned.clone();
         abandoned.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
@@ -339,5 +377,88 @@ fn lift_output(out: ToolOutput, attached: Vec<ContentItem>) -> BodyOutcome {
         canonical,
         content,
         meta,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::egress::NetworkGrant;
+    use crate::sandbox::Limits;
+
+    /// A body queued behind a busy blocking pool until after its call was
+    /// abandoned at the deadline never runs once the pool gets to it: the
+    /// call was reported `TIMEOUT`, so nothing may happen after.
+    #[test]
+    fn a_body_that_could_not_start_before_its_deadline_never_runs() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let options = RuntimeOptions {
+                pooling: false,
+                cache_dir: None,
+                ..RuntimeOptions::default()
+            };
+            let engine = Engine::new(&crate::runtime::engine::config(&options)).unwrap();
+            let ticker = EpochTicker::start(&engine).unwrap();
+            let invoker = Invoker::new(engine, options, ticker);
+            // The pool's only thread is busy until released.
+            let (release, wait) = std::sync::mpsc::channel::<()>();
+            let holder = tokio::task::spawn_blocking(move || {
+                let _ = wait.recv();
+            });
+            let spec = SandboxSpec {
+                mode: SandboxMode::ReadOnly,
+                workspace: std::path::PathBuf::from("/"),
+                limits: Limits {
+                    deadline: Duration::from_millis(20),
+                    ..Limits::default()
+                },
+                network: NetworkGrant::none(),
+            };
+            let ran = Arc::new(AtomicBool::new(false));
+            let body_ran = ran.clone();
+            let (outcome, _) = invoker
+                .on_own_thread(&spec, Interrupt::default(), move |_, _| async move {
+                    body_ran.store(true, Ordering::SeqCst);
+                    (
+                        BodyOutcome::Ok {
+                            canonical: serde_json::Value::Null,
+                            content: Vec::new(),
+                            meta: None,
+                        },
+                        Receipt::default(),
+                    )
+                })
+                .await;
+            assert!(
+                matches!(
+                    outcome,
+                    BodyOutcome::Err {
+                        code: ErrorCode::Timeout,
+                        ..
+                    }
+                ),
+                "{outcome:?}"
+            );
+            assert_eq!(invoker.abandoned(), 1);
+            release.send(()).unwrap();
+            holder.await.unwrap();
+            // The queued body gets the thread now; it returns at once.
+            let until = Instant::now() + Duration::from_secs(10);
+            while invoker.abandoned() > 0 && Instant::now() < until {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(invoker.abandoned(), 0, "the abandoned body never returned");
+            assert!(
+                !ran.load(Ordering::SeqCst),
+                "the body ran after its call ended"
+            );
+        });
     }
 }
