@@ -206,12 +206,18 @@ fn ask_on(
 ) -> (ApprovalOutcome, Option<String>) {
     let _turn = TTY_TURN.lock().unwrap_or_else(|p| p.into_inner());
     let args = serde_json::to_string_pretty(&request.args).unwrap_or_default();
+    // The reason and the justification (which the model or the caller
+    // wrote) are shown with their control characters escaped: an escape
+    // sequence or a carriage return could otherwise redraw the prompt.
     let mut prompt = format!(
         "\n── toolhost: approval needed ({}) ──\n  tool:   {}\n  mode:   {}\n  reason: {}\n",
-        request.approval_id, request.tool, request.mode, request.reason
+        request.approval_id,
+        printable(&request.tool),
+        request.mode,
+        printable(&request.reason)
     );
     if let Some(j) = &request.justification {
-        prompt.push_str(&format!("  justification: {j}\n"));
+        prompt.push_str(&format!("  justification: {}\n", printable(j)));
     }
     prompt.push_str(&format!(
         "  args:\n{}\nAllow this call once? [y/N] ",
@@ -257,6 +263,21 @@ fn ask_on(
         "" => (ApprovalOutcome::Cancelled, Some("no answer".into())),
         _ => (ApprovalOutcome::Rejected, None),
     }
+}
+
+/// `s` with every control character escaped (`\u{1b}`, `\r`, `\n`), so
+/// that printing it cannot move the cursor or change the terminal.
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 fn indent(s: &str) -> String {
@@ -415,6 +436,29 @@ mod tests {
             network: Vec::new(),
             principal: None,
         }
+    }
+
+    /// What the model or the caller wrote cannot drive the terminal: an
+    /// escape sequence or a carriage return in the justification is shown
+    /// escaped.
+    #[test]
+    fn a_prompt_escapes_control_characters() {
+        let (mut term, tty) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut r = request("ctl");
+        r.justification = Some("\u{1b}[2J\rall is fine".into());
+        r.reason = "r\u{7}".into();
+        let asked = std::thread::spawn(move || ask_on(tty, &r));
+        let shown = prompt(&mut term);
+        std::io::Write::write_all(&mut term, b"n\n").unwrap();
+        assert_eq!(asked.join().unwrap().0, ApprovalOutcome::Rejected);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\r') && !shown.contains('\u{7}'),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains("justification: \\u{1b}[2J\\rall is fine"),
+            "{shown}"
+        );
     }
 
     /// Reads from `term` until a whole prompt has come.

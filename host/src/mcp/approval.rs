@@ -109,14 +109,60 @@ impl Approver for McpApprover {
     }
 }
 
+/// The most bytes of a call's arguments a question shows.
+const MAX_ARGS_SHOWN: usize = 4000;
+
+/// The most characters of one string value a question shows.
+const MAX_VALUE_SHOWN: usize = 200;
+
+/// The most items of one array a question shows.
+const MAX_ITEMS_SHOWN: usize = 16;
+
+/// `args` as a human can take them in at a glance: every key is kept (a
+/// long `content` must not push `path` out of sight), each long string is
+/// cut to its start with how much was left out, long arrays to their first
+/// items, and nesting below a few levels to a marker. The digest the
+/// approval is bound to covers the whole arguments; this is only what is
+/// shown.
+fn shortened(args: &Value, depth: usize) -> Value {
+    match args {
+        Value::String(s) if s.chars().count() > MAX_VALUE_SHOWN => {
+            let head: String = s.chars().take(MAX_VALUE_SHOWN).collect();
+            let rest = s.chars().count() - MAX_VALUE_SHOWN;
+            Value::String(format!("{head}… [{rest} more characters]"))
+        }
+        Value::Array(items) if depth < 4 => {
+            let mut shown: Vec<Value> = items
+                .iter()
+                .take(MAX_ITEMS_SHOWN)
+                .map(|v| shortened(v, depth + 1))
+                .collect();
+            if items.len() > MAX_ITEMS_SHOWN {
+                shown.push(Value::String(format!(
+                    "… [{} more items]",
+                    items.len() - MAX_ITEMS_SHOWN
+                )));
+            }
+            Value::Array(shown)
+        }
+        Value::Object(map) if depth < 4 => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), shortened(v, depth + 1)))
+                .collect(),
+        ),
+        Value::Array(_) | Value::Object(_) => Value::String("[nested deeper]".into()),
+        other => other.clone(),
+    }
+}
+
 pub(super) fn elicitation_params(
     request: &ApprovalRequest,
 ) -> Result<ElicitRequestParams, serde_json::Error> {
-    let args = serde_json::to_string(&request.args).unwrap_or_default();
+    let args = serde_json::to_string(&shortened(&request.args, 0)).unwrap_or_default();
     let mut message = format!(
         "toolhost asks for approval.\ntool: {}\nargs: {}\nreason: {}\nmode: {}",
         request.tool,
-        cut(&args, 2000),
+        cut(&args, MAX_ARGS_SHOWN),
         request.reason,
         request.mode
     );
@@ -203,6 +249,34 @@ mod tests {
             map_elicitation(&ElicitResult::new(ElicitationAction::Cancel)).0,
             ApprovalOutcome::Cancelled
         );
+    }
+
+    /// A long value does not push another argument out of the question: a
+    /// 3000-character `content` sorts before `path`, and the path the call
+    /// would write is still shown.
+    #[test]
+    fn elicitation_shows_every_argument_however_long_one_is() {
+        let r = ApprovalRequest {
+            approval_id: "a".into(),
+            call_id: "c".into(),
+            tool: "write_file".into(),
+            args: json!({"content": "x".repeat(3000), "path": ".git/hooks/pre-commit",
+                         "list": (0..100).collect::<Vec<u32>>()}),
+            reason: "writes need a human".into(),
+            mode: SandboxMode::WorkspaceWrite,
+            justification: None,
+            network: Vec::new(),
+            principal: None,
+        };
+        let v = elicitation_params(&r)
+            .ok()
+            .and_then(|p| serde_json::to_value(p).ok())
+            .unwrap_or_default();
+        let msg = v["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(r#""path":".git/hooks/pre-commit""#), "{msg}");
+        assert!(msg.contains("[2800 more characters]"), "{msg}");
+        assert!(msg.contains("[84 more items]"), "{msg}");
+        assert!(msg.len() < 2000, "{}", msg.len());
     }
 
     #[test]
