@@ -497,7 +497,12 @@ impl QueueApprover {
             return Err(pg_io(pg, format!("approval id {id:?} is not a plain name")));
         }
         let text = serde_json::to_string(request).map_err(|e| pg_io(pg, e))?;
-        pg.register(id, &text).await.map_err(|e| pg_io(pg, e))?;
+        // A request of this id exists already (a call id used twice): its
+        // decision, if it has one, belongs to another call, so this call is
+        // not approved by it.
+        if !pg.register(id, &text).await.map_err(|e| pg_io(pg, e))? {
+            return Err(pg_io(pg, format!("approval {id} was already asked once")));
+        }
         let mut unfinished = Unfinished::new(QueueOf::Postgres(pg.clone(), id.clone()));
         let decided = self
             .poll_decision(|| async {
@@ -533,7 +538,23 @@ impl QueueApprover {
         // Registered: a complete request file appears at once, or not at all.
         let bytes = serde_json::to_vec(request).map_err(|e| io(dir, e))?;
         let temp = temp_file(dir, &bytes)?;
-        std::fs::rename(&temp, request_path(dir, id)).map_err(|e| io(dir, e))?;
+        // Never over an earlier request of the same id (a call id used
+        // twice): its decision, if it has one, belongs to another call.
+        // The link fails if the request exists; a decision left after its
+        // request was swept is checked too.
+        let linked = if decision_path(dir, id).exists() {
+            Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists))
+        } else {
+            std::fs::hard_link(&temp, request_path(dir, id))
+        };
+        let _ = std::fs::remove_file(&temp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(io(dir, format!("approval {id} was already asked once")));
+            }
+            Err(e) => return Err(io(dir, e)),
+        }
         let mut unfinished = Unfinished::new(QueueOf::Dir(dir.to_path_buf(), id.clone()));
         let decided = self
             .poll_decision(|| std::future::ready(Ok(read_decision(dir, id))))
@@ -673,6 +694,41 @@ mod tests {
             decide_approval(state.path(), "c1", ApprovalOutcome::AllowedOnce, "op"),
             Err(DecideError::AlreadyDecided { .. })
         ));
+    }
+
+    /// An approval id asked a second time (a call id used twice) is not
+    /// approved by the first request's decision, which still stands for
+    /// ten minutes: the second wait is refused at once (fail closed) and
+    /// the first request is left as it was.
+    #[tokio::test]
+    async fn a_second_request_of_one_id_is_not_decided_by_the_first_decision() {
+        let state = tempfile::tempdir().unwrap();
+        let approver = QueueApprover::new(state.path(), Duration::from_secs(60));
+        let first = request("twice");
+        let waiting = tokio::spawn({
+            let (approver, first) = (approver.clone(), first.clone());
+            async move { approver.decide(&first).await }
+        });
+        let registered = async {
+            while pending_approvals(state.path()).unwrap().is_empty() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), registered)
+            .await
+            .unwrap();
+        decide_approval(state.path(), "twice", ApprovalOutcome::AllowedOnce, "op").unwrap();
+        assert_eq!(waiting.await.unwrap().0, ApprovalOutcome::AllowedOnce);
+
+        let mut second = request("twice");
+        second.args = serde_json::json!({"path": "elsewhere"});
+        let (outcome, why) = approver.decide(&second).await;
+        assert_eq!(outcome, ApprovalOutcome::Unavailable, "{why:?}");
+        assert!(why.unwrap_or_default().contains("already asked once"));
+        let dir = approvals_dir(state.path());
+        let kept: ApprovalRequest =
+            serde_json::from_slice(&std::fs::read(request_path(&dir, "twice")).unwrap()).unwrap();
+        assert_eq!(kept.args, first.args);
     }
 
     #[test]

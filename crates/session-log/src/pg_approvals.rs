@@ -107,13 +107,15 @@ impl PgApprovals {
         }
     }
 
-    /// Registers request `id` (its JSON `request`), waited for by this replica. A
-    /// request registered twice keeps its first text.
+    /// Registers request `id` (its JSON `request`), waited for by this replica:
+    /// `true` when it was registered now, `false` when a request of that id
+    /// already exists (which keeps its first text and its decision, if any: the
+    /// caller must not wait on it as its own).
     ///
     /// # Errors
     ///
     /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
-    pub async fn register(&self, id: &str, request: &str) -> Result<(), LogError> {
+    pub async fn register(&self, id: &str, request: &str) -> Result<bool, LogError> {
         let client = self.client().await?;
         self.bounded(async {
             client
@@ -126,7 +128,7 @@ impl PgApprovals {
                 .map_err(from_pg)
         })
         .await
-        .map(|_| ())
+        .map(|n| n == 1)
     }
 
     /// Claims `id` once for this log: `true` for the first claim of all replicas and

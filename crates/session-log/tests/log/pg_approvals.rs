@@ -26,9 +26,9 @@ fn a_request_asked_on_one_replica_is_decided_once_through_another() {
     let b = PgApprovals::new(&url, &pg_options(&log, "b", Duration::from_secs(600))).unwrap();
     let rt = rt();
     rt.block_on(async {
-        a.register("r1", r#"{"approval_id":"r1"}"#).await.unwrap();
-        // Registering again keeps the first text.
-        a.register("r1", "other").await.unwrap();
+        assert!(a.register("r1", r#"{"approval_id":"r1"}"#).await.unwrap());
+        // Registering again keeps the first text, and says so.
+        assert!(!a.register("r1", "other").await.unwrap());
         assert_eq!(b.pending().await.unwrap(), [r#"{"approval_id":"r1"}"#]);
         assert_eq!(a.decision("r1").await.unwrap(), None);
         assert_eq!(b.decide("r1", "allow").await.unwrap(), Decided::Stands);
@@ -119,8 +119,8 @@ fn recovery_decides_only_requests_nobody_can_wait_for() {
     let (live_q, dying_q, other) = (of("live"), of("dying"), of("other"));
     let rt = rt();
     rt.block_on(async {
-        live_q.register("l1", "{}").await.unwrap();
-        dying_q.register("d1", "{}").await.unwrap();
+        assert!(live_q.register("l1", "{}").await.unwrap());
+        assert!(dying_q.register("d1", "{}").await.unwrap());
     });
     drop(dying); // its lease now runs out
     let deadline = Instant::now() + Duration::from_secs(60);
