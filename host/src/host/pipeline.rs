@@ -513,6 +513,16 @@ impl Host {
             request: Box::new(request.clone()),
             approver: approver_name,
         });
+        // If this future is dropped while it waits (a caller's timeout, a
+        // transport that drops its handler), the pair is still closed:
+        // `approval/decided` `cancelled`, announced too.
+        let mut unpaired = Unpaired {
+            host: self,
+            call_id,
+            approval_id: &approval_id,
+            principal,
+            armed: true,
+        };
         // A panic is `unavailable`, whether `decide` panics before returning
         // its future or while it runs; cancelling the call cancels the wait.
         let panicked = || {
@@ -533,6 +543,8 @@ impl Host {
                 ),
             },
         };
+        unpaired.armed = false;
+        drop(unpaired);
         // A decision that consumes a single-use grant is durable before the
         // call goes on (and so before any body): its use is what refuses
         // the grant's next use, also after a restart.
@@ -1004,5 +1016,41 @@ fn redact_json(value: &mut serde_json::Value, fix: &impl Fn(&mut String)) {
             }
         }
         _ => {}
+    }
+}
+
+/// Closes an `approval/asked` whose wait was dropped before a decision:
+/// records (lazily) and announces `approval/decided` `cancelled`, so the
+/// log never holds a question without its answer.
+struct Unpaired<'a> {
+    host: &'a Host,
+    call_id: &'a str,
+    approval_id: &'a str,
+    principal: &'a str,
+    armed: bool,
+}
+
+impl Drop for Unpaired<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let detail = "the call was dropped while waiting for approval".to_string();
+        let _ = self.host.recorder.lazy(
+            self.call_id,
+            EventKind::ApprovalDecided,
+            json!({
+                "approval_id": self.approval_id,
+                "outcome": ApprovalOutcome::Cancelled,
+                "detail": detail,
+            }),
+        );
+        self.host.announcer.announce(ApprovalAnnouncement::Decided {
+            approval_id: self.approval_id.to_string(),
+            call_id: self.call_id.to_string(),
+            principal: self.principal.to_string(),
+            outcome: ApprovalOutcome::Cancelled,
+            detail: Some(detail),
+        });
     }
 }

@@ -487,6 +487,54 @@ impl Approver for Recording {
     }
 }
 
+/// Never answers.
+struct Silent;
+
+impl Approver for Silent {
+    fn name(&self) -> String {
+        "silent".into()
+    }
+    fn decide<'a>(
+        &'a self,
+        _: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A call dropped while it waits for its approval (a caller's timeout)
+/// still leaves the asked/decided pair in the log: `cancelled`, and the
+/// body never ran.
+#[tokio::test]
+async fn a_call_dropped_while_waiting_for_approval_closes_the_pair() {
+    let ws = workspace();
+    let mut b = builder(ws.path());
+    b.policy(policy(crate::governance::ASK_WRITES))
+        .approver(Box::new(Silent));
+    let host = b.build().await.unwrap();
+    let req = write("dropped.txt", "x");
+    let call_id = "call-dropped-while-asking".to_string();
+    let dropped = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        host.call(CallRequest {
+            call_id: Some(call_id.clone()),
+            ..req
+        }),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call was expected to wait");
+    let events = host.log().events_for_call(&call_id).unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&EventKind::ApprovalAsked), "{kinds:?}");
+    let decided = events
+        .iter()
+        .find(|e| e.kind == EventKind::ApprovalDecided)
+        .unwrap_or_else(|| panic!("no approval/decided: {kinds:?}"));
+    assert_eq!(decided.payload["outcome"], "cancelled");
+    assert!(!kinds.contains(&EventKind::ToolIntent), "{kinds:?}");
+    assert!(!ws.path().join("dropped.txt").exists());
+}
+
 /// Keeps the canonical path of every result (what the body saw).
 #[derive(Clone, Default)]
 struct SeenPaths(Arc<std::sync::Mutex<Vec<String>>>);
