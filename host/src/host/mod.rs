@@ -270,10 +270,18 @@ impl Host {
         self.registry
             .visible(scope)
             .into_iter()
+            // Hidden in the mode asked for, or in the narrower mode its
+            // calls are clamped to (its side effect's widest): a call would
+            // be refused there, so it is not offered.
             .filter(|t| {
+                let clamped = mode.min(t.descriptor.side_effect.widest_mode());
                 self.policy
                     .hidden(&t.descriptor.name, &subject, mode)
                     .is_none()
+                    && self
+                        .policy
+                        .hidden(&t.descriptor.name, &subject, clamped)
+                        .is_none()
             })
             .collect()
     }

@@ -295,10 +295,14 @@ impl CallNet {
             self.refuse(&request, &path, &refusal);
             return Err(HttpError::HttpRequestDenied);
         };
-        // TRACE echoes the request back, headers included, so a guest
-        // could read the credential the host attaches; CONNECT would make
-        // the host a tunnel. Neither is sent, whatever the grant.
-        if matches!(req.method(), &http::Method::TRACE | &http::Method::CONNECT) {
+        // TRACE (and IIS's TRACK) echoes the request back, headers
+        // included, so a guest could read the credential the host attaches;
+        // CONNECT would make the host a tunnel. None is sent, in any case
+        // of spelling, whatever the grant.
+        if ["TRACE", "TRACK", "CONNECT"]
+            .iter()
+            .any(|m| req.method().as_str().eq_ignore_ascii_case(m))
+        {
             self.refuse_with(
                 &request,
                 &path,

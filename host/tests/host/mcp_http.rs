@@ -853,17 +853,26 @@ async fn http_one_token_cannot_hold_every_connection() {
     }
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
-    // Once the server has read every held head, alice is refused.
+    // Once the server has read every held head, alice is refused. (Asked
+    // with a request that opens no session: on a slow machine, inits that
+    // got through before the heads were read would fill the session limit,
+    // whose 503 would then hide the 429.)
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let reply = c
             .clone()
             .with("authorization", "Bearer alice-token")
-            .post(&init)
+            .post(&ping)
             .await;
         if reply.status == StatusCode::TOO_MANY_REQUESTS {
             break;
         }
+        assert_ne!(
+            reply.status,
+            StatusCode::OK,
+            "a ping without a session was answered"
+        );
         assert!(
             tokio::time::Instant::now() < deadline,
             "alice was never refused"
@@ -1595,10 +1604,6 @@ fn events_of<'a>(events: &'a [Value], call_id: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["call_id"] == call_id).collect()
 }
 
-/// Approve: the retry runs, and its `approval/decided` (with the state's
-/// use) precedes its intent. Replayed (with the same answer) it is refused,
-/// in the same process and after a SIGKILL and restart on the same state,
-/// and nothing runs again.
 /// With an approver outside the client (`--approver` other than `none`),
 /// a 2026-07-28 client that elicits is not asked through an input-required
 /// result: the configured approver decides (here it rejects).
@@ -1618,6 +1623,10 @@ async fn mrtr_clients_are_not_asked_when_an_approver_is_configured() {
     assert!(!s.ws.path().join("b.txt").exists());
 }
 
+/// Approve: the retry runs, and its `approval/decided` (with the state's
+/// use) precedes its intent. Replayed (with the same answer) it is refused,
+/// in the same process and after a SIGKILL and restart on the same state,
+/// and nothing runs again.
 #[tokio::test]
 async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
     let (mut s, _policy) = ask_server(&[]);

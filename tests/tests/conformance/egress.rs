@@ -267,7 +267,7 @@ async fn egress_trace_and_connect_are_never_sent() {
         f = secret.display().to_string(),
     );
     let (_ws, host) = egress_host(&policy, None).await;
-    for method in ["TRACE", "CONNECT"] {
+    for method in ["TRACE", "trace", "TRACK", "CONNECT"] {
         let url = format!("http://127.0.0.1:{}/", target.port);
         let r = call(
             &host,

@@ -123,6 +123,16 @@ async fn a_mode_layer_hides_a_tool_in_the_mode_its_call_is_clamped_to() {
     ));
     let host = b.build().await.unwrap();
     for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+        // Not offered either: listing agrees with calling.
+        let listed = names(&host.tools_for(None, None, Some(mode)));
+        assert!(
+            !listed.contains(&"read_file".to_string()),
+            "{mode}: {listed:?}"
+        );
+        assert!(
+            listed.contains(&"write_file".to_string()),
+            "{mode}: {listed:?}"
+        );
         let r = host
             .call(CallRequest::new("read_file", json!({"path": "a.txt"})).mode(mode))
             .await;
