@@ -72,26 +72,7 @@ pub async fn run_command(
             receipt: Receipt::default(),
         });
     }
-    // Its scratch directory (`/tmp`) must not be where another call's is
-    // reachable: under a TMPDIR inside the workspace, it would be.
-    if spec.mode == SandboxMode::WorkspaceWrite
-        && let Ok(workspace) = spec.workspace.canonicalize()
-        && let Some(inside) =
-            crate::sandbox::resolved_inside(runtime.invoker().scratch_base(), &workspace)
-    {
-        return Ok(ExecReport {
-            outcome: ExecOutcome::Failed {
-                code: ErrorCode::SandboxUnavailable,
-                message: format!(
-                    "the scratch directories' home {} is inside the workspace {}; set TMPDIR \
-                     outside the workspace",
-                    inside.display(),
-                    workspace.display()
-                ),
-            },
-            receipt: Receipt::default(),
-        });
-    }
+
     let mut builder = StoreBuilder::new(spec);
     builder.interrupt(interrupt).command(command);
     let mut run = match runtime.store(&builder) {

@@ -290,17 +290,6 @@ impl HostBuilder {
                 "--cache (or TOOLHOST_CACHE_DIR)",
             )?;
         }
-        // The scratch directories of `workspace-write` calls are the calls'
-        // own: in the workspace, any call could read or change another's,
-        // and a kept one could be swapped for a link before it is handed
-        // out again.
-        check_outside_workspace(
-            runtime.invoker().scratch_base(),
-            &workspace,
-            "the scratch directories' home",
-            "the scratch directories of other calls",
-            "a TMPDIR",
-        )?;
         // Global tools first, then each scope in declaration order with its
         // own tools, so that a restriction is checked against exactly what
         // the scope inherits.

@@ -76,11 +76,6 @@ impl Invoker {
         &self.options
     }
 
-    /// Where the scratch directories of `workspace-write` calls are made.
-    pub(crate) fn scratch_base(&self) -> &std::path::Path {
-        self.scratch.base()
-    }
-
     /// A fresh store built by `builder` on this runtime's engine.
     pub(crate) fn store(&self, builder: &StoreBuilder<'_>) -> Result<Run, (ErrorCode, String)> {
         builder.build(&self.engine, &self.options, &self.scratch)

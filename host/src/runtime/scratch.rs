@@ -156,6 +156,9 @@ pub(crate) struct ScratchPool {
     idle: Mutex<Vec<Idle>>,
     /// Dropped after `idle`.
     home: Mutex<Option<Home>>,
+    /// The last workspace [`ScratchPool::check_outside`] checked, and why
+    /// the home would be inside it (if it would).
+    checked: Mutex<Option<(PathBuf, Option<String>)>>,
     base: PathBuf,
 }
 
@@ -172,13 +175,30 @@ impl ScratchPool {
         ScratchPool {
             idle: Mutex::default(),
             home: Mutex::default(),
+            checked: Mutex::default(),
             base,
         }
     }
 
-    /// Where the home is made.
-    pub(crate) fn base(&self) -> &Path {
-        &self.base
+    /// Fails when the home would be inside `workspace` (which a call
+    /// granted writes to it, or another call, could then reach): checked
+    /// once per workspace, the answer kept.
+    pub(crate) fn check_outside(&self, workspace: &Path) -> Result<(), String> {
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((ws, inside)) = checked.as_ref()
+            && ws == workspace
+        {
+            return inside.clone().map_or(Ok(()), Err);
+        }
+        let inside = crate::sandbox::resolved_inside(&self.base, workspace).map(|at| {
+            format!(
+                "the scratch directories' home {} (TMPDIR) is inside the workspace, where calls \
+                 could reach each other's scratch directories; set TMPDIR outside the workspace",
+                at.display()
+            )
+        });
+        *checked = Some((workspace.to_path_buf(), inside.clone()));
+        inside.map_or(Ok(()), Err)
     }
 
     /// The home's path, made (and the homes of gone runtimes removed) the

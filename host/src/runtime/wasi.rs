@@ -146,6 +146,12 @@ pub(crate) fn build_wasi(
         }
         SandboxMode::WorkspaceWrite => {
             preopen(&mut b, &spec.workspace, mount, FsPerms::ReadWrite)?;
+            scratch_pool
+                .check_outside(&spec.workspace)
+                .map_err(|detail| SandboxError::Preopen {
+                    path: std::env::temp_dir(),
+                    detail,
+                })?;
             let dir = scratch_pool.take().map_err(|e| SandboxError::Preopen {
                 path: std::env::temp_dir(),
                 detail: e.to_string(),

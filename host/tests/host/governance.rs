@@ -1916,44 +1916,59 @@ async fn a_compile_cache_inside_the_workspace_is_refused() {
 }
 
 /// The scratch directories of `workspace-write` calls are made under
-/// `TMPDIR`: a workspace that holds it is refused, since a call could then
-/// read or change another call's scratch directory.
+/// `TMPDIR`: where that is inside the workspace, a call could read or
+/// change another call's scratch directory, so such a call is refused
+/// `SANDBOX_UNAVAILABLE` before its body; calls that make no scratch
+/// directory (here `read-only`) still run.
 #[test]
-fn a_workspace_that_holds_the_scratch_home_is_refused() {
+fn a_workspace_write_call_is_refused_where_the_workspace_holds_tmpdir() {
     let ws = workspace();
     let tmp = ws.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     std::fs::write(ws.path().join("a.txt"), "a").unwrap();
     let state = crate::support::tempdir();
-    let out = std::process::Command::new(crate::support::bin())
-        .args(["run", "read_file", "--args", r#"{"path":"a.txt"}"#])
-        .arg("--workspace")
-        .arg(ws.path())
-        .arg("--state")
-        .arg(state.path())
-        .env("TMPDIR", &tmp)
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("scratch directories' home"), "{stderr}");
-    // With TMPDIR elsewhere, the same call runs.
-    let out = std::process::Command::new(crate::support::bin())
-        .args(["run", "read_file", "--args", r#"{"path":"a.txt"}"#])
-        .arg("--workspace")
-        .arg(ws.path())
-        .arg("--state")
-        .arg(state.path())
-        .env("TMPDIR", state.path())
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
-        .output()
-        .unwrap();
+    let run = |tool: &str, args: &str, mode: &str, tmpdir: &std::path::Path| {
+        std::process::Command::new(crate::support::bin())
+            .args(["run", tool, "--json", "--args", args, "--mode", mode])
+            .arg("--workspace")
+            .arg(ws.path())
+            .arg("--state")
+            .arg(state.path())
+            .env("TMPDIR", tmpdir)
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .output()
+            .unwrap()
+    };
+    let read = run("read_file", r#"{"path":"a.txt"}"#, "read-only", &tmp);
     assert!(
-        out.status.success(),
+        read.status.success(),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&read.stderr)
     );
+    let write = run(
+        "write_file",
+        r#"{"path":"b.txt","content":"b"}"#,
+        "workspace-write",
+        &tmp,
+    );
+    let out: serde_json::Value = serde_json::from_slice(&write.stdout).unwrap();
+    assert_eq!(out["error"]["code"], "SANDBOX_UNAVAILABLE", "{out}");
+    let message = out["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("scratch directories' home"), "{message}");
+    assert!(!ws.path().join("b.txt").exists());
+    // With TMPDIR elsewhere, the same call runs.
+    let write = run(
+        "write_file",
+        r#"{"path":"b.txt","content":"b"}"#,
+        "workspace-write",
+        state.path(),
+    );
+    assert!(
+        write.status.success(),
+        "{}",
+        String::from_utf8_lossy(&write.stderr)
+    );
+    assert!(ws.path().join("b.txt").exists());
 }
 
 /// Explaining a call takes none of the client's rate-limit tokens: a
