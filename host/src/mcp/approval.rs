@@ -155,14 +155,47 @@ fn shortened(args: &Value, depth: usize) -> Value {
     }
 }
 
+/// The most top-level arguments a question lists one by one.
+const MAX_KEYS_SHOWN: usize = 32;
+
+/// The arguments as a question shows them: one line per top-level
+/// argument (plain values first, then nested ones), each [`shortened`] and
+/// cut to its share of [`MAX_ARGS_SHOWN`], so that no argument, however
+/// long or deeply nested, pushes another out of sight.
+fn args_text(args: &Value) -> String {
+    let Value::Object(map) = args else {
+        let text = serde_json::to_string(&shortened(args, 0)).unwrap_or_default();
+        return format!("  {}", cut(&text, MAX_ARGS_SHOWN));
+    };
+    let share = (MAX_ARGS_SHOWN / map.len().clamp(1, MAX_KEYS_SHOWN)).max(80);
+    let nested = |v: &Value| matches!(v, Value::Array(_) | Value::Object(_));
+    let ordered = map
+        .iter()
+        .filter(|(_, v)| !nested(v))
+        .chain(map.iter().filter(|(_, v)| nested(v)));
+    let mut lines: Vec<String> = ordered
+        .take(MAX_KEYS_SHOWN)
+        .map(|(k, v)| {
+            let text = serde_json::to_string(&shortened(v, 1)).unwrap_or_default();
+            format!("  {}: {}", cut(k, 80), cut(&text, share))
+        })
+        .collect();
+    if map.len() > MAX_KEYS_SHOWN {
+        lines.push(format!(
+            "  … [{} more arguments]",
+            map.len() - MAX_KEYS_SHOWN
+        ));
+    }
+    lines.join("\n")
+}
+
 pub(super) fn elicitation_params(
     request: &ApprovalRequest,
 ) -> Result<ElicitRequestParams, serde_json::Error> {
-    let args = serde_json::to_string(&shortened(&request.args, 0)).unwrap_or_default();
     let mut message = format!(
-        "toolhost asks for approval.\ntool: {}\nargs: {}\nreason: {}\nmode: {}",
+        "toolhost asks for approval.\ntool: {}\nargs:\n{}\nreason: {}\nmode: {}",
         request.tool,
-        cut(&args, MAX_ARGS_SHOWN),
+        args_text(&request.args),
         request.reason,
         request.mode
     );
@@ -261,7 +294,9 @@ mod tests {
             call_id: "c".into(),
             tool: "write_file".into(),
             args: json!({"content": "x".repeat(3000), "path": ".git/hooks/pre-commit",
-                         "list": (0..100).collect::<Vec<u32>>()}),
+                         "list": (0..100).collect::<Vec<u32>>(),
+                         "edits": (0..16).map(|_| json!({"old": "o".repeat(200), "new": "n".repeat(200)}))
+                             .collect::<Vec<_>>()}),
             reason: "writes need a human".into(),
             mode: SandboxMode::WorkspaceWrite,
             justification: None,
@@ -273,10 +308,11 @@ mod tests {
             .and_then(|p| serde_json::to_value(p).ok())
             .unwrap_or_default();
         let msg = v["message"].as_str().unwrap_or_default();
-        assert!(msg.contains(r#""path":".git/hooks/pre-commit""#), "{msg}");
+        assert!(msg.contains(r#"  path: ".git/hooks/pre-commit""#), "{msg}");
         assert!(msg.contains("[2800 more characters]"), "{msg}");
         assert!(msg.contains("[84 more items]"), "{msg}");
-        assert!(msg.len() < 2000, "{}", msg.len());
+        assert!(msg.contains("  edits: [{"), "{msg}");
+        assert!(msg.len() < MAX_ARGS_SHOWN + 500, "{}", msg.len());
     }
 
     #[test]
