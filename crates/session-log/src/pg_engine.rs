@@ -820,9 +820,12 @@ impl LeaseKeeper {
             if self.shared.since_renewal() < self.lease / 2 {
                 continue;
             }
-            let renewal = runtime.block_on(with_timeout(tick, self.renew(&mut client)));
+            let renewal = runtime.block_on(tokio::time::timeout(tick, self.renew(&mut client)));
             match renewal {
-                Ok(true) => {
+                // No answer within a tick although the server gives up sooner:
+                // the connection itself is in doubt; the next tick opens another.
+                Err(_) => client = None,
+                Ok(Ok(true)) => {
                     self.counters.commits.fetch_add(1, Ordering::Relaxed);
                     self.counters
                         .durable_commits
@@ -830,9 +833,18 @@ impl LeaseKeeper {
                     self.shared.renewed();
                 }
                 // Fenced: the worker's next write says so.
-                Ok(false) => return,
-                // Tried again at the next tick, on a new connection.
-                Err(_) => client = None,
+                Ok(Ok(false)) => return,
+                // An error from the server (its lock or statement timeout, below
+                // the tick, while the worker holds this replica's row): tried
+                // again at the next tick on the same connection, where nothing
+                // is left waiting; on a new one once it is closed. Dropping an open one
+                // whose statement still waits would leave a blocked backend per
+                // tick while the worker holds this replica's row.
+                Ok(Err(_)) => {
+                    if client.as_ref().is_some_and(Client::is_closed) {
+                        client = None;
+                    }
+                }
             }
         }
     }
@@ -840,7 +852,17 @@ impl LeaseKeeper {
     /// Renews the lease if the epoch is still this replica's; `false` if it is not.
     async fn renew(&self, client: &mut Option<Client>) -> Result<bool, LogError> {
         if client.as_ref().is_none_or(Client::is_closed) {
-            *client = Some(connect(&self.config, &self.schema, false).await?);
+            let c = connect(&self.config, &self.schema, false).await?;
+            // The renewal gives up on the server's side before the keeper's own
+            // timeout (a tick): while the worker's transaction holds this
+            // replica's row, the UPDATE waits at most this long for it.
+            let limit_ms = (self.lease / 12).as_millis().max(1);
+            c.batch_execute(&format!(
+                "SET lock_timeout = {limit_ms}; SET statement_timeout = {limit_ms}"
+            ))
+            .await
+            .map_err(from_pg)?;
+            *client = Some(c);
         }
         let Some(c) = client.as_ref() else {
             return Err(LogError::Storage("no connection to PostgreSQL".to_string()));

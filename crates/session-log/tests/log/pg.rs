@@ -440,6 +440,45 @@ fn a_replica_whose_worker_waits_longer_than_a_lease_keeps_its_lease() {
     assert!(b.pending_calls().unwrap().is_empty());
 }
 
+/// While something holds a writer's replica row (the worker's own long
+/// transaction does), the lease keeper's renewals give up on the server's side and
+/// are tried again on the same connection: at most one of its statements waits for
+/// the row at a time. It used to drop the connection at each client-side timeout and
+/// open another, leaving a backend blocked on the row per tick.
+#[test]
+fn a_lease_keeper_blocked_on_its_row_leaves_no_backends_waiting() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("keeper-blocked");
+    let a_id = unique("keeper-a");
+    let lease = Duration::from_millis(600);
+    let (a, _) = open(&url, &name, &a_id, lease);
+    let (release, holder) = hold_uncommitted(
+        &url,
+        &format!(
+            "SELECT 1 FROM {TEST_SCHEMA}.toolhost_replicas WHERE log = '{name}' AND id = '{a_id}' FOR UPDATE"
+        ),
+    );
+    // Renewals blocked on the row, counted by what blocks them.
+    let waiting = format!(
+        "SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND query LIKE 'UPDATE toolhost_replicas SET lease_until%' AND datname = current_database()"
+    );
+    let mut most = 0;
+    let until = std::time::Instant::now() + lease * 5;
+    while std::time::Instant::now() < until {
+        let n: u32 = sql_value(&url, &waiting)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        most = most.max(n);
+        std::thread::sleep(lease / 12);
+    }
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    // The keeper's one statement, and the worker's own renewal.
+    assert!(most <= 2, "{most} renewals waited on the row at once");
+    drop(a);
+}
+
 /// An identity's epochs are never reused: an incarnation fenced by a restart stays
 /// fenced after that restart closed cleanly and the identity came back a third time.
 /// A clean close used to delete the identity's row, the third incarnation got epoch 1
