@@ -459,14 +459,12 @@ fn a_lease_keeper_blocked_on_its_row_leaves_no_backends_waiting() {
         ),
     );
     // Renewals blocked on the row, counted by what blocks them.
-    let waiting = format!(
-        "SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-         AND query LIKE 'UPDATE toolhost_replicas SET lease_until%' AND datname = current_database()"
-    );
+    let waiting = "SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND query LIKE 'UPDATE toolhost_replicas SET lease_until%' AND datname = current_database()";
     let mut most = 0;
     let until = std::time::Instant::now() + lease * 5;
     while std::time::Instant::now() < until {
-        let n: u32 = sql_value(&url, &waiting)
+        let n: u32 = sql_value(&url, waiting)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         most = most.max(n);
