@@ -820,7 +820,9 @@ impl LeaseKeeper {
             if self.shared.since_renewal() < self.lease / 2 {
                 continue;
             }
-            let renewal = runtime.block_on(tokio::time::timeout(tick, self.renew(&mut client)));
+            // (The timer is made inside the runtime: it needs its clock.)
+            let renewal = runtime
+                .block_on(async { tokio::time::timeout(tick, self.renew(&mut client)).await });
             match renewal {
                 // No answer within a tick although the server gives up sooner:
                 // the connection itself is in doubt; the next tick opens another.
@@ -1064,11 +1066,13 @@ fn check_version(found: i64) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Creates the log's row if missing and registers `replica` with a fresh lease: a new
-/// replica gets epoch 1; one that existed (a restart with the same identity, also after
-/// a clean close: its row is kept, see [`release`]) gets its epoch plus one, which
-/// fences every earlier incarnation. An identity's epochs are never reused. Returns the
-/// epoch.
+/// Creates the log's row if missing and registers `replica` with a fresh lease and an
+/// epoch never held by it before: the database clock in microseconds, or, for an
+/// identity whose row exists (a restart that fences its earlier incarnation), its epoch
+/// plus one if that is higher. Epochs stay unique per identity also after its row was
+/// forgotten on a clean close ([`release`]): an old, fenced incarnation that comes back
+/// never matches a later one. (This assumes the database's clock does not go back by
+/// more than the time between two registrations of one identity.) Returns the epoch.
 async fn register(
     client: &mut Client,
     log: &str,
@@ -1103,9 +1107,11 @@ async fn register(
     let row = tx
         .query_one(
             "INSERT INTO toolhost_replicas (log, id, epoch, lease_until) \
-             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3)) \
+             VALUES ($1, $2, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, \
+                     clock_timestamp() + make_interval(secs => $3)) \
              ON CONFLICT (log, id) DO UPDATE \
-               SET epoch = toolhost_replicas.epoch + 1, lease_until = EXCLUDED.lease_until \
+               SET epoch = greatest(toolhost_replicas.epoch + 1, EXCLUDED.epoch), \
+                   lease_until = EXCLUDED.lease_until \
              RETURNING epoch",
             &[&log, &replica, &lease_secs],
         )
@@ -1116,25 +1122,32 @@ async fn register(
     Ok(epoch)
 }
 
-/// On a clean close: ends this replica's lease now, so that any call it left pending is
-/// recovered at once, and `toolhost recover` may take the identity over.
+/// On a clean close: forgets a replica that has nothing pending; otherwise ends its
+/// lease now, so that its calls are recovered at once.
 ///
-/// The row stays, as a tombstone: a restart with the same identity takes its epoch plus
-/// one. Deleting it let a returning identity start again at epoch 1, which an older,
-/// fenced incarnation of it may still hold: that one's appends (checked by epoch) would
-/// then pass, and commit results for calls already declared unknown. Known limit: the
-/// table keeps one small row per identity ever registered (per process start with the
-/// default identity).
+/// Forgetting the row is safe because epochs come from the database clock (see
+/// [`register`]): an identity that returns later takes an epoch above every one it
+/// had, so an older, fenced incarnation still running never matches it again.
 async fn release(client: &mut Client, who: &Who) -> Result<(), LogError> {
     let tx = client.transaction().await.map_err(from_pg)?;
     lock_log(&tx, &who.log).await?;
-    tx.execute(
-        "UPDATE toolhost_replicas SET lease_until = now() \
-         WHERE log = $1 AND id = $2 AND epoch = $3",
-        &[&who.log, &who.replica, &who.epoch],
-    )
-    .await
-    .map_err(from_pg)?;
+    let deleted = tx
+        .execute(
+            "DELETE FROM toolhost_replicas r WHERE r.log = $1 AND r.id = $2 AND r.epoch = $3 \
+             AND NOT EXISTS (SELECT 1 FROM toolhost_pending p WHERE p.log = r.log AND p.replica = r.id)",
+            &[&who.log, &who.replica, &who.epoch],
+        )
+        .await
+        .map_err(from_pg)?;
+    if deleted == 0 {
+        tx.execute(
+            "UPDATE toolhost_replicas SET lease_until = now() \
+             WHERE log = $1 AND id = $2 AND epoch = $3",
+            &[&who.log, &who.replica, &who.epoch],
+        )
+        .await
+        .map_err(from_pg)?;
+    }
     tx.commit().await.map_err(from_pg)
 }
 

@@ -42,9 +42,9 @@ CREATE TABLE IF NOT EXISTS toolhost_schema (
 /// - `toolhost_pending`: calls with a `tool/intent` and no `tool/result`, with the replica
 ///   (and its epoch) that wrote the intent; maintained in the events' transaction.
 /// - `toolhost_replicas`: who writes a log: a lease (database clock) renewed by every
-///   write, and an epoch that recovery of the replica's calls increments (fencing). A
-///   clean close ends the lease but keeps the row, so that an identity's epochs are
-///   never reused.
+///   write, and an epoch that recovery of the replica's calls increments (fencing).
+///   Epochs start from the database clock (microseconds), so an identity's epochs are
+///   never reused, also after a clean close forgot its row.
 /// - `toolhost_append`: an append in one statement (see its comment).
 pub(crate) const CREATE: &str = "
 CREATE TABLE toolhost_logs (

@@ -495,6 +495,11 @@ fn a_fenced_incarnation_stays_fenced_after_its_identity_closed_cleanly_and_retur
     let (second, _) = open(&url, &name, "x", Duration::from_secs(600));
     assert_eq!(second.recover().unwrap().recovered, ["c1"]);
     drop(second);
+    // Its row is forgotten (nothing pending): closed identities leave no rows behind.
+    let rows = format!(
+        "SELECT count(*)::text FROM {TEST_SCHEMA}.toolhost_replicas WHERE log = '{name}' AND id = 'x'"
+    );
+    assert_eq!(sql_value(&url, &rows).as_deref(), Some("0"));
     // A third one starts; the first comes back.
     let (third, _) = open(&url, &name, "x", Duration::from_secs(600));
     let err = first
@@ -511,8 +516,8 @@ fn a_fenced_incarnation_stays_fenced_after_its_identity_closed_cleanly_and_retur
         .collect();
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
-    // The closed identity's row (ended lease) lets `toolhost recover` take it over and
-    // another replica's sweep finds nothing to do.
+    // The closed identity lets `toolhost recover` take it over, and another replica's
+    // sweep finds nothing to do.
     drop(third);
     let (other, _) = open(&url, &name, "other", Duration::from_secs(600));
     assert_eq!(other.recover().unwrap(), Recovery::default());
