@@ -120,29 +120,46 @@ impl RegisteredTool {
     }
 }
 
+/// The most a schema's `pattern` may compile to (each of the regex's
+/// program and lazy DFA).
+const MAX_PATTERN_BYTES: usize = 1 << 20;
+
+/// Compiles a tool's schema (untrusted: the tool wrote it). Its `pattern`s
+/// run on the `regex` crate, whose matching is linear in the input: a
+/// backtracking engine would let a pattern such as `^(a|(?=a)a)*$` spend
+/// seconds on each string of an argument or a result. A pattern that needs
+/// look-around or backreferences is refused with the schema.
 fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
     jsonschema::meta::validate(schema).map_err(|e| e.to_string())?;
-    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+    jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::regex()
+                .size_limit(MAX_PATTERN_BYTES)
+                .dfa_size_limit(MAX_PATTERN_BYTES),
+        )
+        .build(schema)
+        .map_err(|e| e.to_string())
 }
 
+/// Validates `value`; on failure, the first error found (with where). Not
+/// every error: collecting them all would allocate one per failing item of
+/// a hostile array.
 fn validate(v: &jsonschema::Validator, value: &serde_json::Value) -> Result<(), String> {
-    let errors: Vec<String> = v
-        .iter_errors(value)
-        .take(8)
-        .map(|e| {
+    if v.is_valid(value) {
+        return Ok(());
+    }
+    match v.validate(value) {
+        Ok(()) => Ok(()),
+        Err(e) => {
             let path = e.instance_path().to_string();
             let path = if path.is_empty() {
                 "/".to_string()
             } else {
                 path
             };
-            format!("at {path}: {e}")
-        })
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
+            // The error quotes the failing value: cut, it may be huge.
+            Err(crate::state::cut(&format!("at {path}: {e}"), 1024))
+        }
     }
 }
 
@@ -360,4 +377,37 @@ fn insert(
     }
     map.insert(tool.descriptor.name.clone(), tool);
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A tool's schema patterns run on a linear-time engine: one that needs
+    /// backtracking (look-around) is refused when the schema is compiled,
+    /// and a pattern that is exponential for a backtracking engine still
+    /// answers on a long string.
+    #[test]
+    fn schema_patterns_never_backtrack() {
+        let lookaround = json!({"type": "string", "pattern": "^(?:a|(?=a)a)*$"});
+        assert!(compile_schema(&lookaround).is_err());
+        let nested = compile_schema(&json!({"type": "string", "pattern": "^(a+)+$"})).unwrap();
+        let hostile = format!("{}b", "a".repeat(100_000));
+        let err = validate(&nested, &json!(hostile)).unwrap_err();
+        assert!(err.starts_with("at /: "), "{err}");
+        assert!(err.len() <= 1024 + 3, "{}", err.len());
+        assert!(validate(&nested, &json!("aaaa")).is_ok());
+    }
+
+    /// A value that fails on every item reports the first failure, not all.
+    #[test]
+    fn validation_reports_the_first_error() {
+        let v = compile_schema(&json!({"type": "array", "items": {"type": "string"}})).unwrap();
+        let items: Vec<u32> = (0..250_000).collect();
+        let err = validate(&v, &json!(items)).unwrap_err();
+        assert!(err.starts_with("at /0: "), "{err}");
+        assert!(!err.contains("; "), "{err}");
+    }
 }

@@ -531,6 +531,21 @@ impl Run {
     /// A tool's error message, cut to the call's output cap (an error is
     /// part of the result the host carries, records and sends).
     pub(crate) fn bounded_error(&self, code: &str, message: &str) -> String {
+        // The tool's own code is a short token: at most 64 characters of
+        // letters, digits, `_`, `.` and `-` (others become `_`), so that it
+        // can neither escape the output cap nor carry text of its own.
+        let code: String = code
+            .chars()
+            .take(64)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let code = code.as_str();
         let full = code.len() + 2 + message.len();
         if full <= self.max_output {
             return format!("{code}: {message}");

@@ -135,6 +135,22 @@ async fn runtime_output_flood() {
         "{}",
         &message[message.len() - 80..]
     );
+    // So is the tool's error code: a 2 MiB code (over the cap by itself),
+    // with newlines in it, is kept as a short token.
+    let r = call(
+        &host,
+        "output_flood",
+        json!({"mib": 0, "error_code": "x\ny", "error_code_mib": 2}),
+        SandboxMode::None,
+    )
+    .await;
+    assert_eq!(r.code(), Some(ErrorCode::ToolError), "{r:?}");
+    let message = &r.error.as_ref().unwrap().message;
+    assert!(message.len() < 200, "{} bytes", message.len());
+    assert!(
+        message.starts_with(&format!("x_y{}: e", "c".repeat(61))),
+        "{message}"
+    );
     // Empty blocks carry no text but are not free: too many is too large.
     let r = call(
         &host,

@@ -1,5 +1,6 @@
 //! Returns a result of `mib` MiB: above the output cap the call must end
-//! with OUTPUT_TOO_LARGE. Also: an error message of `error_mib` MiB, and
+//! with OUTPUT_TOO_LARGE. Also: an error message of `error_mib` MiB (with
+//! a code of its choice, `error_code`, however long), and
 //! `empty_blocks` empty content blocks (no text, but each a block the host
 //! must carry).
 
@@ -17,6 +18,13 @@ struct Args {
     error_mib: usize,
     #[serde(default)]
     empty_blocks: usize,
+    /// The error's code, when it is not `flood` (an error of
+    /// `error_mib` MiB, or of one `e` when that is 0), followed by
+    /// `error_code_mib` MiB of `c`.
+    #[serde(default)]
+    error_code: Option<String>,
+    #[serde(default)]
+    error_code_mib: usize,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -34,6 +42,13 @@ impl Tool for OutputFlood {
     type Args = Args;
     type Output = Out;
     fn run(args: Args) -> Result<Out, ToolError> {
+        if let Some(code) = args.error_code {
+            let code = format!("{code}{}", "c".repeat(args.error_code_mib << 20));
+            return Err(ToolError::new(
+                code,
+                "e".repeat((args.error_mib << 20).max(1)),
+            ));
+        }
         if args.error_mib > 0 {
             return Err(ToolError::new("flood", "e".repeat(args.error_mib << 20)));
         }
