@@ -79,8 +79,8 @@ pub fn provider_tool(provider: Provider, descriptor: &Descriptor) -> Value {
             "input_schema": anthropic(&d.input_schema),
         }),
         Provider::OpenAi => {
-            let inlined = inline_refs(&d.input_schema);
-            let mut strict = true;
+            let (inlined, cut) = inline_refs(&d.input_schema);
+            let mut strict = !cut;
             let mut parameters = openai_strict(&inlined, &mut strict);
             if !is_object_type(&parameters) {
                 strict = false;
@@ -99,7 +99,7 @@ pub fn provider_tool(provider: Provider, descriptor: &Descriptor) -> Value {
             })
         }
         Provider::Gemini => {
-            let parameters = object_root(gemini(&inline_refs(&d.input_schema)));
+            let parameters = object_root(gemini(&inline_refs(&d.input_schema).0));
             let mut out = json!({ "name": d.name, "description": d.description });
             let has_properties = parameters
                 .get("properties")
@@ -228,7 +228,7 @@ fn clean(schema: &Value) -> Value {
     }
 }
 
-fn map_values(v: &Value, f: impl Fn(&Value) -> Value) -> Value {
+fn map_values(v: &Value, mut f: impl FnMut(&Value) -> Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), f(v))).collect()),
         other => other.clone(),
@@ -491,11 +491,22 @@ fn gemini(schema: &Value) -> Value {
 /// "any value".
 const MAX_REF_DEPTH: usize = 8;
 
+/// The most schema nodes inlining may produce. Each `$ref` copies its
+/// target, so a few hundred bytes of schema (twenty properties that each
+/// refer to the root) would otherwise unfold into billions of nodes.
+const MAX_INLINED_NODES: usize = 20_000;
+
 /// Inlines `$ref`s to `#/$defs/...` and `#/definitions/...` and drops the
-/// definitions. A ref that does not resolve, or recurses too deep, becomes
-/// `{}` (any value; the host still validates against the real schema).
-fn inline_refs(root: &Value) -> Value {
-    fn walk(v: &Value, root: &Value, depth: usize) -> Value {
+/// definitions. A ref that does not resolve, recurses too deep, or would
+/// take the result past [`MAX_INLINED_NODES`], becomes `{}` (any value;
+/// the host still validates against the real schema). Also says whether
+/// the budget cut anything (the declaration is then not strict).
+fn inline_refs(root: &Value) -> (Value, bool) {
+    fn walk(v: &Value, root: &Value, depth: usize, budget: &mut usize) -> Value {
+        if *budget == 0 {
+            return Value::Object(Map::new());
+        }
+        *budget -= 1;
         match v {
             Value::Object(m) => {
                 if let Some(Value::String(r)) = m.get("$ref") {
@@ -504,7 +515,7 @@ fn inline_refs(root: &Value) -> Value {
                         .and_then(|p| root.pointer(p))
                         .filter(|_| depth < MAX_REF_DEPTH);
                     let mut base = match target {
-                        Some(t) => match walk(t, root, depth + 1) {
+                        Some(t) => match walk(t, root, depth + 1, budget) {
                             Value::Object(o) => o,
                             _ => Map::new(),
                         },
@@ -513,7 +524,7 @@ fn inline_refs(root: &Value) -> Value {
                     // Siblings of `$ref` (a description, say) win.
                     for (k, x) in m {
                         if k != "$ref" {
-                            base.insert(k.clone(), walk(x, root, depth));
+                            base.insert(k.clone(), walk(x, root, depth, budget));
                         }
                     }
                     return Value::Object(base);
@@ -526,20 +537,24 @@ fn inline_refs(root: &Value) -> Value {
                                 // Maps from names (which may be anything,
                                 // `$ref` or `definitions` too) to schemas.
                                 "properties" | "patternProperties" | "dependentSchemas" => {
-                                    map_values(x, |s| walk(s, root, depth))
+                                    map_values(x, |s| walk(s, root, depth, budget))
                                 }
                                 // Instances, not schemas: left alone.
                                 "const" | "enum" | "default" | "examples" => x.clone(),
-                                _ => walk(x, root, depth),
+                                _ => walk(x, root, depth, budget),
                             };
                             (k.clone(), x)
                         })
                         .collect(),
                 )
             }
-            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, root, depth)).collect()),
+            Value::Array(a) => {
+                Value::Array(a.iter().map(|x| walk(x, root, depth, budget)).collect())
+            }
             other => other.clone(),
         }
     }
-    walk(root, root, 0)
+    let mut budget = MAX_INLINED_NODES;
+    let inlined = walk(root, root, 0, &mut budget);
+    (inlined, budget == 0)
 }

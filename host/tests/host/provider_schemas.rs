@@ -450,3 +450,27 @@ fn list_schema_for_prints_each_providers_declarations() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A schema that refers to itself from many places unfolds without end
+/// when each `$ref` is copied: twenty properties that each refer to the
+/// root are a few hundred bytes and about 20^8 nodes inlined eight deep.
+/// The declarations stay bounded (and OpenAI's is not strict, since what
+/// was cut tells the model less than the host checks).
+#[test]
+fn self_referring_schemas_unfold_to_a_bounded_declaration() {
+    let properties: serde_json::Map<String, Value> = (0..20)
+        .map(|i| (format!("p{i}"), json!({"$ref": "#"})))
+        .collect();
+    let d = descriptor(
+        "fanout",
+        json!({"type": "object", "properties": properties}),
+    );
+    for provider in [Provider::OpenAi, Provider::Gemini, Provider::Anthropic] {
+        let decl = provider_tool(provider, &d);
+        let size = serde_json::to_string(&decl).unwrap().len();
+        assert!(size < 4 << 20, "{provider:?}: {size} bytes");
+        if provider == Provider::OpenAi {
+            assert_eq!(decl["function"]["strict"], false, "{provider:?}");
+        }
+    }
+}
