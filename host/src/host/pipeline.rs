@@ -974,11 +974,21 @@ fn redact_secrets(result: &mut CallResult, credentials: &toolhost_policy::egress
     // Text-bearing blocks and every URI; media bytes are left alone (a
     // secret in them would be encoded, not echoed).
     for item in &mut result.content {
-        if let ContentItem::ResourceLink { uri, .. } = item {
+        if let ContentItem::ResourceLink {
+            uri,
+            name,
+            description,
+            mime_type,
+        } = item
+        {
             fix(uri);
+            fix(name);
+            description.iter_mut().for_each(&fix);
+            mime_type.iter_mut().for_each(&fix);
         }
         if let ContentItem::Resource { resource } = item {
             fix(&mut resource.uri);
+            resource.mime_type.iter_mut().for_each(&fix);
         }
         if let Some(text) = item.text_mut() {
             fix(text);
@@ -1052,5 +1062,48 @@ impl Drop for Unpaired<'_> {
             outcome: ApprovalOutcome::Cancelled,
             detail: Some(detail),
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// An echoed credential is redacted from every text a resource link
+    /// carries: its URI, name, description and MIME type (whose parameters
+    /// may be any printable text), not only from text blocks.
+    #[test]
+    fn resource_links_are_redacted_in_every_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = "sk-link-0123456789";
+        let file = dir.path().join("token");
+        std::fs::write(&file, secret).unwrap();
+        let policy = toolhost_policy::egress::NetworkPolicy::from_toml(
+            &format!(
+                "[[credentials]]\nhost = \"api.example.com\"\nheader = \"A\"\nvalue_file = {:?}\n",
+                file.display().to_string()
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let credentials = toolhost_policy::egress::Credentials::load(policy.credentials()).unwrap();
+        let mut result = CallResult::ok(
+            "c".into(),
+            "t".into(),
+            serde_json::Value::Null,
+            vec![ContentItem::ResourceLink {
+                uri: format!("https://x/{secret}"),
+                name: format!("name {secret}"),
+                description: Some(format!("about {secret}")),
+                mime_type: Some(format!("text/plain; k={secret}")),
+            }],
+            None,
+            Receipt::default(),
+        );
+        redact_secrets(&mut result, &credentials);
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(!text.contains(secret), "{text}");
+        assert_eq!(text.matches(toolhost_policy::REDACTED).count(), 4, "{text}");
     }
 }
