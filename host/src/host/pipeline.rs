@@ -669,6 +669,24 @@ impl Host {
         };
         let (canonical, content, meta) = match outcome {
             BodyOutcome::Err { code, message } => {
+                // A tool's error message reaches the model as its content
+                // does: the policy's text rules (redact, block, cut) apply
+                // to it too.
+                let mut texts = vec![message];
+                let rules = self.policy.post_execute();
+                if !rules.is_empty()
+                    && let PostVerdict::Blocked { reason } =
+                        rules.apply(&mut texts, &serde_json::Value::Null)
+                {
+                    return CallResult::error(
+                        a.call_id.clone(),
+                        name,
+                        ErrorCode::PostExecuteBlocked,
+                        format!("blocked by policy: {reason}"),
+                        receipt,
+                    );
+                }
+                let message = texts.pop().unwrap_or_default();
                 return CallResult::error(a.call_id.clone(), name, code, message, receipt);
             }
             BodyOutcome::Ok {

@@ -1427,6 +1427,30 @@ async fn redaction_hides_from_the_model_only() {
     );
 }
 
+/// A tool's error message reaches the model too: the policy's text rules
+/// apply to it as to content (here, `grep`'s error quotes the pattern it
+/// could not compile, which carries the secret).
+#[tokio::test]
+async fn redaction_reaches_a_tools_error_message() {
+    let ws = workspace();
+    let mut b = builder(ws.path());
+    b.policy(policy(
+        "version = 1\n[post_execute]\nredact = [\"sk-[A-Za-z0-9]{20,}\"]\n",
+    ));
+    let host = b.build().await.unwrap();
+    let r = host
+        .call(CallRequest::new(
+            "grep",
+            json!({"pattern": format!("{SECRET}("), "path": "."}),
+        ))
+        .await;
+    assert_eq!(r.code(), Some(ErrorCode::ToolError), "{r:?}");
+    let message = &r.error.as_ref().unwrap().message;
+    assert!(!message.contains(SECRET), "{message}");
+    assert!(message.contains("[REDACTED]"), "{message}");
+    assert!(!text_of(&r).contains(SECRET));
+}
+
 /// Puts a text block, an image and an embedded text resource in the
 /// content, each carrying the secret.
 struct MixedContentHook;
