@@ -212,12 +212,15 @@ fn ask_on(
     let mut prompt = format!(
         "\n── toolhost: approval needed ({}) ──\n  tool:   {}\n  mode:   {}\n  reason: {}\n",
         request.approval_id,
-        printable(&request.tool),
+        crate::state::printable(&request.tool),
         request.mode,
-        printable(&request.reason)
+        crate::state::printable(&request.reason)
     );
     if let Some(j) = &request.justification {
-        prompt.push_str(&format!("  justification: {}\n", printable(j)));
+        prompt.push_str(&format!(
+            "  justification: {}\n",
+            crate::state::printable(j)
+        ));
     }
     prompt.push_str(&format!(
         "  args:\n{}\nAllow this call once? [y/N] ",
@@ -263,21 +266,6 @@ fn ask_on(
         "" => (ApprovalOutcome::Cancelled, Some("no answer".into())),
         _ => (ApprovalOutcome::Rejected, None),
     }
-}
-
-/// `s` with every control character escaped (`\u{1b}`, `\r`, `\n`), so
-/// that printing it cannot move the cursor or change the terminal.
-fn printable(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
 }
 
 fn indent(s: &str) -> String {

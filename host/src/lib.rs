@@ -94,7 +94,7 @@ pub use crate::runtime::{
 pub use crate::sandbox::{
     GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, needs_durable_intent, writable_preopens,
 };
-pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink};
+pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink, printable};
 pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};
 pub use toolhost_core::{ErrorCode, SandboxMode};
 pub use toolhost_log as log;

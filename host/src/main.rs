@@ -872,7 +872,11 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
     } else {
         for t in tools {
             let d = &t.descriptor;
-            outln!("{:<12} {:<16} {}", d.name, d.min_mode, d.description);
+            // The description is the tool's own text: its control
+            // characters are shown escaped, so it cannot drive the terminal
+            // or add rows of its own.
+            let description = toolhost::printable(&d.description);
+            outln!("{:<12} {:<16} {}", d.name, d.min_mode, description);
         }
     }
     Ok(ExitCode::SUCCESS)

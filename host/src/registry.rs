@@ -191,6 +191,21 @@ pub enum RegistryError {
         /// The second component.
         second: String,
     },
+    /// Two tool names that differ only in case, or in `-` against `_`: to a
+    /// model (and to whoever writes a policy) they read as one tool.
+    #[error(
+        "tool name {name:?} of {second} differs from {other:?} of {first} only in case or in - and _; rename one or load only one"
+    )]
+    LookAlike {
+        /// The name being registered.
+        name: String,
+        /// The name already registered.
+        other: String,
+        /// The component of `other`.
+        first: String,
+        /// The component of `name`.
+        second: String,
+    },
     /// A restriction names a tool the scope cannot see.
     #[error("scope {scope:?} restricts {name:?}, which it does not inherit")]
     UnknownRestriction {
@@ -286,6 +301,9 @@ impl Registry {
                 second: tool.source().to_string(),
             });
         }
+        for seen in self.visible(parent.as_deref()) {
+            look_alike(seen, &tool)?;
+        }
         match self.scopes.get_mut(scope) {
             Some((_, own)) => insert(own, tool),
             None => Ok(()),
@@ -375,7 +393,37 @@ fn insert(
             second: tool.source().to_string(),
         });
     }
+    for existing in map.values() {
+        look_alike(existing, &tool)?;
+    }
     map.insert(tool.descriptor.name.clone(), tool);
+    Ok(())
+}
+
+/// A name as a reader takes it: lower case, `-` read as `_`.
+fn folded(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c == '-' {
+                '_'
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect()
+}
+
+/// Refuses `tool` when its name reads as `existing`'s without being it.
+fn look_alike(existing: &RegisteredTool, tool: &RegisteredTool) -> Result<(), RegistryError> {
+    let (a, b) = (&existing.descriptor.name, &tool.descriptor.name);
+    if a != b && folded(a) == folded(b) {
+        return Err(RegistryError::LookAlike {
+            name: b.clone(),
+            other: a.clone(),
+            first: existing.source().to_string(),
+            second: tool.source().to_string(),
+        });
+    }
     Ok(())
 }
 

@@ -59,6 +59,21 @@ pub(crate) fn cut(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
+/// `s` with every control character escaped (`\u{1b}`, `\r`, `\n`), so
+/// that printing it cannot move the cursor, change the terminal or start a
+/// line of its own. Other characters are kept as they are.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Why the runtime interrupted a guest.
 #[derive(Clone, Default)]
 pub struct Interrupt {

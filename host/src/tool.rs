@@ -41,6 +41,13 @@ pub fn is_valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The longest description a tool may declare. It goes to every client's
+/// `tools/list` and into every model's context.
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+
+/// The most bytes a tool's input and output schemas may take together.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+
 impl Descriptor {
     pub(crate) fn from_wit(d: ToolDescriptor) -> Result<Descriptor, String> {
         check_name(&d.name)?;
@@ -88,6 +95,25 @@ impl Descriptor {
     /// again on descriptors read back from the compile cache.
     pub(crate) fn check(&self) -> Result<(), String> {
         check_name(&self.name)?;
+        if self.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(format!(
+                "tool {}: its description is {} bytes; at most {MAX_DESCRIPTION_BYTES}",
+                self.name,
+                self.description.len()
+            ));
+        }
+        let schema_bytes = serde_json::to_vec(&self.input_schema).map_or(0, |v| v.len())
+            + self
+                .output_schema
+                .as_ref()
+                .and_then(|s| serde_json::to_vec(s).ok())
+                .map_or(0, |v| v.len());
+        if schema_bytes > MAX_SCHEMA_BYTES {
+            return Err(format!(
+                "tool {}: its schemas are {schema_bytes} bytes; at most {MAX_SCHEMA_BYTES}",
+                self.name
+            ));
+        }
         let schema_ok = |v: &serde_json::Value| v.is_object() || v.is_boolean();
         if !schema_ok(&self.input_schema) {
             return Err(format!(

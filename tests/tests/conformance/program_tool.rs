@@ -339,6 +339,70 @@ async fn program_tool_sandbox_modes() {
     assert!(r.canonical["stdout"].as_str().unwrap().contains("inside"));
 }
 
+/// Two tools whose names differ only in case, or in `-` against `_`, read
+/// as one tool to a model: the host refuses to load them together.
+#[tokio::test]
+async fn program_tool_look_alike_names_are_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    for (a, b) in [("args_env", "Args_env"), ("args_env", "args-env")] {
+        let tools = tempfile::tempdir().unwrap();
+        let first = install(tools.path(), a, p1::ARGS_ENV, ARGS_ENV);
+        let second = install(tools.path(), b, p1::ARGS_ENV, ARGS_ENV);
+        let err = match builder_of(&[&first, &second], ws.path(), None)
+            .build()
+            .await
+        {
+            Ok(_) => panic!("{a} and {b} were loaded together"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("only in case or in - and _"), "{err}");
+    }
+}
+
+/// A tool's description is bounded (16 KiB: it goes into every model's
+/// context) and `toolhost list` shows its control characters escaped, so a
+/// description cannot drive the terminal or print rows of its own.
+#[test]
+fn program_tool_descriptions_are_bounded_and_listed_escaped() {
+    let tools = tempfile::tempdir().unwrap();
+    let long = format!(
+        "description = \"{}\"\n{}",
+        "d".repeat(16 * 1024 + 1),
+        ARGS_ENV.replace(
+            "description = \"Prints its arguments and environment.\"\n",
+            ""
+        )
+    );
+    install(tools.path(), "long", p1::ARGS_ENV, &long);
+    let out = Command::new(toolhost_bin())
+        .env("TOOLHOST_CACHE_DIR", cache_dir())
+        .args(["list".as_ref(), tools.path().as_os_str()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at most 16384"),
+        "{out:?}"
+    );
+
+    let tools = tempfile::tempdir().unwrap();
+    let sneaky = ARGS_ENV.replace(
+        "Prints its arguments and environment.",
+        "fine\\u001b[2J\\nfake_tool  none  looks real",
+    );
+    install(tools.path(), "sneaky", p1::ARGS_ENV, &sneaky);
+    let out = Command::new(toolhost_bin())
+        .env("TOOLHOST_CACHE_DIR", cache_dir())
+        .args(["list".as_ref(), tools.path().as_os_str()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(!listed.contains('\u{1b}'), "{listed:?}");
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains(r"fine\u{1b}[2J\nfake_tool"), "{listed}");
+}
+
 /// A manifest's preopen was resolved inside the manifest's directory when
 /// the tool loaded; if that directory is later swapped for a symbolic link
 /// to somewhere else, the next call is refused `SANDBOX_UNAVAILABLE` and
