@@ -89,9 +89,13 @@ impl RegisteredTool {
     }
 
     fn with_body(descriptor: Descriptor, body: ToolBody) -> Result<Self, String> {
-        let input = compile_schema(&descriptor.input_schema)
+        // Validated against the schemas clients are shown (a machine-type
+        // format's width kept as bounds): what a client is told is what
+        // the host holds calls and results to.
+        let shown = descriptor.for_clients();
+        let input = compile_schema(&shown.input_schema)
             .map_err(|e| format!("tool {}: invalid input schema: {e}", descriptor.name))?;
-        let output = match &descriptor.output_schema {
+        let output = match &shown.output_schema {
             Some(s) => Some(Arc::new(compile_schema(s).map_err(|e| {
                 format!("tool {}: invalid output schema: {e}", descriptor.name)
             })?)),

@@ -573,6 +573,18 @@ fn cli_schema_formats() {
     );
     let r = s.response(&json!(3), Duration::from_secs(60));
     assert_eq!(r["result"]["isError"], false, "{r}");
+    // The bounds clients are shown are the ones the host holds calls to:
+    // an `offset` past `int32` is refused before the tool runs.
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "machine_formats", "arguments": {"count": 3, "offset": 3_000_000_000_u64}}}),
+    );
+    let r = s.response(&json!(4), Duration::from_secs(60));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["_meta"]["toolhost"]["code"], "INVALID_ARGS",
+        "{r}"
+    );
     drop(s);
 
     for args in [vec![], vec![tools.path().as_os_str()]] {
