@@ -902,6 +902,13 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
             format!("the arguments are not valid JSON: {e}"),
         )
     })?;
+    let mut args = args;
+    nulls_as_absent(
+        &mut args,
+        &tool.descriptor.input_schema,
+        &tool.descriptor.input_schema,
+        0,
+    );
     tool.validate_args(&args).map_err(|e| {
         (
             ErrorCode::InvalidArgs,
@@ -911,9 +918,110 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
             ),
         )
     })?;
-    let mut args = args;
     whole_numbers_as_integers(&mut args);
     Ok(args)
+}
+
+/// Strict function calling (OpenAI's strict mode, which `toolhost list
+/// --schema-for openai` targets) makes every optional property required
+/// and nullable, so a model sends `null` for an argument it leaves out.
+/// Such a `null`, for a property the schema does not require and whose own
+/// schema does not accept `null`, reads as the property left out. Where the
+/// schema cannot tell (a `$ref` that does not resolve, a property schema
+/// without a type), the `null` stays and validation decides.
+fn nulls_as_absent(
+    value: &mut serde_json::Value,
+    schema: &serde_json::Value,
+    root: &serde_json::Value,
+    depth: usize,
+) {
+    if depth > 64 {
+        return;
+    }
+    let schema = resolve_ref(schema, root);
+    match value {
+        serde_json::Value::Object(map) => {
+            let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) else {
+                return;
+            };
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(|r| r.as_array())
+                .map(|r| r.iter().filter_map(|n| n.as_str()).collect())
+                .unwrap_or_default();
+            map.retain(|k, v| {
+                !(v.is_null()
+                    && !required.contains(&k.as_str())
+                    && properties.get(k).is_some_and(|p| !accepts_null(p, root, 0)))
+            });
+            for (k, v) in map.iter_mut() {
+                if let Some(p) = properties.get(k) {
+                    nulls_as_absent(v, p, root, depth + 1);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                for v in items {
+                    nulls_as_absent(v, item, root, depth + 1);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A local `$ref`'s target (followed a few times), else the schema itself.
+fn resolve_ref<'a>(
+    schema: &'a serde_json::Value,
+    root: &'a serde_json::Value,
+) -> &'a serde_json::Value {
+    let mut s = schema;
+    for _ in 0..8 {
+        match s
+            .get("$ref")
+            .and_then(|r| r.as_str())
+            .and_then(|r| r.strip_prefix('#'))
+            .and_then(|p| root.pointer(p))
+        {
+            Some(target) => s = target,
+            None => break,
+        }
+    }
+    s
+}
+
+/// Whether `schema` may accept `null`: true unless it plainly cannot (a
+/// `type` without `null`, or `anyOf`/`oneOf` branches none of which can).
+fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, depth: usize) -> bool {
+    if depth > 8 {
+        return true;
+    }
+    let schema = resolve_ref(schema, root);
+    let Some(o) = schema.as_object() else {
+        return schema.as_bool().unwrap_or(true);
+    };
+    if o.contains_key("$ref") {
+        return true;
+    }
+    match o.get("type") {
+        Some(serde_json::Value::String(t)) => return t == "null",
+        Some(serde_json::Value::Array(types)) => return types.iter().any(|t| t == "null"),
+        Some(_) => return true,
+        None => {}
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = o.get(key).and_then(|b| b.as_array()) {
+            return branches.iter().any(|b| accepts_null(b, root, depth + 1));
+        }
+    }
+    if let Some(values) = o.get("enum").and_then(|e| e.as_array()) {
+        return values.iter().any(serde_json::Value::is_null);
+    }
+    if let Some(c) = o.get("const") {
+        return c.is_null();
+    }
+    true
 }
 
 /// Writes every whole number that came spelled as a float (`1.0`, `1e3`) as

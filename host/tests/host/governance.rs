@@ -1427,6 +1427,36 @@ async fn redaction_hides_from_the_model_only() {
     );
 }
 
+/// A model in a strict function-calling mode sends `null` for the optional
+/// arguments it leaves out (strict schemas make them required and
+/// nullable): such a `null` reads as the argument left out. A `null` for a
+/// required argument is still refused.
+#[tokio::test]
+async fn a_null_for_an_optional_argument_reads_as_left_out() {
+    let ws = workspace();
+    let host = builder(ws.path()).build().await.unwrap();
+    let call = |args: serde_json::Value| {
+        host.call(CallRequest::new("http_fetch", args).mode(SandboxMode::None))
+    };
+    let r = call(
+        json!({"url": "http://127.0.0.1:1/", "method": null, "headers": null,
+                        "body": null, "max_body_bytes": null}),
+    )
+    .await;
+    // Past validation: the tool ran (and was refused the network).
+    assert_eq!(r.code(), Some(ErrorCode::ToolError), "{r:?}");
+    let event = result_event(&host, &r);
+    assert!(
+        event["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("HTTP-request-denied"),
+        "{event}"
+    );
+    let r = call(json!({"url": null})).await;
+    assert_eq!(r.code(), Some(ErrorCode::InvalidArgs), "{r:?}");
+}
+
 /// A tool's error message reaches the model too: the policy's text rules
 /// apply to it as to content (here, `grep`'s error quotes the pattern it
 /// could not compile, which carries the secret).
