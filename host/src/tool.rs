@@ -121,6 +121,23 @@ impl Descriptor {
                 self.name
             ));
         }
+        // Arguments are an object (MCP sends them so, and its clients refuse
+        // a tool list whose input schema says otherwise).
+        let object_type = |t: &serde_json::Value| match t {
+            serde_json::Value::String(t) => t == "object",
+            serde_json::Value::Array(ts) => ts.iter().any(|t| t == "object"),
+            _ => true,
+        };
+        if self
+            .input_schema
+            .get("type")
+            .is_some_and(|t| !object_type(t))
+        {
+            return Err(format!(
+                "tool {}: input schema must describe an object (`type: \"object\"`): a tool takes named arguments",
+                self.name
+            ));
+        }
         if self.output_schema.as_ref().is_some_and(|v| !schema_ok(v)) {
             return Err(format!(
                 "tool {}: output schema must be a JSON object",

@@ -382,6 +382,14 @@ fn too_many_calls(tool: &str) -> CallResult {
 fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
     let d = &t.descriptor.for_clients();
     let input = match &d.input_schema {
+        // MCP requires `type: "object"` at the root; a schema that leaves
+        // the type out says it (a client that validates the list would
+        // otherwise refuse every tool in it).
+        Value::Object(o) if !o.contains_key("type") => {
+            let mut o = o.clone();
+            o.insert("type".into(), json!("object"));
+            o
+        }
         Value::Object(o) => o.clone(),
         // `true` (anything goes) as an object schema, which MCP requires.
         _ => json!({"type": "object"})

@@ -153,6 +153,16 @@ async fn load_invalid_schema() {
 }
 
 #[tokio::test]
+async fn load_non_object_schema() {
+    let e = build_error(probes::LOAD_NON_OBJECT_SCHEMA).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Describe { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &["string_args", "must describe an object"]);
+}
+
+#[tokio::test]
 async fn load_schema_not_json() {
     let e = build_error(probes::LOAD_SCHEMA_NOT_JSON).await;
     assert!(
