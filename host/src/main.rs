@@ -843,8 +843,11 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
             b.tool_file(p);
         }
     }
-    // Listing runs no call: the workspace is only a name.
-    b.workspace(std::env::temp_dir());
+    // Listing runs no call: an empty directory of its own is the
+    // workspace (TMPDIR itself could hold the compile cache, which may not
+    // be inside the workspace).
+    let workspace = tempfile::tempdir().context("cannot make a temporary workspace")?;
+    b.workspace(workspace.path());
     b.policy(load_policy(a.policy.as_deref())?);
     let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
     let tools = host.tools_for(None, a.principal.as_deref(), None);

@@ -493,27 +493,30 @@ const MAX_REF_DEPTH: usize = 8;
 
 /// The most schema nodes inlining may produce. Each `$ref` copies its
 /// target, so a few hundred bytes of schema (twenty properties that each
-/// refer to the root) would otherwise unfold into billions of nodes.
-const MAX_INLINED_NODES: usize = 20_000;
+/// refer to the root) would otherwise unfold into billions of nodes; a long
+/// description referred to from many places, into gigabytes. Counted in
+/// bytes: each node, and the text of each string and value it copies.
+const MAX_INLINED_BYTES: usize = 1 << 20;
 
 /// Inlines `$ref`s to `#/$defs/...` and `#/definitions/...` and drops the
-/// definitions. A ref that does not resolve, recurses too deep, or would
-/// take the result past [`MAX_INLINED_NODES`], becomes `{}` (any value;
-/// the host still validates against the real schema). Also says whether
-/// the budget cut anything (the declaration is then not strict).
+/// definitions. A ref that does not resolve, recurses too deep, or is met
+/// once the copy has reached [`MAX_INLINED_BYTES`], becomes `{}` (any
+/// value; the host still validates against the real schema); the rest of
+/// the schema is kept whole, so the result stays a valid schema. Also says
+/// whether the budget cut anything (the declaration is then not strict).
 fn inline_refs(root: &Value) -> (Value, bool) {
     fn walk(v: &Value, root: &Value, depth: usize, budget: &mut usize) -> Value {
-        if *budget == 0 {
-            return Value::Object(Map::new());
-        }
-        *budget -= 1;
+        *budget = budget.saturating_sub(match v {
+            Value::String(s) => 16 + s.len(),
+            _ => 16,
+        });
         match v {
             Value::Object(m) => {
                 if let Some(Value::String(r)) = m.get("$ref") {
                     let target = r
                         .strip_prefix('#')
                         .and_then(|p| root.pointer(p))
-                        .filter(|_| depth < MAX_REF_DEPTH);
+                        .filter(|_| depth < MAX_REF_DEPTH && *budget > 0);
                     let mut base = match target {
                         Some(t) => match walk(t, root, depth + 1, budget) {
                             Value::Object(o) => o,
@@ -539,8 +542,14 @@ fn inline_refs(root: &Value) -> (Value, bool) {
                                 "properties" | "patternProperties" | "dependentSchemas" => {
                                     map_values(x, |s| walk(s, root, depth, budget))
                                 }
-                                // Instances, not schemas: left alone.
-                                "const" | "enum" | "default" | "examples" => x.clone(),
+                                // Instances, not schemas: left alone (and
+                                // counted: a copy is a copy).
+                                "const" | "enum" | "default" | "examples" => {
+                                    *budget = budget.saturating_sub(
+                                        serde_json::to_string(x).map_or(0, |t| t.len()),
+                                    );
+                                    x.clone()
+                                }
                                 _ => walk(x, root, depth, budget),
                             };
                             (k.clone(), x)
@@ -554,7 +563,7 @@ fn inline_refs(root: &Value) -> (Value, bool) {
             other => other.clone(),
         }
     }
-    let mut budget = MAX_INLINED_NODES;
+    let mut budget = MAX_INLINED_BYTES;
     let inlined = walk(root, root, 0, &mut budget);
     (inlined, budget == 0)
 }

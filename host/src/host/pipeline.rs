@@ -669,25 +669,7 @@ impl Host {
         };
         let (canonical, content, meta) = match outcome {
             BodyOutcome::Err { code, message } => {
-                // A tool's error message reaches the model as its content
-                // does: the policy's text rules (redact, block, cut) apply
-                // to it too.
-                let mut texts = vec![message];
-                let rules = self.policy.post_execute();
-                if !rules.is_empty()
-                    && let PostVerdict::Blocked { reason } =
-                        rules.apply(&mut texts, &serde_json::Value::Null)
-                {
-                    return CallResult::error(
-                        a.call_id.clone(),
-                        name,
-                        ErrorCode::PostExecuteBlocked,
-                        format!("blocked by policy: {reason}"),
-                        receipt,
-                    );
-                }
-                let message = texts.pop().unwrap_or_default();
-                return CallResult::error(a.call_id.clone(), name, code, message, receipt);
+                return self.tool_error(a.call_id.clone(), name, code, message, receipt);
             }
             BodyOutcome::Ok {
                 canonical,
@@ -697,7 +679,8 @@ impl Host {
         };
         // 8. output validation.
         if let Err(e) = a.tool.validate_output(&canonical) {
-            return CallResult::error(
+            // The message quotes part of the tool's output.
+            return self.tool_error(
                 a.call_id.clone(),
                 name,
                 ErrorCode::OutputInvalid,
@@ -742,6 +725,45 @@ impl Host {
     /// Library hooks first, then the policy file's rules, so the policy has
     /// the last word: content a hook puts in is still redacted, capped and
     /// checked for blocked patterns.
+    /// An error result whose message carries what the tool wrote (its own
+    /// error, or its output quoted by a failed validation): it reaches the
+    /// model as content does, so the credentials are redacted from it
+    /// first (before anything could cut a secret in two), then the
+    /// policy's text rules (redact, block, cut) apply.
+    fn tool_error(
+        &self,
+        call_id: String,
+        tool: String,
+        code: ErrorCode,
+        message: String,
+        receipt: Receipt,
+    ) -> CallResult {
+        let mut message = message;
+        if let Some(egress) = &self.egress
+            && let std::borrow::Cow::Owned(r) = egress
+                .credentials
+                .redact(&message, toolhost_policy::REDACTED)
+        {
+            message = r;
+        }
+        let mut texts = vec![message];
+        let rules = self.policy.post_execute();
+        if !rules.is_empty()
+            && let PostVerdict::Blocked { reason } =
+                rules.apply(&mut texts, &serde_json::Value::Null)
+        {
+            return CallResult::error(
+                call_id,
+                tool,
+                ErrorCode::PostExecuteBlocked,
+                format!("blocked by policy: {reason}"),
+                receipt,
+            );
+        }
+        let message = texts.pop().unwrap_or_default();
+        CallResult::error(call_id, tool, code, message, receipt)
+    }
+
     fn post_execute(&self, tool: &RegisteredTool, result: &mut CallResult) -> Result<(), String> {
         for hook in &self.post_hooks {
             // A hook is library code: a panic in it (or in its name) blocks.
@@ -952,7 +974,9 @@ fn nulls_as_absent(
             map.retain(|k, v| {
                 !(v.is_null()
                     && !required.contains(&k.as_str())
-                    && properties.get(k).is_some_and(|p| !accepts_null(p, root, 0)))
+                    && properties
+                        .get(k)
+                        .is_some_and(|p| !accepts_null(p, root, &mut 256)))
             });
             for (k, v) in map.iter_mut() {
                 if let Some(p) = properties.get(k) {
@@ -993,10 +1017,13 @@ fn resolve_ref<'a>(
 
 /// Whether `schema` may accept `null`: true unless it plainly cannot (a
 /// `type` without `null`, or `anyOf`/`oneOf` branches none of which can).
-fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, depth: usize) -> bool {
-    if depth > 8 {
+/// Looks at most `budget` schemas (a tool's schema is untrusted: branches of
+/// branches must not multiply the work); past it, the answer is "maybe".
+fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, budget: &mut usize) -> bool {
+    if *budget == 0 {
         return true;
     }
+    *budget -= 1;
     let schema = resolve_ref(schema, root);
     let Some(o) = schema.as_object() else {
         return schema.as_bool().unwrap_or(true);
@@ -1012,7 +1039,7 @@ fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, depth: usi
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(branches) = o.get(key).and_then(|b| b.as_array()) {
-            return branches.iter().any(|b| accepts_null(b, root, depth + 1));
+            return branches.iter().any(|b| accepts_null(b, root, budget));
         }
     }
     if let Some(values) = o.get("enum").and_then(|e| e.as_array()) {
@@ -1115,6 +1142,9 @@ fn redact_secrets(result: &mut CallResult, credentials: &toolhost_policy::egress
         if let ContentItem::Resource { resource } = item {
             fix(&mut resource.uri);
             resource.mime_type.iter_mut().for_each(&fix);
+        }
+        if let ContentItem::Image { mime_type, .. } | ContentItem::Audio { mime_type, .. } = item {
+            fix(mime_type);
         }
         if let Some(text) = item.text_mut() {
             fix(text);

@@ -177,7 +177,10 @@ fn args_text(args: &Value) -> String {
         .take(MAX_KEYS_SHOWN)
         .map(|(k, v)| {
             let text = serde_json::to_string(&shortened(v, 1)).unwrap_or_default();
-            format!("  {}: {}", cut(k, 80), cut(&text, share))
+            // The name is the client's too: JSON-quoted, so that it cannot
+            // break the line and write a `path:` or `mode:` of its own.
+            let name = serde_json::to_string(&cut(k, 80)).unwrap_or_default();
+            format!("  {name}: {}", cut(&text, share))
         })
         .collect();
     if map.len() > MAX_KEYS_SHOWN {
@@ -308,11 +311,38 @@ mod tests {
             .and_then(|p| serde_json::to_value(p).ok())
             .unwrap_or_default();
         let msg = v["message"].as_str().unwrap_or_default();
-        assert!(msg.contains(r#"  path: ".git/hooks/pre-commit""#), "{msg}");
+        assert!(
+            msg.contains(r#"  "path": ".git/hooks/pre-commit""#),
+            "{msg}"
+        );
         assert!(msg.contains("[2800 more characters]"), "{msg}");
         assert!(msg.contains("[84 more items]"), "{msg}");
-        assert!(msg.contains("  edits: [{"), "{msg}");
+        assert!(msg.contains(r#"  "edits": [{"#), "{msg}");
         assert!(msg.len() < MAX_ARGS_SHOWN + 500, "{}", msg.len());
+    }
+
+    /// An argument's name cannot write lines of its own into the question.
+    #[test]
+    fn elicitation_argument_names_cannot_fake_lines() {
+        let r = ApprovalRequest {
+            approval_id: "a".into(),
+            call_id: "c".into(),
+            tool: "write_file".into(),
+            args: json!({"x\n  path: \"README.md\"\nmode: none": 1, "path": ".git/config"}),
+            reason: "writes need a human".into(),
+            mode: SandboxMode::WorkspaceWrite,
+            justification: None,
+            network: Vec::new(),
+            principal: None,
+        };
+        let v = elicitation_params(&r)
+            .ok()
+            .and_then(|p| serde_json::to_value(p).ok())
+            .unwrap_or_default();
+        let msg = v["message"].as_str().unwrap_or_default();
+        assert!(!msg.contains("\n  path: \"README.md\""), "{msg}");
+        assert!(!msg.lines().any(|l| l == "mode: none"), "{msg}");
+        assert!(msg.contains(r#"  "path": ".git/config""#), "{msg}");
     }
 
     #[test]

@@ -190,7 +190,12 @@ impl ScratchPool {
         {
             return inside.clone().map_or(Ok(()), Err);
         }
-        let inside = crate::sandbox::resolved_inside(&self.base, workspace).map(|at| {
+        // Compared through the workspace's real path (a relative one, or
+        // one through a link, would otherwise never contain the base).
+        let real = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        let inside = crate::sandbox::resolved_inside(&self.base, &real).map(|at| {
             format!(
                 "the scratch directories' home {} (TMPDIR) is inside the workspace, where calls \
                  could reach each other's scratch directories; set TMPDIR outside the workspace",
