@@ -795,6 +795,10 @@ impl LeaseShared {
 ///
 /// It checks the epoch as every renewal does: once this replica is fenced it stops.
 /// It writes nothing else, and never resolves anyone's calls (the worker's sweep does).
+/// The `application_name` of a lease keeper's connection (what an operator
+/// sees in `pg_stat_activity`).
+pub const KEEPER_APPLICATION: &str = "toolhost-lease-keeper";
+
 struct LeaseKeeper {
     config: tokio_postgres::Config,
     schema: String,
@@ -860,7 +864,8 @@ impl LeaseKeeper {
             // replica's row, the UPDATE waits at most this long for it.
             let limit_ms = (self.lease / 12).as_millis().max(1);
             c.batch_execute(&format!(
-                "SET lock_timeout = {limit_ms}; SET statement_timeout = {limit_ms}"
+                "SET lock_timeout = {limit_ms}; SET statement_timeout = {limit_ms}; \
+                 SET application_name = '{KEEPER_APPLICATION}'"
             ))
             .await
             .map_err(from_pg)?;
@@ -1067,9 +1072,9 @@ fn check_version(found: i64) -> Result<(), LogError> {
 }
 
 /// Creates the log's row if missing and registers `replica` with a fresh lease and an
-/// epoch never held by it before: the database clock in microseconds, or, for an
-/// identity whose row exists (a restart that fences its earlier incarnation), its epoch
-/// plus one if that is higher. Epochs stay unique per identity also after its row was
+/// epoch never held by it before: the database clock in microseconds, or one above
+/// every epoch of the log's replicas, or, for an identity whose row exists (a restart
+/// that fences its earlier incarnation), its epoch plus one, whichever is highest. Epochs stay unique per identity also after its row was
 /// forgotten on a clean close ([`release`]): an old, fenced incarnation that comes back
 /// never matches a later one. (This assumes the database's clock does not go back by
 /// more than the time between two registrations of one identity.) Returns the epoch.
@@ -1107,7 +1112,8 @@ async fn register(
     let row = tx
         .query_one(
             "INSERT INTO toolhost_replicas (log, id, epoch, lease_until) \
-             VALUES ($1, $2, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, \
+             VALUES ($1, $2, greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint, \
+                     (SELECT coalesce(max(epoch), 0) + 1 FROM toolhost_replicas WHERE log = $1)), \
                      clock_timestamp() + make_interval(secs => $3)) \
              ON CONFLICT (log, id) DO UPDATE \
                SET epoch = greatest(toolhost_replicas.epoch + 1, EXCLUDED.epoch), \

@@ -458,22 +458,28 @@ fn a_lease_keeper_blocked_on_its_row_leaves_no_backends_waiting() {
             "SELECT 1 FROM {TEST_SCHEMA}.toolhost_replicas WHERE log = '{name}' AND id = '{a_id}' FOR UPDATE"
         ),
     );
-    // Renewals blocked on the row, counted by what blocks them.
-    let waiting = "SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-         AND query LIKE 'UPDATE toolhost_replicas SET lease_until%' AND datname = current_database()";
-    let mut most = 0;
+    // The keeper's renewals blocked on the row (its connection is named).
+    let waiting = format!(
+        "SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND application_name = '{}' AND datname = current_database()",
+        toolhost_log::KEEPER_APPLICATION
+    );
+    let (mut most, mut seen) = (0, 0);
     let until = std::time::Instant::now() + lease * 5;
     while std::time::Instant::now() < until {
-        let n: u32 = sql_value(&url, waiting)
+        let n: u32 = sql_value(&url, &waiting)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         most = most.max(n);
+        seen += usize::from(n > 0);
         std::thread::sleep(lease / 12);
     }
     release.send(()).unwrap();
     holder.join().unwrap();
-    // The keeper's one statement, and the worker's own renewal.
-    assert!(most <= 2, "{most} renewals waited on the row at once");
+    // The keeper tried (it is alive), one statement at a time. Other tests'
+    // keepers may wait on their own rows at the same time: a margin.
+    assert!(seen > 0, "the keeper never tried to renew");
+    assert!(most <= 3, "{most} renewals waited on the row at once");
     drop(a);
 }
 
