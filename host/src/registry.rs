@@ -109,7 +109,7 @@ impl RegisteredTool {
         })
     }
 
-    /// Validates `args` against the input schema; the error names each
+    /// Validates `args` against the input schema; the error names the first
     /// failing path.
     pub fn validate_args(&self, args: &serde_json::Value) -> Result<(), String> {
         validate(&self.input, args)
@@ -235,6 +235,9 @@ pub enum RegistryError {
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
     global: BTreeMap<String, RegisteredTool>,
+    /// The global tools' names as a reader takes them ([`folded`]), to the
+    /// name: one lookup per new tool instead of a scan of all of them.
+    global_folded: std::collections::HashMap<String, String>,
     scopes: BTreeMap<String, (ScopeSpec, BTreeMap<String, RegisteredTool>)>,
 }
 
@@ -246,7 +249,17 @@ impl Registry {
 
     /// Adds a global tool; a name already taken is a collision.
     pub fn add_global(&mut self, tool: RegisteredTool) -> Result<(), RegistryError> {
-        insert(&mut self.global, tool)
+        let name = tool.descriptor.name.clone();
+        let folded_name = folded(&name);
+        if let Some(other) = self.global_folded.get(&folded_name)
+            && other != &name
+            && let Some(existing) = self.global.get(other)
+        {
+            look_alike(existing, &tool)?;
+        }
+        insert(&mut self.global, tool)?;
+        self.global_folded.insert(folded_name, name);
+        Ok(())
     }
 
     /// Declares a scope. Its restrictions are checked against what it
@@ -305,8 +318,14 @@ impl Registry {
                 second: tool.source().to_string(),
             });
         }
+        // A scope's own tools are few; what it sees, checked one by one.
         for seen in self.visible(parent.as_deref()) {
             look_alike(seen, &tool)?;
+        }
+        if let Some((_, own)) = self.scopes.get(scope) {
+            for seen in own.values() {
+                look_alike(seen, &tool)?;
+            }
         }
         match self.scopes.get_mut(scope) {
             Some((_, own)) => insert(own, tool),
@@ -396,9 +415,6 @@ fn insert(
             first: existing.source().to_string(),
             second: tool.source().to_string(),
         });
-    }
-    for existing in map.values() {
-        look_alike(existing, &tool)?;
     }
     map.insert(tool.descriptor.name.clone(), tool);
     Ok(())

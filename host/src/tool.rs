@@ -77,8 +77,8 @@ impl Descriptor {
     /// This descriptor as clients are shown it (MCP `tools/list`, `toolhost
     /// list --json`): its schemas keep only the `format`s JSON Schema 2020-12
     /// defines, a machine integer width (`uint64`, ...) becoming the
-    /// `minimum`/`maximum` it implies. Validation keeps using the tool's own
-    /// schemas.
+    /// `minimum`/`maximum` it implies. Calls and results are validated
+    /// against these schemas too, so what clients are told is what holds.
     pub fn for_clients(&self) -> Descriptor {
         Descriptor {
             input_schema: schema::with_standard_formats(&self.input_schema),

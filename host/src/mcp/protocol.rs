@@ -385,7 +385,9 @@ fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
         // MCP requires `type: "object"` at the root; a schema that leaves
         // the type out says it (a client that validates the list would
         // otherwise refuse every tool in it).
-        Value::Object(o) if !o.contains_key("type") => {
+        // So does one whose type also allows others (`["object", "null"]`:
+        // MCP arguments are always an object).
+        Value::Object(o) if o.get("type") != Some(&json!("object")) => {
             let mut o = o.clone();
             o.insert("type".into(), json!("object"));
             o
