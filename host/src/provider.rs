@@ -304,6 +304,15 @@ fn openai_strict(schema: &Value, strict: &mut bool) -> Value {
                 props.insert(name.clone(), s);
             }
         }
+        // What closing cannot say: an object that takes any key (no
+        // properties and not closed, or explicitly open) would be closed to
+        // `{}`, and a required name with no property would be dropped; the
+        // model could then not send a valid call. Not strict.
+        let open = m.get("additionalProperties") == Some(&json!(true))
+            || (props.is_empty() && m.get("additionalProperties") != Some(&json!(false)));
+        if open || required.iter().any(|r| !props.contains_key(*r)) {
+            *strict = false;
+        }
         let names: Vec<Value> = props.keys().map(|k| json!(k)).collect();
         out.insert("type".into(), json!("object"));
         out.insert("properties".into(), Value::Object(props));

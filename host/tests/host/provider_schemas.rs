@@ -287,7 +287,7 @@ fn tricky() -> Vec<Descriptor> {
                     "when": {"type": "string", "format": "date-time"},
                     "site": {"type": "string", "format": "uri"},
                 },
-                "required": ["path", "ghost"],
+                "required": ["path"],
             }),
         ),
         descriptor(
@@ -484,4 +484,26 @@ fn self_referring_schemas_unfold_to_a_bounded_declaration() {
             }
         }
     }
+}
+
+/// Strict mode closes every object and requires every property: an object
+/// that takes any key (no properties, or `additionalProperties: true`), or
+/// a required name without a property, cannot be said that way without
+/// making valid calls impossible, so such a declaration is not strict.
+#[test]
+fn open_objects_and_unlisted_required_names_are_not_strict() {
+    for schema in [
+        json!({"type": "object"}),
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true}),
+        json!({"type": "object", "properties": {"a": {"type": "string"}, "m": {"type": "object"}}}),
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]}),
+    ] {
+        let decl = provider_tool(Provider::OpenAi, &descriptor("open", schema.clone()));
+        assert_eq!(decl["function"]["strict"], false, "{schema}: {decl}");
+        check(Provider::OpenAi, &decl).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    }
+    let closed =
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+    let decl = provider_tool(Provider::OpenAi, &descriptor("closed", closed));
+    assert_eq!(decl["function"]["strict"], true, "{decl}");
 }
