@@ -330,6 +330,17 @@ fn openai_strict(schema: &Value, strict: &mut bool) -> Value {
     Value::Object(out)
 }
 
+/// Whether a schema's `type` is `integer` (alone, or beside `null`).
+fn integer_typed(m: &Map<String, Value>) -> bool {
+    match m.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(ts)) => {
+            ts.iter().any(|t| t == "integer") && ts.iter().all(|t| t == "integer" || t == "null")
+        }
+        _ => false,
+    }
+}
+
 /// `schema` or null: how strict mode says "optional".
 fn nullable(schema: Value) -> Value {
     let Value::Object(mut m) = schema else {
@@ -409,11 +420,19 @@ fn gemini(schema: &Value) -> Value {
             | "minLength" | "maxLength" | "minProperties" | "maxProperties" => {
                 out.insert(k.clone(), v.clone());
             }
-            "exclusiveMinimum" if v.is_number() && !m.contains_key("minimum") => {
-                out.insert("minimum".into(), v.clone());
+            // The subset has inclusive bounds only: for an integer, the
+            // exclusive bound is the next integer in; for a number there is
+            // no exact inclusive one, so none is shown (showing the bound
+            // itself would offer the model a value the host refuses).
+            "exclusiveMinimum" if !m.contains_key("minimum") => {
+                if let Some(n) = v.as_i64().filter(|_| integer_typed(m)) {
+                    out.insert("minimum".into(), json!(n.saturating_add(1)));
+                }
             }
-            "exclusiveMaximum" if v.is_number() && !m.contains_key("maximum") => {
-                out.insert("maximum".into(), v.clone());
+            "exclusiveMaximum" if !m.contains_key("maximum") => {
+                if let Some(n) = v.as_i64().filter(|_| integer_typed(m)) {
+                    out.insert("maximum".into(), json!(n.saturating_sub(1)));
+                }
             }
             "format" => {
                 let ty = m.get("type").and_then(Value::as_str).unwrap_or("");

@@ -507,3 +507,24 @@ fn open_objects_and_unlisted_required_names_are_not_strict() {
     let decl = provider_tool(Provider::OpenAi, &descriptor("closed", closed));
     assert_eq!(decl["function"]["strict"], true, "{decl}");
 }
+
+/// Gemini's subset has inclusive bounds only: an integer's exclusive bound
+/// becomes the next integer in, and a number's is not shown (as an
+/// inclusive bound it would offer the model the one value the host
+/// refuses).
+#[test]
+fn gemini_exclusive_bounds_never_admit_the_bound() {
+    let d = descriptor(
+        "bounds",
+        json!({"type": "object", "properties": {
+            "count": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+            "ratio": {"type": "number", "exclusiveMinimum": 0}
+        }}),
+    );
+    let decl = provider_tool(Provider::Gemini, &d);
+    let p = &decl["parameters"]["properties"];
+    assert_eq!(p["count"]["minimum"], 1, "{decl}");
+    assert_eq!(p["count"]["maximum"], 9, "{decl}");
+    assert!(p["ratio"].get("minimum").is_none(), "{decl}");
+    check(Provider::Gemini, &decl).unwrap();
+}
