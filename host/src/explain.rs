@@ -45,7 +45,8 @@ pub struct Explanation {
     pub principal: String,
     /// From which scope.
     pub scope: Option<String>,
-    /// The mode the call would run in (its escalation's, if any).
+    /// The mode the call would run in (its escalation's, if any, capped by
+    /// the tool's side effect).
     pub mode: SandboxMode,
     /// The arguments after the policy's patches (`null` when they do not
     /// parse or the tool is unknown).
@@ -93,9 +94,10 @@ impl Host {
                 }
             },
         };
-        let (args, patches, layers, guard) = match view {
-            None => (Value::Null, Vec::new(), Vec::new(), None),
+        let (mode, args, patches, layers, guard) = match view {
+            None => (mode, Value::Null, Vec::new(), Vec::new(), None),
             Some(v) => (
+                v.mode,
                 v.args,
                 v.patches,
                 v.trace.steps.iter().map(step_json).collect(),
@@ -135,6 +137,9 @@ impl Host {
             principal,
             scopes: &scopes,
         };
+        // The mode the call would run in: the tool's side effect caps it,
+        // as the pipeline does, so the layers shown are the ones applied.
+        let mode = mode.min(tool.descriptor.side_effect.widest_mode());
         let facts = CallFacts {
             tool: &tool.descriptor.name,
             args: &args,
@@ -144,6 +149,7 @@ impl Host {
         let trace = self.policy.trace(&facts, &subject);
         let guard = self.guards.check(&facts);
         Some(View {
+            mode,
             trace,
             guard,
             patches,
@@ -153,6 +159,8 @@ impl Host {
 }
 
 struct View {
+    /// The mode the call would run in (the tool's side effect caps it).
+    mode: SandboxMode,
     trace: Trace,
     guard: Option<GuardDenial>,
     patches: Vec<String>,

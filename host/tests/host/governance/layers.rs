@@ -451,7 +451,10 @@ fn explain_through_the_cli_names_each_layer() {
         .iter()
         .map(|l| l["layer"].as_str().unwrap())
         .collect();
-    assert_eq!(layers, ["global", "principal:bob"], "{e}");
+    // `list_dir` declares `read`: asked in workspace-write, it would run
+    // read-only, so the read-only mode layer applies too.
+    assert_eq!(layers, ["global", "principal:bob", "mode:read-only"], "{e}");
+    assert_eq!(e["mode"], "read-only", "{e}");
     assert_eq!(e["layers"][1]["visible"], false, "{e}");
     assert_eq!(e["layers"][1]["hidden_by"], "layers[0].deny[0] (line 9)");
     assert_eq!(e["answer"]["status"], "refused");
