@@ -151,14 +151,41 @@ fn private_dir(dir: &Path) -> Result<(), String> {
             "it belongs to user {}, not to this process's user {me}",
             meta.uid()
         ))
-    } else if meta.mode() & 0o022 != 0 {
+    } else if others_may_write(&meta) {
         Err(format!(
             "others may write to it (mode {:o}); make it private with chmod go-w",
             meta.mode() & 0o7777
         ))
     } else {
+        // Nor may others replace it: a directory on its way that others may
+        // write, without the sticky bit (which `/tmp` has), lets them
+        // rename it away and put their own in its place.
+        let resolved = dir
+            .canonicalize()
+            .map_err(|e| format!("cannot resolve it: {e}"))?;
+        for parent in resolved.ancestors().skip(1) {
+            let meta = std::fs::metadata(parent)
+                .map_err(|e| format!("cannot read {}: {e}", parent.display()))?;
+            if others_may_write(&meta) && meta.mode() & 0o1000 == 0 {
+                return Err(format!(
+                    "others may replace it: {} is writable by others without the sticky bit (mode {:o})",
+                    parent.display(),
+                    meta.mode() & 0o7777
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether users other than this process's may write to a file: anyone (o+w),
+/// or a group other than the process's own (g+w). A group write bit for the
+/// user's own group (one group per user, as Debian makes them, with umask
+/// 002) is the user's.
+fn others_may_write(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.mode() & 0o002 != 0
+        || (meta.mode() & 0o020 != 0 && meta.gid() != rustix::process::getegid().as_raw())
 }
 
 impl CompileCache {
@@ -411,6 +438,14 @@ mod tests {
             assert!(!got.hit);
         }
         assert_eq!(std::fs::read_dir(shared.path()).unwrap().count(), 0);
+
+        // Private itself, but under a directory others may write (no
+        // sticky bit): they could swap it. Not used either.
+        let open_parent = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(open_parent.path(), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let under = CompileCache::new(&engine, Some(open_parent.path().join("cache")));
+        assert!(under.dir().is_none());
 
         let private = tempfile::tempdir().unwrap();
         let inner = private.path().join("made");
