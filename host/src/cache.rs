@@ -134,7 +134,7 @@ pub struct CompileCache {
 /// owns it and that nobody else may write to it: an entry is machine code
 /// the host runs, and whoever can write the directory could plant one.
 fn private_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     if let Err(e) = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -145,43 +145,56 @@ fn private_dir(dir: &Path) -> Result<(), String> {
     let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
     let me = rustix::process::geteuid().as_raw();
     if !meta.is_dir() {
-        Err("it is not a directory".into())
-    } else if meta.uid() != me {
-        Err(format!(
+        return Err("it is not a directory".into());
+    }
+    if meta.uid() != me {
+        return Err(format!(
             "it belongs to user {}, not to this process's user {me}",
             meta.uid()
-        ))
-    } else if others_may_write(&meta) {
-        Err(format!(
-            "others may write to it (mode {:o}); make it private with chmod go-w",
-            meta.mode() & 0o7777
-        ))
-    } else {
-        // Nor may others replace it: a directory on its way that others may
-        // write, without the sticky bit (which `/tmp` has), lets them
-        // rename it away and put their own in its place.
-        let resolved = dir
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve it: {e}"))?;
-        for parent in resolved.ancestors().skip(1) {
-            let meta = std::fs::metadata(parent)
-                .map_err(|e| format!("cannot read {}: {e}", parent.display()))?;
-            if others_may_write(&meta) && meta.mode() & 0o1000 == 0 {
-                return Err(format!(
-                    "others may replace it: {} is writable by others without the sticky bit (mode {:o})",
-                    parent.display(),
-                    meta.mode() & 0o7777
-                ));
-            }
-        }
-        Ok(())
+        ));
     }
+    // Its own, but open to others (made under a loose umask, say): made
+    // private, as the host would have made it.
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            format!(
+                "others may write to it (mode {:o}) and it cannot be made private: {e}",
+                meta.mode() & 0o7777
+            )
+        })?;
+    }
+    // Nor may others replace it: every directory on its way must be root's
+    // or this user's, and not writable by others without the sticky bit
+    // (which `/tmp` has), else they could rename it away and put their own
+    // in its place.
+    let resolved = dir
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve it: {e}"))?;
+    for parent in resolved.ancestors().skip(1) {
+        let meta = std::fs::metadata(parent)
+            .map_err(|e| format!("cannot read {}: {e}", parent.display()))?;
+        if meta.uid() != 0 && meta.uid() != me {
+            return Err(format!(
+                "others may replace it: {} belongs to user {}",
+                parent.display(),
+                meta.uid()
+            ));
+        }
+        if others_may_write(&meta) && meta.mode() & 0o1000 == 0 {
+            return Err(format!(
+                "others may replace it: {} is writable by others without the sticky bit (mode {:o})",
+                parent.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// Whether users other than this process's may write to a file: anyone (o+w),
-/// or a group other than the process's own (g+w). A group write bit for the
-/// user's own group (one group per user, as Debian makes them, with umask
-/// 002) is the user's.
+/// Whether users other than this process's may write to a directory: anyone
+/// (o+w), or a group other than the process's own (g+w). A group write bit
+/// for the user's own group (one group per user, as Debian makes them, with
+/// umask 002) is taken as the user's.
 fn others_may_write(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     meta.mode() & 0o002 != 0
@@ -421,23 +434,25 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    /// A cache directory others may write to is not used: nothing is read
-    /// from it (not even an entry planted there) and nothing is written;
-    /// a private one is used.
+    /// A cache directory others may replace (under a directory they may
+    /// write) is not used: nothing is read from it and nothing is written.
+    /// The user's own directory that is open to others is made private; a
+    /// private one is used.
     #[test]
     fn a_directory_others_may_write_is_not_used() {
         use std::os::unix::fs::PermissionsExt;
         let engine = Engine::default();
         let empty_module = b"\0asm\x01\0\0\0";
-        let shared = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let cache = CompileCache::new(&engine, Some(shared.path().to_path_buf()));
-        assert!(cache.dir().is_none());
-        for _ in 0..2 {
-            let got = cache.load_hashed::<Module>(&engine, empty_module).unwrap();
-            assert!(!got.hit);
-        }
-        assert_eq!(std::fs::read_dir(shared.path()).unwrap().count(), 0);
+        // The user's own directory, open to others: made private, then used.
+        let loose = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(loose.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let cache = CompileCache::new(&engine, Some(loose.path().to_path_buf()));
+        assert!(cache.dir().is_some());
+        let mode = std::fs::metadata(loose.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 
         // Private itself, but under a directory others may write (no
         // sticky bit): they could swap it. Not used either.
@@ -446,6 +461,12 @@ mod tests {
             .unwrap();
         let under = CompileCache::new(&engine, Some(open_parent.path().join("cache")));
         assert!(under.dir().is_none());
+        for _ in 0..2 {
+            let got = under.load_hashed::<Module>(&engine, empty_module).unwrap();
+            assert!(!got.hit);
+        }
+        let cache_dir = open_parent.path().join("cache");
+        assert_eq!(std::fs::read_dir(&cache_dir).unwrap().count(), 0);
 
         let private = tempfile::tempdir().unwrap();
         let inner = private.path().join("made");

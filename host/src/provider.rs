@@ -285,7 +285,11 @@ fn openai_strict(schema: &Value, strict: &mut bool) -> Value {
             }
         }
     }
-    let object = m.get("type").is_some_and(|t| t == "object") || m.contains_key("properties");
+    let object = m.get("type").is_some_and(|t| {
+        t == "object"
+            || t.as_array()
+                .is_some_and(|ts| ts.iter().any(|t| t == "object"))
+    }) || m.contains_key("properties");
     if object {
         let required: Vec<&str> = m
             .get("required")
@@ -314,7 +318,19 @@ fn openai_strict(schema: &Value, strict: &mut bool) -> Value {
             *strict = false;
         }
         let names: Vec<Value> = props.keys().map(|k| json!(k)).collect();
-        out.insert("type".into(), json!("object"));
+        // An object that may also be null (`["object", "null"]`) stays so.
+        let or_null = m
+            .get("type")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| ts.iter().any(|t| t == "null"));
+        out.insert(
+            "type".into(),
+            if or_null {
+                json!(["object", "null"])
+            } else {
+                json!("object")
+            },
+        );
         out.insert("properties".into(), Value::Object(props));
         out.insert("required".into(), Value::Array(names));
         // Closing an object only keeps the model from sending what the
@@ -534,8 +550,11 @@ const MAX_INLINED_BYTES: usize = 1 << 20;
 /// whether the budget cut anything (the declaration is then not strict).
 fn inline_refs(root: &Value) -> (Value, bool) {
     fn walk(v: &Value, root: &Value, depth: usize, budget: &mut usize) -> Value {
+        // Each node, and the text it copies: a string's, an object's keys.
+        let keys = |m: &Map<String, Value>| m.keys().map(|k| 16 + k.len()).sum::<usize>();
         *budget = budget.saturating_sub(match v {
             Value::String(s) => 16 + s.len(),
+            Value::Object(m) => 16 + keys(m),
             _ => 16,
         });
         match v {
@@ -568,6 +587,9 @@ fn inline_refs(root: &Value) -> (Value, bool) {
                                 // Maps from names (which may be anything,
                                 // `$ref` or `definitions` too) to schemas.
                                 "properties" | "patternProperties" | "dependentSchemas" => {
+                                    if let Value::Object(names) = x {
+                                        *budget = budget.saturating_sub(keys(names));
+                                    }
                                     map_values(x, |s| walk(s, root, depth, budget))
                                 }
                                 // Instances, not schemas: left alone (and

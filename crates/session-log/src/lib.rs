@@ -60,7 +60,7 @@ pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog}
 #[cfg(feature = "postgres")]
 pub use crate::pg_approvals::{Decided, PgApprovals};
 #[cfg(feature = "postgres")]
-pub use crate::pg_engine::{KEEPER_APPLICATION, PgEngine, PgOptions, PgStats, PgStatsHandle};
+pub use crate::pg_engine::{PgEngine, PgOptions, PgStats, PgStatsHandle, keeper_application};
 #[cfg(feature = "postgres")]
 pub use crate::pg_schema::PG_SCHEMA_VERSION;
 pub use crate::recovery::{OUTCOME_UNKNOWN_TEXT, Recovery, recovery_events};

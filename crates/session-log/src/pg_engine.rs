@@ -788,6 +788,21 @@ impl LeaseShared {
     }
 }
 
+/// The `application_name` of the lease keeper's connection of `replica`
+/// (what an operator sees in `pg_stat_activity`; PostgreSQL keeps 63 bytes).
+pub fn keeper_application(replica: &str) -> String {
+    let name: String = format!("toolhost-lease-keeper {replica}")
+        .chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .filter(|c| *c != '\'')
+        .collect();
+    let mut end = name.len().min(63);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
+
 /// Renews the lease of a writer, on a connection of its own, whenever the worker has
 /// not renewed it for half a lease: the worker renews it at every write and every third
 /// of a lease when idle, but not while one of its operations is slow (up to the
@@ -795,10 +810,6 @@ impl LeaseShared {
 ///
 /// It checks the epoch as every renewal does: once this replica is fenced it stops.
 /// It writes nothing else, and never resolves anyone's calls (the worker's sweep does).
-/// The `application_name` of a lease keeper's connection (what an operator
-/// sees in `pg_stat_activity`).
-pub const KEEPER_APPLICATION: &str = "toolhost-lease-keeper";
-
 struct LeaseKeeper {
     config: tokio_postgres::Config,
     schema: String,
@@ -865,7 +876,8 @@ impl LeaseKeeper {
             let limit_ms = (self.lease / 12).as_millis().max(1);
             c.batch_execute(&format!(
                 "SET lock_timeout = {limit_ms}; SET statement_timeout = {limit_ms}; \
-                 SET application_name = '{KEEPER_APPLICATION}'"
+                 SET application_name = '{}'",
+                keeper_application(&self.who.replica)
             ))
             .await
             .map_err(from_pg)?;

@@ -722,14 +722,10 @@ impl Host {
         result
     }
 
-    /// Library hooks first, then the policy file's rules, so the policy has
-    /// the last word: content a hook puts in is still redacted, capped and
-    /// checked for blocked patterns.
     /// An error result whose message carries what the tool wrote (its own
     /// error, or its output quoted by a failed validation): it reaches the
     /// model as content does, so the credentials are redacted from it
-    /// first (before anything could cut a secret in two), then the
-    /// policy's text rules (redact, block, cut) apply.
+    /// first, then the policy's text rules (redact, block, cut) apply.
     fn tool_error(
         &self,
         call_id: String,
@@ -764,6 +760,9 @@ impl Host {
         CallResult::error(call_id, tool, code, message, receipt)
     }
 
+    /// Library hooks first, then the policy file's rules, so the policy has
+    /// the last word: content a hook puts in is still redacted, capped and
+    /// checked for blocked patterns.
     fn post_execute(&self, tool: &RegisteredTool, result: &mut CallResult) -> Result<(), String> {
         for hook in &self.post_hooks {
             // A hook is library code: a panic in it (or in its name) blocks.

@@ -465,6 +465,20 @@ fn self_referring_schemas_unfold_to_a_bounded_declaration() {
         "fanout",
         json!({"type": "object", "properties": properties}),
     );
+    // And long property names at the root, each referring to it.
+    let names: serde_json::Map<String, Value> = (0..3)
+        .map(|i| (format!("{i}{}", "k".repeat(80_000)), json!({"$ref": "#"})))
+        .collect();
+    let d3 = descriptor(
+        "fanout_keys",
+        json!({"type": "object", "properties": names}),
+    );
+    for provider in [Provider::OpenAi, Provider::Gemini] {
+        let size = serde_json::to_string(&provider_tool(provider, &d3))
+            .unwrap()
+            .len();
+        assert!(size < 8 << 20, "{provider:?}: {size} bytes");
+    }
     // And a long description at the root, referred to from three places.
     let d2 = descriptor(
         "fanout_text",
@@ -497,6 +511,7 @@ fn open_objects_and_unlisted_required_names_are_not_strict() {
         json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true}),
         json!({"type": "object", "properties": {"a": {"type": "string"}, "m": {"type": "object"}}}),
         json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]}),
+        json!({"type": "object", "properties": {"m": {"type": ["object", "null"]}}, "required": ["m"]}),
     ] {
         let decl = provider_tool(Provider::OpenAi, &descriptor("open", schema.clone()));
         assert_eq!(decl["function"]["strict"], false, "{schema}: {decl}");
