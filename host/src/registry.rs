@@ -116,10 +116,27 @@ impl RegisteredTool {
     }
 
     /// Validates a canonical output against the output schema, if any.
+    /// The error says where and which rule failed, without quoting the
+    /// output (a message is cut, and a quote could carry part of a secret
+    /// past the redaction of the whole).
     pub fn validate_output(&self, canonical: &serde_json::Value) -> Result<(), String> {
         match &self.output {
-            Some(v) => validate(v, canonical),
-            None => Ok(()),
+            Some(v) if !v.is_valid(canonical) => match v.validate(canonical) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let path = e.instance_path().to_string();
+                    let path = if path.is_empty() {
+                        "/".to_string()
+                    } else {
+                        path
+                    };
+                    Err(format!(
+                        "at {path}: the value breaks the schema's rule at {}",
+                        e.schema_path()
+                    ))
+                }
+            },
+            _ => Ok(()),
         }
     }
 }

@@ -735,6 +735,8 @@ impl Host {
         receipt: Receipt,
     ) -> CallResult {
         let mut message = message;
+        // First the credentials (the message is whole here: no cut has
+        // split a secret), then the policy's rules, then the output cap.
         if let Some(egress) = &self.egress
             && let std::borrow::Cow::Owned(r) = egress
                 .credentials
@@ -757,6 +759,22 @@ impl Host {
             );
         }
         let message = texts.pop().unwrap_or_default();
+        // An error is part of the result the host carries, records and
+        // sends: cut to the output cap, once nothing can be left of a secret.
+        let max = self.limits.max_output;
+        let message = if message.len() <= max {
+            message
+        } else {
+            let mut end = max;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!(
+                "{}[... {} bytes of the error cut: the limit is {max}]",
+                &message[..end],
+                message.len() - end
+            )
+        };
         CallResult::error(call_id, tool, code, message, receipt)
     }
 
@@ -1225,9 +1243,58 @@ impl Drop for Unpaired<'_> {
 mod tests {
     use super::*;
 
+    /// A tool's error message is cut to the output cap only after the
+    /// credentials are redacted from it: a secret across the cut leaves
+    /// nothing of itself (cutting first left its first bytes, which no
+    /// longer read as the secret).
+    #[tokio::test]
+    async fn an_error_is_cut_after_its_secrets_are_redacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = "sk-cut-0123456789abcdef";
+        let file = dir.path().join("token");
+        std::fs::write(&file, secret).unwrap();
+        let policy = toolhost_policy::Policy::from_toml(
+            &format!(
+                "version = 1\n[network]\nallow = [\"https://api.example.com\"]\n\
+                 [[credentials]]\nhost = \"api.example.com\"\nheader = \"A\"\nvalue_file = {:?}\n",
+                file.display().to_string()
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let mut b = crate::HostBuilder::new();
+        b.workspace(dir.path())
+            .policy(policy)
+            .limits(crate::Limits {
+                max_output: 100,
+                ..crate::Limits::default()
+            })
+            .runtime_options(crate::RuntimeOptions {
+                cache_dir: None,
+                ..crate::RuntimeOptions::default()
+            });
+        let host = b.build().await.unwrap();
+        // The secret starts 90 bytes in: a cut at 100 would keep 10 of it.
+        let message = format!("{}{secret} and more", "x".repeat(90));
+        let r = host.tool_error(
+            "c".into(),
+            "t".into(),
+            ErrorCode::ToolError,
+            message,
+            Receipt::default(),
+        );
+        let text = &r.error.as_ref().unwrap().message;
+        assert!(!text.contains(&secret[..6]), "{text}");
+        assert!(
+            text.contains("bytes of the error cut: the limit is 100"),
+            "{text}"
+        );
+    }
+
     /// An echoed credential is redacted from every text a resource link
-    /// carries: its URI, name, description and MIME type (whose parameters
-    /// may be any printable text), not only from text blocks.
+    /// carries (its URI, name, description and MIME type, whose parameters
+    /// may be any printable text) and from an image's or audio's MIME type,
+    /// not only from text blocks.
     #[test]
     fn resource_links_are_redacted_in_every_field() {
         let dir = tempfile::tempdir().unwrap();
@@ -1247,18 +1314,28 @@ mod tests {
             "c".into(),
             "t".into(),
             serde_json::Value::Null,
-            vec![ContentItem::ResourceLink {
-                uri: format!("https://x/{secret}"),
-                name: format!("name {secret}"),
-                description: Some(format!("about {secret}")),
-                mime_type: Some(format!("text/plain; k={secret}")),
-            }],
+            vec![
+                ContentItem::ResourceLink {
+                    uri: format!("https://x/{secret}"),
+                    name: format!("name {secret}"),
+                    description: Some(format!("about {secret}")),
+                    mime_type: Some(format!("text/plain; k={secret}")),
+                },
+                ContentItem::Image {
+                    data: "aW1n".into(),
+                    mime_type: format!("image/png; k={secret}"),
+                },
+                ContentItem::Audio {
+                    data: "aW1n".into(),
+                    mime_type: format!("audio/wav; k={secret}"),
+                },
+            ],
             None,
             Receipt::default(),
         );
         redact_secrets(&mut result, &credentials);
         let text = serde_json::to_string(&result.content).unwrap();
         assert!(!text.contains(secret), "{text}");
-        assert_eq!(text.matches(toolhost_policy::REDACTED).count(), 4, "{text}");
+        assert_eq!(text.matches(toolhost_policy::REDACTED).count(), 6, "{text}");
     }
 }

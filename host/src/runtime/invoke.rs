@@ -296,7 +296,7 @@ impl Invoker {
             Err((code, message)) => BodyOutcome::Err { code, message },
             Ok(Err(e)) => BodyOutcome::Err {
                 code: ErrorCode::ToolError,
-                message: run.bounded_error(&e.code, &e.message),
+                message: run.tool_error_text(&e.code, &e.message),
             },
             Ok(Ok(out)) => match run.check_output(&out) {
                 Ok(()) => lift_output(out, run.take_attached()),

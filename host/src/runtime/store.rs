@@ -528,9 +528,11 @@ impl Run {
         Ok(())
     }
 
-    /// A tool's error message, cut to the call's output cap (an error is
-    /// part of the result the host carries, records and sends).
-    pub(crate) fn bounded_error(&self, code: &str, message: &str) -> String {
+    /// A tool's error as `code: message`. Its code is kept as a short token;
+    /// the message is cut to the call's output cap by the pipeline, after
+    /// the credentials are redacted from it (`host::pipeline`), so that a
+    /// cut never leaves part of a secret.
+    pub(crate) fn tool_error_text(&self, code: &str, message: &str) -> String {
         // The tool's own code is a short token: at most 64 characters of
         // letters, digits, `_`, `.` and `-` (others become `_`), so that it
         // can neither escape the output cap nor carry text of its own.
@@ -545,22 +547,7 @@ impl Run {
                 }
             })
             .collect();
-        let code = code.as_str();
-        let full = code.len() + 2 + message.len();
-        if full <= self.max_output {
-            return format!("{code}: {message}");
-        }
-        let keep = self.max_output.saturating_sub(code.len() + 2);
-        let mut end = keep.min(message.len());
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!(
-            "{code}: {}[... {} bytes of the error cut: the limit is {}]",
-            &message[..end],
-            message.len() - end,
-            self.max_output
-        )
+        format!("{code}: {message}")
     }
 
     /// The content blocks the call attached through `content.attach`.

@@ -16,31 +16,22 @@ async fn assert_honest_works(host: &Host) {
     assert_eq!(r.meta, json!({"ui": "ok"}));
 }
 
-/// A failed output validation quotes part of the tool's output: the
-/// message reaches the model only through the policy's text rules, as the
-/// output itself would have.
+/// A failed output validation says where and which rule failed without
+/// quoting the output: a quote, cut, could carry part of a secret past the
+/// redaction of the whole; and what the tool wrote reaches the model only
+/// through its content, under the policy's text rules.
 #[tokio::test]
-async fn contract_liar_quoted_output_goes_through_the_text_rules() {
+async fn contract_liar_invalid_output_is_not_quoted() {
     let ws = tempfile::tempdir().unwrap();
-    let mut b = builder(
-        probes::CONTRACT_LIAR,
-        ws.path(),
-        Limits::default(),
-        suite_options(),
-    );
-    b.policy(
-        toolhost::policy::Policy::from_toml(
-            "version = 1\n[post_execute]\nredact = [\"\\\"one\\\"\"]\n",
-            "test.toml",
-        )
-        .unwrap(),
-    );
-    let host = b.build().await.unwrap();
+    let host = host_with(probes::CONTRACT_LIAR, ws.path(), Limits::default()).await;
     let r = call(&host, "wrong_type", json!({}), SandboxMode::None).await;
     assert_eq!(r.code(), Some(ErrorCode::OutputInvalid), "{r:?}");
     let message = &r.error.as_ref().unwrap().message;
-    assert!(!message.contains("\"one\""), "{message}");
-    assert!(message.contains("[REDACTED]"), "{message}");
+    assert!(!message.contains("one"), "{message}");
+    assert!(
+        message.contains("at /n: ") && message.contains("/properties/n/type"),
+        "{message}"
+    );
 }
 
 /// Each lying tool ends with its code and message; nothing of the bad
