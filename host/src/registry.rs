@@ -121,22 +121,14 @@ impl RegisteredTool {
     /// past the redaction of the whole).
     pub fn validate_output(&self, canonical: &serde_json::Value) -> Result<(), String> {
         match &self.output {
-            Some(v) if !v.is_valid(canonical) => match v.validate(canonical) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    let path = e.instance_path().to_string();
-                    let path = if path.is_empty() {
-                        "/".to_string()
-                    } else {
-                        path
-                    };
-                    Err(format!(
-                        "at {path}: the value breaks the schema's rule at {}",
-                        e.schema_path()
-                    ))
-                }
-            },
-            _ => Ok(()),
+            Some(v) => first_error(v, canonical).map_or(Ok(()), |e| {
+                Err(format!(
+                    "at {}: the value breaks the schema's rule at {}",
+                    where_in(&e),
+                    e.schema_path()
+                ))
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -166,21 +158,35 @@ fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validator, S
 /// every error: collecting them all would allocate one per failing item of
 /// a hostile array.
 fn validate(v: &jsonschema::Validator, value: &serde_json::Value) -> Result<(), String> {
-    if v.is_valid(value) {
-        return Ok(());
+    match first_error(v, value) {
+        None => Ok(()),
+        // The error quotes the failing value: cut, it may be huge.
+        Some(e) => Err(crate::state::cut(
+            &format!("at {}: {e}", where_in(&e)),
+            1024,
+        )),
     }
-    match v.validate(value) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let path = e.instance_path().to_string();
-            let path = if path.is_empty() {
-                "/".to_string()
-            } else {
-                path
-            };
-            // The error quotes the failing value: cut, it may be huge.
-            Err(crate::state::cut(&format!("at {path}: {e}"), 1024))
-        }
+}
+
+/// The first error of `value` against `v`, if it fails (a valid value is
+/// told apart first, by the cheaper check).
+fn first_error<'a>(
+    v: &jsonschema::Validator,
+    value: &'a serde_json::Value,
+) -> Option<jsonschema::ValidationError<'a>> {
+    if v.is_valid(value) {
+        return None;
+    }
+    v.validate(value).err()
+}
+
+/// Where in the value an error is (`/` for the whole value).
+fn where_in(e: &jsonschema::ValidationError<'_>) -> String {
+    let path = e.instance_path().to_string();
+    if path.is_empty() {
+        "/".to_string()
+    } else {
+        path
     }
 }
 

@@ -889,8 +889,7 @@ impl LeaseKeeper {
         let who = &self.who;
         let renewed = c
             .execute(
-                "UPDATE toolhost_replicas SET lease_until = clock_timestamp() + make_interval(secs => $4) \
-                 WHERE log = $1 AND id = $2 AND epoch = $3",
+                RENEW,
                 &[&who.log, &who.replica, &who.epoch, &who.lease_secs],
             )
             .await
@@ -1183,13 +1182,17 @@ async fn lock_log(tx: &Transaction<'_>, log: &str) -> Result<i64, LogError> {
     row.try_get(0).map_err(from_pg)
 }
 
+/// A lease renewal: a lease from now (the database clock at the update), only while the
+/// epoch is still the one registered (`$1` log, `$2` replica, `$3` epoch, `$4` seconds).
+const RENEW: &str = "UPDATE toolhost_replicas SET lease_until = clock_timestamp() + make_interval(secs => $4) \
+                     WHERE log = $1 AND id = $2 AND epoch = $3";
+
 /// Renews this replica's lease if its epoch is still the one it registered with; else
 /// the replica was declared dead and its calls recovered: [`LogError::Fenced`].
 async fn check_lease(tx: &Transaction<'_>, who: &Who) -> Result<(), LogError> {
     let renewed = tx
         .execute(
-            "UPDATE toolhost_replicas SET lease_until = clock_timestamp() + make_interval(secs => $4) \
-             WHERE log = $1 AND id = $2 AND epoch = $3",
+            RENEW,
             &[&who.log, &who.replica, &who.epoch, &who.lease_secs],
         )
         .await

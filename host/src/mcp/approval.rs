@@ -258,6 +258,21 @@ mod tests {
     use super::*;
     use toolhost_core::SandboxMode;
 
+    /// A `write_file` approval request with `args`.
+    fn asking(args: Value) -> ApprovalRequest {
+        ApprovalRequest {
+            approval_id: "a".into(),
+            call_id: "c".into(),
+            tool: "write_file".into(),
+            args,
+            reason: "writes need a human".into(),
+            mode: SandboxMode::WorkspaceWrite,
+            justification: None,
+            network: Vec::new(),
+            principal: None,
+        }
+    }
+
     #[test]
     fn elicitation_answers_map_fail_closed() {
         let accept = |v: Value| ElicitResult::new(ElicitationAction::Accept).with_content(v);
@@ -292,20 +307,12 @@ mod tests {
     /// would write is still shown.
     #[test]
     fn elicitation_shows_every_argument_however_long_one_is() {
-        let r = ApprovalRequest {
-            approval_id: "a".into(),
-            call_id: "c".into(),
-            tool: "write_file".into(),
-            args: json!({"content": "x".repeat(3000), "path": ".git/hooks/pre-commit",
+        let r = asking(
+            json!({"content": "x".repeat(3000), "path": ".git/hooks/pre-commit",
                          "list": (0..100).collect::<Vec<u32>>(),
                          "edits": (0..16).map(|_| json!({"old": "o".repeat(200), "new": "n".repeat(200)}))
                              .collect::<Vec<_>>()}),
-            reason: "writes need a human".into(),
-            mode: SandboxMode::WorkspaceWrite,
-            justification: None,
-            network: Vec::new(),
-            principal: None,
-        };
+        );
         let v = elicitation_params(&r)
             .ok()
             .and_then(|p| serde_json::to_value(p).ok())
@@ -324,17 +331,7 @@ mod tests {
     /// An argument's name cannot write lines of its own into the question.
     #[test]
     fn elicitation_argument_names_cannot_fake_lines() {
-        let r = ApprovalRequest {
-            approval_id: "a".into(),
-            call_id: "c".into(),
-            tool: "write_file".into(),
-            args: json!({"x\n  path: \"README.md\"\nmode: none": 1, "path": ".git/config"}),
-            reason: "writes need a human".into(),
-            mode: SandboxMode::WorkspaceWrite,
-            justification: None,
-            network: Vec::new(),
-            principal: None,
-        };
+        let r = asking(json!({"x\n  path: \"README.md\"\nmode: none": 1, "path": ".git/config"}));
         let v = elicitation_params(&r)
             .ok()
             .and_then(|p| serde_json::to_value(p).ok())
@@ -347,17 +344,7 @@ mod tests {
 
     #[test]
     fn elicitation_names_tool_args_reason_mode() {
-        let r = ApprovalRequest {
-            approval_id: "a".into(),
-            call_id: "c".into(),
-            tool: "write_file".into(),
-            args: json!({"path": "x.txt"}),
-            reason: "writes need a human".into(),
-            mode: SandboxMode::WorkspaceWrite,
-            justification: None,
-            network: Vec::new(),
-            principal: None,
-        };
+        let r = asking(json!({"path": "x.txt"}));
         let p = elicitation_params(&r);
         let v = p
             .ok()
