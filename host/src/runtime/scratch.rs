@@ -329,6 +329,24 @@ mod tests {
         (home, None)
     }
 
+    /// The home inside the workspace is seen through whatever path names
+    /// the workspace: here a link to it, which as a plain prefix never
+    /// contains the home's real path.
+    #[test]
+    fn a_home_inside_the_workspace_is_seen_through_a_link_to_it() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("ws");
+        std::fs::create_dir_all(ws.join("tmp")).unwrap();
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&ws, &link).unwrap();
+        let pool = ScratchPool::in_dir(ws.join("tmp"));
+        assert!(pool.check_outside(&link).is_err());
+        assert!(pool.check_outside(&ws).is_err());
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        assert!(pool.check_outside(&elsewhere).is_ok());
+    }
+
     /// A killed runtime's home (its `.owner` not locked) is removed by the
     /// next runtime that makes one, and only what is in it; a live
     /// runtime's home, and a directory without `.owner`, are left alone.

@@ -483,6 +483,34 @@ fn a_lease_keeper_blocked_on_its_row_leaves_no_backends_waiting() {
     drop(a);
 }
 
+/// A new epoch is above every epoch of the log's replicas, not only above the
+/// database clock: after a clock that went back (here, a replica whose epoch is far
+/// ahead of it), a registration still takes an epoch no replica of the log holds.
+#[test]
+fn a_new_epoch_is_above_every_epoch_of_the_log() {
+    let Some(url) = pg_url() else { return };
+    let name = unique("epoch-max");
+    let (_a, _) = open(&url, &name, "a", Duration::from_secs(600));
+    let ahead = 9_000_000_000_000_000_i64;
+    sql_value(
+        &url,
+        &format!(
+            "UPDATE {TEST_SCHEMA}.toolhost_replicas SET epoch = {ahead} \
+             WHERE log = '{name}' AND id = 'a' RETURNING epoch::text"
+        ),
+    );
+    let (_b, _) = open(&url, &name, "b", Duration::from_secs(600));
+    let epoch_b: i64 = sql_value(
+        &url,
+        &format!(
+            "SELECT epoch::text FROM {TEST_SCHEMA}.toolhost_replicas WHERE log = '{name}' AND id = 'b'"
+        ),
+    )
+    .and_then(|v| v.parse().ok())
+    .unwrap();
+    assert!(epoch_b > ahead, "{epoch_b}");
+}
+
 /// An identity's epochs are never reused: an incarnation fenced by a restart stays
 /// fenced after that restart closed cleanly and the identity came back a third time.
 /// A clean close used to delete the identity's row, the third incarnation got epoch 1
