@@ -664,6 +664,18 @@ mod tests {
         assert!(decider_won <= 200);
     }
 
+    /// Returns once a request is pending in `state` (at most 30 s).
+    async fn until_pending(state: &Path) {
+        let registered = async {
+            while pending_approvals(state).unwrap().is_empty() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), registered)
+            .await
+            .unwrap();
+    }
+
     /// A wait dropped before any decision (its call was cancelled) decides
     /// the request `cancelled`: it is no longer pending, and an operator's
     /// later decision is refused instead of approving a call that is gone.
@@ -677,14 +689,7 @@ mod tests {
             async move { approver.decide(&asked).await }
         });
         // The request is registered, then the wait is dropped.
-        let registered = async {
-            while pending_approvals(state.path()).unwrap().is_empty() {
-                tokio::task::yield_now().await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), registered)
-            .await
-            .unwrap();
+        until_pending(state.path()).await;
         waiting.abort();
         assert!(waiting.await.unwrap_err().is_cancelled());
         assert!(pending_approvals(state.path()).unwrap().is_empty());
@@ -709,14 +714,7 @@ mod tests {
             let (approver, first) = (approver.clone(), first.clone());
             async move { approver.decide(&first).await }
         });
-        let registered = async {
-            while pending_approvals(state.path()).unwrap().is_empty() {
-                tokio::task::yield_now().await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), registered)
-            .await
-            .unwrap();
+        until_pending(state.path()).await;
         decide_approval(state.path(), "twice", ApprovalOutcome::AllowedOnce, "op").unwrap();
         assert_eq!(waiting.await.unwrap().0, ApprovalOutcome::AllowedOnce);
 

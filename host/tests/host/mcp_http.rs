@@ -829,6 +829,38 @@ async fn http_a_session_answers_only_the_token_that_opened_it() {
     assert!(list["result"]["tools"].is_array(), "{list}");
 }
 
+/// Posts `body` with `token` until the answer is `want` (within [`WAIT`]);
+/// `never`, if given, is a status no answer on the way may have.
+async fn post_until(
+    c: &Client,
+    token: &str,
+    body: &Value,
+    want: StatusCode,
+    never: Option<StatusCode>,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let reply = c
+            .clone()
+            .with("authorization", &format!("Bearer {token}"))
+            .post(body)
+            .await;
+        if reply.status == want {
+            return;
+        }
+        assert!(
+            never != Some(reply.status),
+            "{token}: answered {}",
+            reply.status
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{token}: never answered {want}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 /// With `--tokens`, one token has at most `MAX_REQUESTS_PER_TOKEN` requests
 /// open (here: POSTs whose bodies never come); the next gets 429 while
 /// another token is served, and the token is served again once its requests
@@ -858,27 +890,14 @@ async fn http_one_token_cannot_hold_every_connection() {
     // got through before the heads were read would fill the session limit,
     // whose 503 would then hide the 429.)
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let reply = c
-            .clone()
-            .with("authorization", "Bearer alice-token")
-            .post(&ping)
-            .await;
-        if reply.status == StatusCode::TOO_MANY_REQUESTS {
-            break;
-        }
-        assert_ne!(
-            reply.status,
-            StatusCode::OK,
-            "a ping without a session was answered"
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "alice was never refused"
-        );
-        tokio::task::yield_now().await;
-    }
+    post_until(
+        &c,
+        "alice-token",
+        &ping,
+        StatusCode::TOO_MANY_REQUESTS,
+        Some(StatusCode::OK),
+    )
+    .await;
     let bob = c
         .clone()
         .with("authorization", "Bearer bob-token")
@@ -891,22 +910,7 @@ async fn http_one_token_cannot_hold_every_connection() {
         let mut rest = Vec::new();
         let _ = stream.read_to_end(&mut rest).await;
     }
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let reply = c
-            .clone()
-            .with("authorization", "Bearer alice-token")
-            .post(&init)
-            .await;
-        if reply.status == StatusCode::OK {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "alice was not served again"
-        );
-        tokio::task::yield_now().await;
-    }
+    post_until(&c, "alice-token", &init, StatusCode::OK, None).await;
 }
 
 /// A session opened with `token` whose `write_file` of `path` (request `id`)
