@@ -872,11 +872,12 @@ impl LeaseKeeper {
             let c = connect(&self.config, &self.schema, false).await?;
             // The renewal gives up on the server's side before the keeper's own
             // timeout (a tick): while the worker's transaction holds this
-            // replica's row, the UPDATE waits at most this long for it.
+            // replica's row, the UPDATE waits at most this long for it. Only the
+            // lock wait is bounded so: on a loaded machine the statement itself
+            // may take longer, and a renewal that runs must be let finish.
             let limit_ms = (self.lease / 12).as_millis().max(1);
             c.batch_execute(&format!(
-                "SET lock_timeout = {limit_ms}; SET statement_timeout = {limit_ms}; \
-                 SET application_name = '{}'",
+                "SET lock_timeout = {limit_ms}; SET application_name = '{}'",
                 keeper_application(&self.who.replica)
             ))
             .await
