@@ -98,6 +98,7 @@ impl ProgramTool {
         args: &serde_json::Value,
         spec: &SandboxSpec,
         interrupt: Interrupt,
+        on_abandon: Option<crate::runtime::OnAbandon>,
     ) -> (BodyOutcome, Receipt) {
         // The manifest's timeout, when tighter, is the deadline the body
         // is abandoned after.
@@ -108,7 +109,7 @@ impl ProgramTool {
         let (tool, rt, args) = (self.clone(), runtime.clone(), args.clone());
         runtime
             .invoker()
-            .on_own_thread(&spec, interrupt, move |spec, interrupt| async move {
+            .on_own_thread(&spec, interrupt, on_abandon, move |spec, interrupt| async move {
                 tool.run_here(&rt, &args, &spec, interrupt).await
             })
             .await

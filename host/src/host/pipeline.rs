@@ -10,6 +10,7 @@
 //!   is granted any effect outside the host (`sandbox::needs_durable_intent`);
 //! - policy and guards run for every call, whatever scope it comes from.
 
+use super::gate::Refused;
 use super::{CallRequest, Host};
 use crate::announce::ApprovalAnnouncement;
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver};
@@ -18,13 +19,14 @@ use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
 use crate::registry::{RegisteredTool, ToolBody};
 use crate::result::CallResult;
-use crate::runtime::{BodyOutcome, Receipt};
+use crate::runtime::{BodyOutcome, OnAbandon, Receipt, Watch};
 use crate::sandbox::{SandboxSpec, needs_durable_intent, writable_preopens};
 use crate::state::{Interrupt, cut};
 use crate::tool::ContentItem;
 use futures::FutureExt;
 use serde_json::json;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use toolhost_core::{ErrorCode, SandboxMode, SideEffect};
 use toolhost_log::{Durability, EventKind};
@@ -627,19 +629,34 @@ impl Host {
         }
         // Exclusivity: a body that is not concurrency-safe runs alone on
         // this host, whoever else is calling.
-        let Some(_pass) = self
+        // A body its call gives up on keeps the pass until it stops.
+        let pass = match self
             .gate
             .enter(a.tool.descriptor.concurrency_safe, &a.interrupt)
             .await
-        else {
-            return CallResult::error(
-                a.call_id.clone(),
-                name,
-                ErrorCode::Cancelled,
-                "the call was cancelled while it waited for another call to finish",
-                Receipt::default(),
-            );
+        {
+            Ok(pass) => Arc::new(pass),
+            Err(Refused::Cancelled) => {
+                return CallResult::error(
+                    a.call_id.clone(),
+                    name,
+                    ErrorCode::Cancelled,
+                    "the call was cancelled while it waited for another call to finish",
+                    Receipt::default(),
+                );
+            }
+            Err(Refused::Stuck(why)) => {
+                return CallResult::error(
+                    a.call_id.clone(),
+                    name,
+                    ErrorCode::SandboxUnavailable,
+                    why,
+                    Receipt::default(),
+                );
+            }
         };
+        let held = pass.clone();
+        let on_abandon: OnAbandon = Box::new(move || Box::new(held.abandoned()));
         // 7. sandbox + body.
         let spec = SandboxSpec {
             mode: a.mode,
@@ -656,14 +673,23 @@ impl Host {
                         &name,
                         &a.args_text,
                         &spec,
-                        a.interrupt.clone(),
-                        a.progress.clone(),
+                        Watch {
+                            interrupt: a.interrupt.clone(),
+                            progress: a.progress.clone(),
+                            on_abandon: Some(on_abandon),
+                        },
                     )
                     .await
             }
             ToolBody::Program(program) => {
                 program
-                    .run(&self.runtime, &a.args, &spec, a.interrupt.clone())
+                    .run(
+                        &self.runtime,
+                        &a.args,
+                        &spec,
+                        a.interrupt.clone(),
+                        Some(on_abandon),
+                    )
                     .await
             }
         };

@@ -120,6 +120,7 @@ impl Invoker {
         body: Body<'_>,
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
+        on_abandon: Option<OnAbandon>,
     ) -> (BodyOutcome, Receipt) {
         let spec = body.spec;
         if spec.mode == SandboxMode::None {
@@ -127,16 +128,21 @@ impl Invoker {
         }
         let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
         let (tool, args_json) = (body.tool.to_string(), body.args_json.to_string());
-        self.on_own_thread(spec, interrupt, move |spec, interrupt| async move {
-            let body = Body {
-                pre: &pre,
-                needs: needs.as_ref(),
-                tool: &tool,
-                args_json: &args_json,
-                spec: &spec,
-            };
-            invoker.invoke_here(body, interrupt, progress, true).await
-        })
+        self.on_own_thread(
+            spec,
+            interrupt,
+            on_abandon,
+            move |spec, interrupt| async move {
+                let body = Body {
+                    pre: &pre,
+                    needs: needs.as_ref(),
+                    tool: &tool,
+                    args_json: &args_json,
+                    spec: &spec,
+                };
+                invoker.invoke_here(body, interrupt, progress, true).await
+            },
+        )
         .await
     }
 
@@ -150,6 +156,7 @@ impl Invoker {
         &self,
         spec: &SandboxSpec,
         interrupt: Interrupt,
+        on_abandon: Option<OnAbandon>,
         make: F,
     ) -> (BodyOutcome, Receipt)
     where
@@ -244,13 +251,15 @@ impl Invoker {
                  call; the call was abandoned",
             ),
         };
-        // Abandoned: counted until its thread returns (at once, if it had
-        // not started: it will not).
+        // Abandoned: counted, and what the call held for it kept, until its
+        // thread returns (at once, if it had not started: it will not).
         given_up.store(true, Ordering::SeqCst);
         let abandoned = self.abandoned.clone();
         abandoned.fetch_add(1, Ordering::SeqCst);
+        let kept = on_abandon.map(|keep| keep());
         tokio::spawn(async move {
             let _ = body.await;
+            drop(kept);
             abandoned.fetch_sub(1, Ordering::SeqCst);
         });
         ended
@@ -307,6 +316,21 @@ impl Invoker {
         receipt.wall_us = started.elapsed().as_micros() as u64;
         (outcome, receipt)
     }
+}
+
+/// What a call does when it gives up on its body (stuck in a host system
+/// call past its deadline or cancellation): the value it returns is kept
+/// until the body's thread returns (the call's pass through the exclusivity
+/// gate, so that nothing exclusive overlaps a body that still runs).
+pub(crate) type OnAbandon = Box<dyn FnOnce() -> Box<dyn Send> + Send>;
+
+/// What the caller of a body gives it beside the body itself: how it is
+/// cancelled, where its progress goes, and what is kept for it should the
+/// call give up on it.
+pub(crate) struct Watch {
+    pub interrupt: Interrupt,
+    pub progress: Option<ProgressSink>,
+    pub on_abandon: Option<OnAbandon>,
 }
 
 /// One body to run: the component, the tool, its arguments and its grant.
@@ -419,7 +443,7 @@ mod tests {
             let ran = Arc::new(AtomicBool::new(false));
             let body_ran = ran.clone();
             let (outcome, _) = invoker
-                .on_own_thread(&spec, Interrupt::default(), move |_, _| async move {
+                .on_own_thread(&spec, Interrupt::default(), None, move |_, _| async move {
                     body_ran.store(true, Ordering::SeqCst);
                     (
                         BodyOutcome::Ok {

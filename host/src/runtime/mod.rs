@@ -40,7 +40,7 @@ pub use self::invoke::{BodyOutcome, STUCK_GRACE};
 pub use self::load::{DESCRIBE_DEADLINE, LoadError, LoadedComponent};
 pub use self::store::Receipt;
 
-pub(crate) use self::invoke::race;
+pub(crate) use self::invoke::{OnAbandon, Watch, race};
 pub(crate) use self::program::Program;
 pub(crate) use self::store::{Run, StoreBuilder};
 
@@ -51,7 +51,6 @@ use crate::cache::CompileCache;
 #[cfg(feature = "bench-internals")]
 use crate::sandbox::Limits;
 use crate::sandbox::SandboxSpec;
-use crate::state::{Interrupt, ProgressSink};
 use crate::tool::Descriptor;
 #[cfg(feature = "bench-internals")]
 use std::path::PathBuf;
@@ -168,9 +167,13 @@ impl Runtime {
         tool: &str,
         args_json: &str,
         spec: &SandboxSpec,
-        interrupt: Interrupt,
-        progress: Option<ProgressSink>,
+        watch: Watch,
     ) -> (BodyOutcome, Receipt) {
+        let Watch {
+            interrupt,
+            progress,
+            on_abandon,
+        } = watch;
         let body = Body {
             pre: &component.pre,
             needs: component.needs.as_ref(),
@@ -178,7 +181,9 @@ impl Runtime {
             args_json,
             spec,
         };
-        self.invoker.invoke(body, interrupt, progress).await
+        self.invoker
+            .invoke(body, interrupt, progress, on_abandon)
+            .await
     }
 
     /// Bodies abandoned in a host system call (after their deadline or
@@ -260,6 +265,8 @@ impl Runtime {
             args_json,
             spec: &spec,
         };
-        self.invoker.invoke(body, Interrupt::default(), None).await
+        self.invoker
+            .invoke(body, crate::state::Interrupt::default(), None, None)
+            .await
     }
 }

@@ -834,6 +834,17 @@ async fn a_program_stuck_in_a_host_call_is_abandoned_at_its_deadline() {
         took < std::time::Duration::from_secs(3),
         "ended after {took:?}"
     );
+    // The released body returns, and with it its pass through the
+    // exclusivity gate (a program tool is not concurrency-safe, so nothing
+    // overlaps it, even abandoned).
+    let waited = std::time::Instant::now();
+    while host.runtime().abandoned_bodies() > 0 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(20),
+            "the released body never returned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let r = call(
         &host,
         "fs",

@@ -543,9 +543,24 @@ impl Fifo {
     }
 }
 
+impl Fifo {
+    /// Unblocks the writers stuck on the FIFO: a reader opens it, and is
+    /// kept open (so that their writes go into the pipe) until dropped.
+    fn release_writers(&self) -> Option<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // Linux
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(O_NONBLOCK)
+            .open(&self.0)
+            .ok()
+    }
+}
+
 impl Drop for Fifo {
     fn drop(&mut self) {
         self.release();
+        drop(self.release_writers());
     }
 }
 
@@ -704,4 +719,66 @@ async fn abandoned_bodies_cannot_take_the_whole_pool() {
     }
     let r = host.call(read("a.txt")).await;
     assert!(r.is_ok(), "{r:?}");
+}
+
+/// A body that is not concurrency-safe runs alone, and one abandoned while
+/// stuck in a host system call still runs: it keeps its pass through the
+/// exclusivity gate until it stops. Meanwhile every call whose body would
+/// overlap it is refused SANDBOX_UNAVAILABLE at once (not left waiting for a
+/// body that may never return), and once it returns the host serves again.
+#[tokio::test]
+async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
+    let sb = Sandbox::new();
+    let pipe = fifo(&sb.ws());
+    std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
+    let host = host_with_deadline(&sb.ws(), Duration::from_millis(300)).await;
+    let runtime = host.runtime().clone();
+    // write_file is not concurrency-safe; opening a FIFO for writing with
+    // no reader blocks its body in the host's `open`.
+    let stuck = host.call(write("pipe", "x")).await;
+    assert_eq!(stuck.code(), Some(ErrorCode::Timeout), "{stuck:?}");
+    assert!(
+        stuck.error.as_ref().unwrap().message.contains("abandoned"),
+        "{stuck:?}"
+    );
+    assert_eq!(runtime.abandoned_bodies(), 1);
+
+    // Another exclusive body, and a concurrency-safe one (with file access
+    // or without), would each overlap the stuck body.
+    let sleep = CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None);
+    for request in [write("b.txt", "y"), read("a.txt"), sleep] {
+        let tool = request.tool.clone();
+        let r = tokio::time::timeout(Duration::from_secs(20), host.call(request))
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{tool} waited for the stuck body instead of being refused")
+            });
+        assert_eq!(
+            r.code(),
+            Some(ErrorCode::SandboxUnavailable),
+            "{tool}: {r:?}"
+        );
+        let message = &r.error.as_ref().unwrap().message;
+        assert!(message.contains("exclusivity gate"), "{tool}: {message}");
+    }
+    assert!(
+        !sb.ws().join("b.txt").exists(),
+        "the refused write ran beside the stuck one"
+    );
+
+    // A reader opens the FIFO: the stuck body writes and returns.
+    let reader = pipe.release_writers().expect("a reader opens the FIFO");
+    let waited = Instant::now();
+    while runtime.abandoned_bodies() > 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the released body was never counted back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(reader);
+    let r = host.call(write("b.txt", "y")).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(std::fs::read_to_string(sb.ws().join("b.txt")).unwrap(), "y");
+    assert!(host.call(read("a.txt")).await.is_ok());
 }
