@@ -381,24 +381,7 @@ fn too_many_calls(tool: &str) -> CallResult {
 /// ([`Enforced`]), not what the author declared.
 fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
     let d = &t.descriptor.for_clients();
-    let input = match &d.input_schema {
-        // MCP requires `type: "object"` at the root; a schema that leaves
-        // the type out says it (a client that validates the list would
-        // otherwise refuse every tool in it).
-        // So does one whose type also allows others (`["object", "null"]`:
-        // MCP arguments are always an object).
-        Value::Object(o) if o.get("type") != Some(&json!("object")) => {
-            let mut o = o.clone();
-            o.insert("type".into(), json!("object"));
-            o
-        }
-        Value::Object(o) => o.clone(),
-        // `true` (anything goes) as an object schema, which MCP requires.
-        _ => json!({"type": "object"})
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-    };
+    let input = mcp_input_schema(&d.input_schema);
     let mut tool = Tool::new(d.name.clone(), d.description.clone(), Arc::new(input));
     // MCP output schemas describe `structuredContent`, which is always an
     // object: other schemas are not advertised.
@@ -408,6 +391,29 @@ fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
         tool = tool.with_raw_output_schema(Arc::new(o.clone()));
     }
     tool.with_annotations(enforced.annotations())
+}
+
+/// A tool's input schema as MCP lists it: MCP requires `type: "object"` at
+/// the root. A schema that leaves the type out says it (a client that
+/// validates the list would otherwise refuse every tool in it), and so does
+/// one whose type also allows others (`["object", "null"]`: MCP arguments
+/// are always an object). The host loads only schemas that describe an
+/// object, so this never widens what a call may send.
+fn mcp_input_schema(schema: &Value) -> serde_json::Map<String, Value> {
+    match schema {
+        Value::Object(o) if o.get("type") != Some(&json!("object")) => {
+            let mut o = o.clone();
+            o.insert("type".into(), json!("object"));
+            o
+        }
+        Value::Object(o) => o.clone(),
+        // `true` (anything goes) as an object schema.
+        _ => {
+            let mut o = serde_json::Map::new();
+            o.insert("type".into(), json!("object"));
+            o
+        }
+    }
 }
 
 /// The rate-limit client of a request: over HTTP, what the front door
@@ -793,4 +799,33 @@ fn json_default_tools_capability() -> rmcp::model::ToolsCapability {
     let mut t = rmcp::model::ToolsCapability::default();
     t.list_changed = Some(true);
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every listed input schema has `type: "object"` at its root, whatever
+    /// the tool wrote there, and keeps the rest of what it wrote.
+    #[test]
+    fn listed_input_schemas_are_objects_at_the_root() {
+        let props = json!({"path": {"type": "string"}});
+        for (written, want) in [
+            (
+                json!({"properties": props}),
+                json!({"type": "object", "properties": props}),
+            ),
+            (
+                json!({"type": ["object", "null"], "properties": props}),
+                json!({"type": "object", "properties": props}),
+            ),
+            (
+                json!({"type": "object", "required": ["path"]}),
+                json!({"type": "object", "required": ["path"]}),
+            ),
+            (json!(true), json!({"type": "object"})),
+        ] {
+            assert_eq!(Value::Object(mcp_input_schema(&written)), want, "{written}");
+        }
+    }
 }
