@@ -149,12 +149,16 @@ impl ArgMatcher {
         })
     }
 
-    /// Whether the value at the pointer matches. A string with a `.` or
-    /// `..` segment is tested as it is and as a path with those resolved
-    /// ([`normalize_path`]), so that `src/../.git/x` is not taken for a
-    /// file under `src/`: with `strict` (an allow rule) both must match,
-    /// otherwise (deny and ask) either does. Either way the spelling can
-    /// only make a rule stricter, never more permissive.
+    /// Whether the value at the pointer matches. A string that reads as a
+    /// path with another spelling (a `.`, `..` or empty segment, a trailing
+    /// `/`) is tested as it is and as the path it names
+    /// ([`normalize_path`]), so that `src/../.git/x` is not taken for a file
+    /// under `src/`, nor `.git//config` let past a rule for `.git/*`: with
+    /// `strict` (an allow rule) both must match, otherwise (deny and ask)
+    /// either does, or the path with a `/` after it (so that a rule for
+    /// `build/**` covers `build` itself). Either way the spelling can only
+    /// make a rule stricter, never more permissive. A URL
+    /// (`scheme://...`) is tested as it is.
     pub(crate) fn matches(&self, args: &serde_json::Value, strict: bool) -> bool {
         let test = |text: &str| match &self.test {
             Test::Glob(g) => g.is_match(text),
@@ -162,16 +166,14 @@ impl ArgMatcher {
         };
         match args.pointer(&self.pointer) {
             Some(serde_json::Value::String(s)) => {
-                // Only a text with a `.` or `..` segment is read as a path
-                // too (a URL's `//` is left alone).
-                if !s.split('/').any(|seg| seg == "." || seg == "..") {
+                if is_url(s) {
                     return test(s);
                 }
                 let normal = normalize_path(s);
                 if strict {
-                    test(s) && test(&normal)
+                    test(s) && (normal == *s || test(&normal))
                 } else {
-                    test(s) || test(&normal)
+                    test(s) || (normal != *s && test(&normal)) || test(&format!("{normal}/"))
                 }
             }
             Some(serde_json::Value::Number(n)) => test(&number_text(n)),
@@ -179,6 +181,16 @@ impl ArgMatcher {
             _ => false,
         }
     }
+}
+
+/// Whether `s` starts with a URL scheme (`https://`, `s3://`): such a text
+/// names no path in the sandbox, and its `//` is not an empty segment.
+fn is_url(s: &str) -> bool {
+    s.split_once("://").is_some_and(|(scheme, _)| {
+        let mut chars = scheme.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
 }
 
 /// A number's text for matching: a whole number written as a float

@@ -321,8 +321,9 @@ fn names_round_trip() {
 
 /// `.` and `..` in a path argument never widen a rule: an allow rule for
 /// `src/**` does not cover `src/../.git/hooks/pre-commit`, and a deny rule
-/// for `secrets/**` still covers `./secrets/k` and `a/../secrets/k`. A URL's
-/// `//` is not a path to normalise.
+/// for `secrets/**` still covers `./secrets/k`, `a/../secrets/k`,
+/// `secrets//k` and `secrets/` itself. A URL's `//` is not a path to
+/// normalise.
 #[test]
 fn dot_segments_in_arguments_never_widen_a_rule() {
     let p = load(
@@ -375,6 +376,30 @@ args = [ { pointer = "/url", glob = "https://api.example.com/**" } ]
     assert_eq!(
         kind("read_file", json!({"path": "a/../secrets/k"})),
         DecisionKind::Deny
+    );
+    // Empty segments and a trailing `/` name the same path (the sandbox
+    // ignores them): a deny rule still covers it, an allow rule does not
+    // widen.
+    for path in [
+        "secrets//k",
+        "secrets/k/",
+        "secrets/",
+        "secrets",
+        "./secrets//",
+    ] {
+        assert_eq!(
+            kind("read_file", json!({ "path": path })),
+            DecisionKind::Deny,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        kind("write_file", json!({"path": "src//a.rs"})),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        kind("write_file", json!({"path": "src/..//.git/config"})),
+        DecisionKind::Ask
     );
     assert_eq!(
         kind("read_file", json!({"path": "a/secrets/k"})),
