@@ -42,8 +42,7 @@ pub(super) type Pipes = (DuplexStream, DuplexStream);
 
 impl Framing {
     /// Starts framing `input` and `output`; returns the pipes to serve rmcp
-    /// on. The reader waits while `in_flight` is full; the writer marks each
-    /// answer it writes there.
+    /// on. The reader waits while `in_flight` is full.
     pub(super) fn start<R, W>(input: R, output: W, in_flight: Arc<InFlight>) -> (Framing, Pipes)
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -53,7 +52,7 @@ impl Framing {
         let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
         let (errors_tx, errors_rx) = mpsc::channel::<String>(MAX_PENDING_ERRORS);
         let reader = tokio::spawn(frame_input(input, to_rmcp, errors_tx, in_flight.clone()));
-        let writer = tokio::spawn(frame_output(from_rmcp, errors_rx, output, in_flight));
+        let writer = tokio::spawn(frame_output(from_rmcp, errors_rx, output));
         (Framing { reader, writer }, (rmcp_in, rmcp_out))
     }
 
@@ -159,41 +158,6 @@ async fn frame_input<R, W>(
     let _ = to_rmcp.shutdown().await;
 }
 
-/// The id of an answer (a message with an id and no method), if `line`,
-/// written by rmcp, is one.
-fn answer_id(line: &[u8]) -> Option<serde_json::Value> {
-    // rmcp writes an answer as `{"jsonrpc":"2.0","id":ID,"result"|"error":…}`:
-    // read the id there without parsing the (possibly large) result.
-    const PREFIX: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
-    if let Some(rest) = line.strip_prefix(PREFIX) {
-        let mut values = serde_json::Deserializer::from_slice(rest).into_iter();
-        if let Some(Ok(id)) = values.next() {
-            let after = &rest[values.byte_offset()..];
-            let answer = after.starts_with(br#","result":"#) || after.starts_with(br#","error":"#);
-            let id: serde_json::Value = id;
-            if answer && !id.is_null() {
-                return Some(id);
-            }
-            if after.starts_with(br#","method":"#) {
-                return None;
-            }
-        }
-    }
-    #[derive(serde::Deserialize)]
-    struct Head {
-        id: Option<serde_json::Value>,
-        method: Option<serde::de::IgnoredAny>,
-    }
-    let head: Head = serde_json::from_slice(line).ok()?;
-    match head {
-        Head {
-            id: Some(id),
-            method: None,
-        } if !id.is_null() => Some(id),
-        _ => None,
-    }
-}
-
 fn trim_line(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -204,14 +168,9 @@ fn trim_line(line: &[u8]) -> &[u8] {
 }
 
 /// Writes whole lines to stdout: rmcp's messages and the framing errors,
-/// never interleaved within a line. Each answer written (a message with an
-/// id and no method) is marked in `in_flight`.
-async fn frame_output<R, W>(
-    from_rmcp: R,
-    mut errors: mpsc::Receiver<String>,
-    mut output: W,
-    in_flight: Arc<InFlight>,
-) where
+/// never interleaved within a line.
+async fn frame_output<R, W>(from_rmcp: R, mut errors: mpsc::Receiver<String>, mut output: W)
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -230,9 +189,6 @@ async fn frame_output<R, W>(
                         }
                         if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
                             return;
-                        }
-                        if let Some(id) = answer_id(&line) {
-                            in_flight.answered(&id);
                         }
                         line.clear();
                     }
@@ -270,19 +226,14 @@ mod tests {
         assert_eq!(trim_line(b"  \n"), b"");
     }
 
-    /// While `MAX_IN_FLIGHT` requests wait for their answers, the reader
-    /// forwards nothing more to rmcp; one answer written lets the next line
-    /// through. An answer's id is read from what rmcp writes, and messages
-    /// that are not answers (notifications, the server's requests) free
-    /// nothing.
+    /// While `MAX_IN_FLIGHT` things are held (handlers running, messages
+    /// waiting to be written), the reader forwards nothing more to rmcp; one
+    /// released lets the next line through.
     #[tokio::test]
-    async fn requests_past_the_in_flight_bound_wait_for_an_answer() {
-        use rmcp::model::RequestId;
+    async fn requests_past_the_in_flight_bound_wait_for_room() {
         use tokio::io::AsyncReadExt as _;
         let in_flight = Arc::new(InFlight::default());
-        for i in 0..MAX_IN_FLIGHT {
-            in_flight.begin(&RequestId::Number(i as i64));
-        }
+        let mut held: Vec<_> = (0..MAX_IN_FLIGHT).map(|_| in_flight.hold()).collect();
         let (to_rmcp, mut rmcp_in) = tokio::io::duplex(1 << 16);
         let (errors_tx, _errors_rx) = mpsc::channel(MAX_PENDING_ERRORS);
         let ping = b"{\"jsonrpc\":\"2.0\",\"id\":\"next\",\"method\":\"ping\"}\n".to_vec();
@@ -300,34 +251,7 @@ mod tests {
             futures::FutureExt::now_or_never(rmcp_in.read(&mut buf)).is_none(),
             "a line went to rmcp while the bound was full"
         );
-        for not_an_answer in [
-            &br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#[..],
-            br#"{"jsonrpc":"2.0","id":3,"method":"elicitation/create","params":{}}"#,
-            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}"#,
-        ] {
-            assert_eq!(answer_id(not_an_answer), None);
-        }
-        let id = answer_id(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#);
-        assert_eq!(id, Some(serde_json::json!(3)));
-        // The same ids, and the same non-answers, whichever way they are read.
-        for (line, want) in [
-            (
-                &br#"{"jsonrpc":"2.0","id":"a,b","error":{"code":1,"message":"x"}}"#[..],
-                Some(serde_json::json!("a,b")),
-            ),
-            (
-                br#"{"id":-7,"jsonrpc":"2.0","result":{"x":[1,2]}}"#,
-                Some(serde_json::json!(-7)),
-            ),
-            (br#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#, None),
-            (
-                br#"{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"x"}}"#,
-                None,
-            ),
-        ] {
-            assert_eq!(answer_id(line), want, "{}", String::from_utf8_lossy(line));
-        }
-        in_flight.answered(&serde_json::json!(3));
+        held.pop();
         let n = rmcp_in.read(&mut buf).await.unwrap_or(0);
         assert!(
             std::str::from_utf8(&buf[..n]).is_ok_and(|l| l.contains("\"next\"")),

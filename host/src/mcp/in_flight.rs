@@ -1,118 +1,78 @@
-//! The bound on a stdio session's unanswered requests.
+//! The bound on what a stdio session holds for a client.
 //!
 //! rmcp reads a request, spawns a task to handle it, and reads the next:
 //! it never waits for an answer to be written before reading on. A client
 //! that sends requests (even `ping`s) and never reads stdout would make the
 //! host hold one task and one answer per request, without bound (400,000
-//! pings held 856 MB). So every request rmcp hands to the server is counted
-//! from the moment its handler starts until its answer is written to
-//! stdout, and while [`MAX_IN_FLIGHT`] are counted, the framing stops
-//! reading stdin: the client is slowed down, not buffered.
+//! pings held 856 MB). So the session counts what it holds: each request
+//! whose handler runs, and each message rmcp has handed to the transport
+//! that is not yet written (an answer, a notification, a request of the
+//! server's); while [`MAX_IN_FLIGHT`] are counted, the framing stops
+//! reading stdin: the client is slowed down, not buffered. A request is
+//! counted from its handler's start until rmcp has taken its answer (sent
+//! on, or dropped), so an answer waiting between the handler and the
+//! transport is counted too.
+//!
+//! Nothing is counted by request id: a client may reuse ids and may cancel
+//! requests (rmcp then drops some answers), and neither changes what is
+//! held, which is what is counted. An answer rmcp drops was never handed to
+//! the transport.
 //!
 //! While the reader waits, a client's answers to the server's own requests
 //! (an elicited approval) and its cancellations wait too; an approval that
 //! is not answered in its time is a no, so nothing waits forever.
 
 use super::protocol::Server;
-use rmcp::model::{RequestId, ServerConfig};
-use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
+use rmcp::model::ServerConfig;
+use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use rmcp::{ErrorData as McpError, model};
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
-/// The most requests of one stdio session being handled or waiting for
-/// their answer to be written: twice the calls a server runs at once, so
-/// that calls waiting for an approval never fill it alone.
+/// The most requests being handled plus messages waiting to be written, in
+/// one stdio session: twice the calls a server runs at once, so that calls
+/// waiting for an approval never fill it alone.
 pub const MAX_IN_FLIGHT: usize = 2 * super::MAX_CALLS_IN_FLIGHT;
 
-/// The requests of one session counted between their handler's start and
-/// their answer on stdout, by id. An id counts once however often a client
-/// reuses it while it is open: rmcp keeps one answer per open id (it drops
-/// the other), so that is what can wait. A cancelled request is uncounted
-/// at its cancellation: rmcp drops its answer.
+/// What one session holds: requests whose handler runs, and messages
+/// handed to the transport and not yet written.
 #[derive(Default)]
 pub(super) struct InFlight {
-    ids: Mutex<Ids>,
+    held: AtomicUsize,
     room: Notify,
 }
 
-/// The ids counted, and the ids cancelled while not counted (a cancellation
-/// can be handled before its request's handler starts): the next start of
-/// such an id is not counted. At most [`MAX_EARLY_CANCELS`] of those are
-/// kept, oldest dropped, so a client that cancels what it never sent cannot
-/// grow them; a dropped one makes a later request count once more than it
-/// should until its answer, never less.
-#[derive(Default)]
-struct Ids {
-    open: HashSet<String>,
-    early: HashSet<String>,
-    early_order: std::collections::VecDeque<String>,
-}
+/// One thing counted in [`InFlight`]; uncounted when dropped.
+pub(super) struct Held(Arc<InFlight>);
 
-/// The most cancellations of requests not yet counted that are remembered.
-const MAX_EARLY_CANCELS: usize = 1024;
-
-/// An id as the key both sides agree on: its JSON text as rmcp writes it.
-fn key(id: &RequestId) -> String {
-    id.clone().into_json_value().to_string()
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
+        self.0.room.notify_waiters();
+    }
 }
 
 impl InFlight {
-    fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
-        crate::state::lock(&self.ids)
+    /// Counts one more thing held until the returned guard is dropped.
+    pub(super) fn hold(self: &Arc<Self>) -> Held {
+        self.held.fetch_add(1, Ordering::SeqCst);
+        Held(self.clone())
     }
 
-    /// A request's handler starts.
-    pub(super) fn begin(&self, id: &RequestId) {
-        let id = key(id);
-        let mut ids = self.ids();
-        if ids.early.remove(&id) {
-            ids.early_order.retain(|e| *e != id);
-            return;
-        }
-        ids.open.insert(id);
-    }
-
-    /// An answer carrying `id` (as JSON) was written. Answers to requests
-    /// not counted change nothing.
-    pub(super) fn answered(&self, id: &serde_json::Value) {
-        if self.ids().open.remove(&id.to_string()) {
-            self.room.notify_waiters();
-        }
-    }
-
-    /// The request `id` was cancelled: rmcp drops its answer.
-    fn cancelled(&self, id: &RequestId) {
-        let id = key(id);
-        let mut ids = self.ids();
-        if ids.open.remove(&id) {
-            drop(ids);
-            self.room.notify_waiters();
-            return;
-        }
-        if ids.early.insert(id.clone()) {
-            ids.early_order.push_back(id);
-            if ids.early_order.len() > MAX_EARLY_CANCELS
-                && let Some(oldest) = ids.early_order.pop_front()
-            {
-                ids.early.remove(&oldest);
-            }
-        }
-    }
-
-    /// How many requests are counted.
+    /// How many things are counted.
     pub(super) fn len(&self) -> usize {
-        self.ids().open.len()
+        self.held.load(Ordering::SeqCst)
     }
 
-    /// Returns once fewer than [`MAX_IN_FLIGHT`] requests are counted.
+    /// Returns once fewer than [`MAX_IN_FLIGHT`] things are counted.
     pub(super) async fn wait_for_room(&self) {
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
-            // Registered before the check, so an answer written between
-            // the check and the wait is not missed.
+            // Registered before the check, so a release between the check
+            // and the wait is not missed.
             room.as_mut().enable();
             if self.len() < MAX_IN_FLIGHT {
                 return;
@@ -122,8 +82,48 @@ impl InFlight {
     }
 }
 
+/// rmcp's transport with every message it is handed counted in
+/// [`InFlight`] until written. rmcp hands a message over (calls `send`) at
+/// once and writes it in a task of its own, so a message waiting for a
+/// client that does not read is counted from the moment rmcp lets go of
+/// it.
+pub(super) struct CountedTransport<T> {
+    pub inner: T,
+    pub in_flight: Arc<InFlight>,
+}
+
+impl<T> Transport<RoleServer> for CountedTransport<T>
+where
+    T: Transport<RoleServer>,
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let held = self.in_flight.hold();
+        let send = self.inner.send(item);
+        async move {
+            let sent = send.await;
+            drop(held);
+            sent
+        }
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleServer>>> + Send {
+        self.inner.receive()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 /// The server of a stdio session, counting each request in `in_flight`
-/// when its handler starts.
+/// while its handler runs.
 #[derive(Clone)]
 pub(super) struct Counted {
     pub server: Server,
@@ -136,8 +136,19 @@ impl Service<RoleServer> for Counted {
         request: model::ClientRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<model::ServerResult, McpError> {
-        self.in_flight.begin(&context.id);
-        Service::handle_request(&self.server, request, context).await
+        // Held while the handler runs and until rmcp is done with its answer:
+        // rmcp cancels the request's token when it takes the answer to send
+        // it (the transport counts it from there), when the client cancels
+        // the request (its answer is then dropped), and when another request
+        // with the same id is answered first (so is this one's answer).
+        let held = self.in_flight.hold();
+        let resolved = context.ct.clone();
+        let answer = Service::handle_request(&self.server, request, context).await;
+        tokio::spawn(async move {
+            resolved.cancelled().await;
+            drop(held);
+        });
+        answer
     }
 
     async fn handle_notification(
@@ -145,11 +156,6 @@ impl Service<RoleServer> for Counted {
         notification: model::ClientNotification,
         context: NotificationContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if let model::ClientNotification::CancelledNotification(n) = &notification
-            && let Some(id) = &n.params.request_id
-        {
-            self.in_flight.cancelled(id);
-        }
         Service::handle_notification(&self.server, notification, context).await
     }
 
@@ -166,35 +172,21 @@ impl Service<RoleServer> for Counted {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_id_counts_once_until_its_answer_or_its_cancellation() {
-        let f = InFlight::default();
-        let one = RequestId::Number(1);
-        f.begin(&one);
-        f.begin(&one);
-        f.begin(&RequestId::String("1".into()));
-        assert_eq!(f.len(), 2, "a reused open id counts once");
-        f.answered(&serde_json::json!(1));
-        assert_eq!(f.len(), 1);
-        // An answer to a request never counted changes nothing.
-        f.answered(&serde_json::json!(7));
-        assert_eq!(f.len(), 1);
-        f.cancelled(&RequestId::String("1".into()));
-        assert_eq!(f.len(), 0);
-        f.answered(&serde_json::json!("1"));
-        assert_eq!(f.len(), 0);
-        // A cancellation handled before its request's handler started: that
-        // start is not counted (its answer will be dropped).
-        f.cancelled(&RequestId::Number(9));
-        f.begin(&RequestId::Number(9));
-        assert_eq!(f.len(), 0);
-        f.begin(&RequestId::Number(9));
-        assert_eq!(f.len(), 1, "only the one start is skipped");
-        // Cancellations of what was never sent are remembered boundedly.
-        for i in 0..(MAX_EARLY_CANCELS as i64 + 10) {
-            f.cancelled(&RequestId::Number(1000 + i));
+    #[tokio::test]
+    async fn what_is_held_is_counted_until_released() {
+        let f = Arc::new(InFlight::default());
+        let held: Vec<Held> = (0..MAX_IN_FLIGHT).map(|_| f.hold()).collect();
+        assert_eq!(f.len(), MAX_IN_FLIGHT);
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.wait_for_room().await })
+        };
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
         }
-        assert_eq!(f.ids().early.len(), MAX_EARLY_CANCELS);
-        assert_eq!(f.ids().early_order.len(), MAX_EARLY_CANCELS);
+        assert!(!waiter.is_finished(), "room while full");
+        drop(held);
+        assert_eq!(f.len(), 0);
+        assert!(waiter.await.is_ok());
     }
 }

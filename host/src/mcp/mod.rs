@@ -266,9 +266,13 @@ where
     let (framing, pipes) = Framing::start(input, output, in_flight.clone());
     let counted = in_flight::Counted {
         server: server.clone(),
+        in_flight: in_flight.clone(),
+    };
+    let transport = in_flight::CountedTransport {
+        inner: rmcp::transport::async_rw::AsyncRwTransport::new_server(pipes.0, pipes.1),
         in_flight,
     };
-    let running = match counted.serve(pipes).await {
+    let running = match counted.serve(transport).await {
         Ok(r) => r,
         Err(e) => {
             tracing::info!("the MCP session ended before it was initialized: {e}");

@@ -634,9 +634,20 @@ fn a_task_running_when_the_client_leaves_is_cancelled_and_recorded() {
 /// returns once that thread has stalled (its count has not moved for a
 /// second; at most 60 s) with the thread and how many it had sent.
 fn flood_until_stalled(
-    mut stdin: ChildStdin,
+    stdin: ChildStdin,
     method: &'static str,
     count: usize,
+) -> (std::thread::JoinHandle<()>, usize) {
+    flood_lines_until_stalled(stdin, count, move |id| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method}).to_string()
+    })
+}
+
+/// [`flood_until_stalled`] with the `n`th message's lines given by `lines`.
+fn flood_lines_until_stalled(
+    mut stdin: ChildStdin,
+    count: usize,
+    lines: impl Fn(usize) -> String + Send + 'static,
 ) -> (std::thread::JoinHandle<()>, usize) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let sent = std::sync::Arc::new(AtomicUsize::new(0));
@@ -644,8 +655,7 @@ fn flood_until_stalled(
         let sent = sent.clone();
         std::thread::spawn(move || {
             for id in 0..count {
-                let request = json!({"jsonrpc": "2.0", "id": id, "method": method});
-                if writeln!(stdin, "{request}").is_err() {
+                if writeln!(stdin, "{}", lines(id)).is_err() {
                     return;
                 }
                 sent.store(id + 1, Ordering::Relaxed);
@@ -764,6 +774,43 @@ fn a_client_that_does_not_read_is_slowed_not_buffered() {
     writer.join().unwrap();
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The bound counts requests, not ids: a client that does not read is
+/// stopped just the same when it sends every ping under one id, or cancels
+/// each request before sending it (rmcp ignores such a cancellation and
+/// answers). Both used to pass the bound, each answer waiting in memory to
+/// be written, without end.
+#[test]
+fn a_client_that_reuses_ids_or_cancels_first_is_slowed_not_buffered() {
+    const PINGS: usize = 20_000;
+    let bound = toolhost::mcp::MAX_IN_FLIGHT;
+    type Lines = fn(usize) -> String;
+    let floods: [(&str, Lines); 2] = [
+        ("one id", |_| {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string()
+        }),
+        ("cancelled first", |n| {
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": n}});
+            let ping = json!({"jsonrpc": "2.0", "id": n, "method": "ping"});
+            format!("{cancel}\n{ping}")
+        }),
+    ];
+    for (what, lines) in floods {
+        let (mut child, stdin, mut stdout, _dirs) = started_unread(&[], Stdio::null());
+        let (_writer, sent) = flood_lines_until_stalled(stdin, PINGS, lines);
+        assert!(
+            sent < PINGS && sent < bound + 8_000,
+            "{what}: the client sent {sent} of {PINGS} pings without reading an answer \
+             (bound {bound} plus the pipes)"
+        );
+        // Reading again lets the client go on.
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "{what}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 /// Hot reload goes on when a client does not read: with its answers
