@@ -700,11 +700,23 @@ impl Front {
         let token = caller
             .as_ref()
             .and_then(|_| token_digest(request.headers()));
-        let session = request
+        // A session id is visible ASCII. rmcp reads one that is not as no
+        // session at all, so such a request would open a session past the
+        // front door's limit, with no owner: it is refused.
+        let session = match request
             .headers()
             .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+            .map(|v| v.to_str())
+        {
+            None => None,
+            Some(Ok(id)) => Some(id.to_string()),
+            Some(Err(_)) => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: Mcp-Session-Id must be visible ASCII\n",
+                );
+            }
+        };
         if let (Some(session), Some(token)) = (&session, &token) {
             let owner = crate::state::lock(&self.owners).get(session).copied();
             if owner.is_some_and(|o| !bool::from(o.ct_eq(token))) {
@@ -770,10 +782,7 @@ impl Front {
                 );
             }
         };
-        let new_session = !parts
-            .headers
-            .contains_key(rmcp::transport::common::http_header::HEADER_SESSION_ID)
-            && opens_session(&bytes);
+        let new_session = session.is_none() && opens_session(&bytes);
         if new_session {
             if self.stopping.load(Ordering::SeqCst) {
                 return plain(

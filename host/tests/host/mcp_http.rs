@@ -829,6 +829,30 @@ async fn http_a_session_answers_only_the_token_that_opened_it() {
     assert!(list["result"]["tools"].is_array(), "{list}");
 }
 
+/// A session id that is not visible ASCII is refused (400). rmcp reads
+/// such an id as none, so an `initialize` carrying one opened a session that
+/// the front door neither counted against its limit nor gave an owner.
+#[tokio::test]
+async fn http_a_session_id_that_is_not_ascii_is_refused() {
+    let s = Server::start(&[]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "http-test", "version": "0"}}});
+    let reply = s
+        .client()
+        .with("mcp-session-id", "\u{e9}")
+        .post(&init)
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.headers.get("mcp-session-id").is_none());
+    let text = reply.text().await;
+    assert!(text.contains("Mcp-Session-Id"), "{text}");
+    // Without the header, the same request opens a session.
+    let reply = s.client().post(&init).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.headers.get("mcp-session-id").is_some());
+}
+
 /// Posts `body` with `token` until the answer is `want` (within [`WAIT`]);
 /// `never`, if given, is a status no answer on the way may have.
 async fn post_until(
