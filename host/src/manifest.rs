@@ -246,8 +246,7 @@ impl Manifest {
         }
         // A preopen is a directory of the tool's own files: it must resolve (symbolic
         // links followed) inside the manifest's directory.
-        let base = path.parent().unwrap_or(Path::new("."));
-        let base = std::fs::canonicalize(base)
+        let base = std::fs::canonicalize(directory_of(path))
             .map_err(|e| invalid(format!("cannot resolve its directory: {e}")))?;
         for p in &mut manifest.preopens {
             let resolved = std::fs::canonicalize(&p.host).ok().filter(|r| r.is_dir());
@@ -258,6 +257,15 @@ impl Manifest {
                     p.guest
                 )));
             };
+            if resolved == base {
+                return Err(invalid(format!(
+                    "preopen {} (for {}) resolves to the manifest's own directory {}; a \
+                     preopen is a directory of the tool's files below it",
+                    p.host.display(),
+                    p.guest,
+                    base.display()
+                )));
+            }
             if !resolved.starts_with(&base) {
                 return Err(invalid(format!(
                     "preopen {} (for {}) resolves to {}, outside the manifest's directory {}",
@@ -384,7 +392,7 @@ impl Manifest {
                 ))
             })?,
         };
-        let base = path.parent().unwrap_or(Path::new("."));
+        let base = directory_of(path);
         let wasm = match raw.wasm {
             Some(w) => base.join(w),
             None => base.join(format!("{}.wasm", raw.name)),
@@ -421,9 +429,12 @@ impl Manifest {
                 || host
                     .components()
                     .any(|c| matches!(c, std::path::Component::ParentDir))
+                || !host
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::Normal(_)))
             {
                 return Err(invalid(format!(
-                    "preopen {:?}: its host directory is a path inside the manifest's directory, neither absolute nor with `..`",
+                    "preopen {:?}: its host directory is a path below the manifest's directory, neither absolute nor with `..` (nor the manifest's directory itself)",
                     p.guest
                 )));
             }
@@ -639,6 +650,15 @@ fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
         return Err(format!("{p:?} has an empty component or a trailing `/`"));
     }
     Ok(())
+}
+
+/// The directory a manifest's relative paths start from: the one `path` is
+/// in (`.` for a bare file name, whose parent is empty).
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 #[cfg(test)]

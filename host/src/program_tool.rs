@@ -180,6 +180,22 @@ impl ProgramTool {
                 );
             }
         }
+        // Mode `none` shows the program no file of the workspace: a preopen
+        // that holds the workspace, or lies inside it, would.
+        if spec.mode == SandboxMode::None
+            && let Some(p) = overlapping_preopen(&m.preopens, &spec.workspace)
+        {
+            return refuse(
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "the preopen {} (for {}) holds or is inside the workspace {}, which a call in \
+                     mode none may not see",
+                    p.host.display(),
+                    p.guest,
+                    spec.workspace.display()
+                ),
+            );
+        }
         let command = CommandSpec {
             args: argv,
             env: m.env.clone(),
@@ -307,6 +323,25 @@ fn model_text(
         text.push_str(&format!("[exit status {status}]"));
     }
     text
+}
+
+/// The first of `preopens` (resolved paths) that holds `workspace` or lies
+/// inside it. A workspace that cannot be resolved overlaps every preopen
+/// unless it does not exist (then nothing lies inside it).
+fn overlapping_preopen<'p>(
+    preopens: &'p [crate::manifest::Preopen],
+    workspace: &std::path::Path,
+) -> Option<&'p crate::manifest::Preopen> {
+    let workspace = match std::fs::canonicalize(workspace) {
+        Ok(w) => Some(w),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(_) => None,
+    };
+    preopens.iter().find(|p| {
+        workspace
+            .as_ref()
+            .is_none_or(|w| w.starts_with(&p.host) || p.host.starts_with(w))
+    })
 }
 
 #[cfg(test)]

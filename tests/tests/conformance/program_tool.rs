@@ -362,6 +362,28 @@ async fn program_tool_look_alike_names_are_refused() {
 /// A tool's description is bounded (16 KiB: it goes into every model's
 /// context) and `toolhost list` shows its control characters escaped, so a
 /// description cannot drive the terminal or print rows of its own.
+/// A manifest named by its bare file name, from its own directory, loads:
+/// its directory is `.` (the empty parent of a bare name could not be
+/// resolved, and every such manifest was refused).
+#[test]
+fn program_tool_manifest_named_by_its_bare_file_name_loads() {
+    let tools = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tools.path().join("lib")).unwrap();
+    let manifest = format!("{ARGS_ENV}preopens = [{{ host = \"lib\", guest = \"/lib\" }}]\n");
+    install(tools.path(), "bare", p1::ARGS_ENV, &manifest);
+    let out = Command::new(toolhost_bin())
+        .current_dir(tools.path())
+        .env("TOOLHOST_CACHE_DIR", cache_dir())
+        .args(["list", "bare.tool.toml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("bare"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn program_tool_descriptions_are_bounded_and_listed_escaped() {
     let tools = tempfile::tempdir().unwrap();
@@ -437,6 +459,49 @@ async fn program_tool_preopen_swapped_for_a_link_is_refused() {
         "{r:?}"
     );
     assert!(!format!("{r:?}").contains("outside secret"));
+}
+
+/// A call in mode `none` sees no file of the workspace, even through a
+/// manifest's preopen: one that holds the workspace (or lies inside it) is
+/// refused `SANDBOX_UNAVAILABLE` in that mode. So is a preopen of the
+/// manifest's own directory, when the manifest loads.
+#[tokio::test]
+async fn program_tool_preopen_over_the_workspace_is_refused_in_mode_none() {
+    let tools = tempfile::tempdir().unwrap();
+    let lib = tools.path().join("lib");
+    let ws = lib.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("secret.txt"), "workspace secret").unwrap();
+    std::fs::write(lib.join("own.txt"), "the tool's own").unwrap();
+    let fs_none = FS.replace("mode = \"read-only\"", "mode = \"none\"");
+    let manifest = format!("{fs_none}preopens = [{{ host = \"lib\", guest = \"/lib\" }}]\n");
+    let m = install(tools.path(), "fs", p1::FS, &manifest);
+    let host = host_of(&[&m], &ws, None).await;
+    let read = |path: &str| json!({"op": "read", "path": path});
+    let r = call(&host, "fs", read("/lib/ws/secret.txt"), SandboxMode::None).await;
+    assert_eq!(
+        r.code(),
+        Some(toolhost::ErrorCode::SandboxUnavailable),
+        "{r:?}"
+    );
+    assert!(!format!("{r:?}").contains("workspace secret"));
+    // With the workspace elsewhere, the preopen serves the tool's own files.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let host = host_of(&[&m], elsewhere.path(), None).await;
+    let r = call(&host, "fs", read("/lib/own.txt"), SandboxMode::None).await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    // The manifest's own directory is no preopen.
+    for host_dir in [".", "", "./"] {
+        let manifest =
+            format!("{fs_none}preopens = [{{ host = \"{host_dir}\", guest = \"/lib\" }}]\n");
+        let m = install(tools.path(), "fs", p1::FS, &manifest);
+        let e = toolhost::Manifest::load(&m).err();
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e.detail.contains("manifest's directory itself")),
+            "{host_dir:?}: {e:?}"
+        );
+    }
 }
 
 /// The runtime's limits hold: a program that never ends is stopped at the
