@@ -133,20 +133,33 @@ impl Patch {
         };
         let before = map.get(&key).cloned();
         let after = match (&self.op, &before) {
-            (PatchOp::Set(v), None) => Some(v.clone()),
+            // A `null` is the field left out (a tool reads it as its
+            // default), so `set` fills it as it fills an absent one.
+            (PatchOp::Set(v), None | Some(Value::Null)) => Some(v.clone()),
             (PatchOp::Set(_), Some(_)) => None,
             (PatchOp::Force(v), _) => Some(v.clone()),
             (PatchOp::Clamp { min, max }, Some(Value::Number(n))) => {
-                let x = n.as_f64().unwrap_or(0.0);
+                use std::cmp::Ordering::{Greater, Less};
                 match (min, max) {
-                    (Some(lo), _) if x < lo.as_f64().unwrap_or(f64::MIN) => {
+                    (Some(lo), _) if compare(n, lo) == Some(Less) => {
                         Some(Value::Number(lo.clone()))
                     }
-                    (_, Some(hi)) if x > hi.as_f64().unwrap_or(f64::MAX) => {
+                    (_, Some(hi)) if compare(n, hi) == Some(Greater) => {
                         Some(Value::Number(hi.clone()))
                     }
                     _ => None,
                 }
+            }
+            // A value a clamp cannot read as a number (a string the tool may
+            // parse as one) would pass unclamped: the call is refused.
+            (PatchOp::Clamp { .. }, Some(v)) if !v.is_null() => {
+                return Err(PatchError {
+                    patch: self.label(),
+                    message: format!(
+                        "cannot apply: {:?} is {v}, not a number to clamp",
+                        self.pointer
+                    ),
+                });
             }
             (PatchOp::RewritePrefix { from, to }, Some(Value::String(s))) => s
                 .strip_prefix(from.as_str())
@@ -164,6 +177,20 @@ impl Patch {
             before,
             after,
         }))
+    }
+}
+
+/// Orders two JSON numbers: exactly when both are integers (as `f64`,
+/// `2^53 + 1` would equal `2^53`), otherwise as floats.
+fn compare(a: &serde_json::Number, b: &serde_json::Number) -> Option<std::cmp::Ordering> {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    match (int(a), int(b)) {
+        (Some(x), Some(y)) => Some(x.cmp(&y)),
+        _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
     }
 }
 

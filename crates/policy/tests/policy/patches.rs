@@ -66,6 +66,44 @@ fn patches_rewrite_in_file_order_and_report_before_and_after() {
     assert_eq!(p.patch("read_file", &json!({"path": "b"})).unwrap(), None);
 }
 
+/// A patch cannot be passed by how the value is spelled: `set` fills a
+/// `null` (a field left out), a clamp refuses a value it cannot read as a
+/// number, and compares integers exactly (as floats, 2^53 + 1 is 2^53).
+#[test]
+fn patches_hold_whatever_the_value_looks_like() {
+    let p = load(PATCHES);
+    let patched = p
+        .patch("grep", &json!({"case_sensitive": null, "max_results": 5}))
+        .unwrap()
+        .unwrap();
+    assert_eq!(patched.args["case_sensitive"], json!(true));
+    for smuggled in [json!("500"), json!([500]), json!({"n": 500}), json!(true)] {
+        let e = p
+            .patch("grep", &json!({"max_results": smuggled}))
+            .unwrap_err();
+        assert!(e.to_string().contains("not a number to clamp"), "{e}");
+    }
+    // A null is no number to clamp, and none the tool could read as one.
+    assert_eq!(
+        p.patch(
+            "grep",
+            &json!({"max_results": null, "case_sensitive": true})
+        )
+        .unwrap(),
+        None
+    );
+    let big = load(
+        "version = 1\n[[patches]]\ntool = \"t\"\npointer = \"/n\"\nclamp = { max = 9007199254740992 }\n",
+    );
+    let over: serde_json::Value = serde_json::from_str(r#"{"n": 9007199254740993}"#).unwrap();
+    let clamped = big.patch("t", &over).unwrap().unwrap();
+    assert_eq!(clamped.args["n"], json!(9007199254740992_u64));
+    let at: serde_json::Value = serde_json::from_str(r#"{"n": 9007199254740992}"#).unwrap();
+    assert_eq!(big.patch("t", &at).unwrap(), None);
+    let float: serde_json::Value = serde_json::from_str(r#"{"n": 1e300}"#).unwrap();
+    assert!(big.patch("t", &float).unwrap().is_some());
+}
+
 #[test]
 fn a_patch_whose_field_has_no_object_parent_fails_closed() {
     let p = load("version = 1\n[[patches]]\ntool = \"t\"\npointer = \"/opts/level\"\nforce = 1\n");
