@@ -124,8 +124,10 @@ enum Test {
 /// A rule's argument matcher: the value at `pointer` must match.
 ///
 /// Strings match on their text, numbers and booleans on their JSON text. A
-/// missing pointer, `null`, an array or an object never matches (point at an
-/// element, e.g. `/paths/0`, to match inside an array).
+/// missing pointer, `null` or an object never matches. An array matches a
+/// deny or ask rule when any string in it does (at any depth), so that a list
+/// cannot carry a path past it; it never matches an allow rule (point at an
+/// element, e.g. `/paths/0`, to allow by one).
 #[derive(Debug, Clone)]
 pub(crate) struct ArgMatcher {
     pointer: String,
@@ -164,17 +166,21 @@ impl ArgMatcher {
             Test::Glob(g) => g.is_match(text),
             Test::Regex(r) => r.is_match(text),
         };
+        let text = |s: &str| {
+            if is_url(s) {
+                return test(s);
+            }
+            let normal = normalize_path(s);
+            if strict {
+                test(s) && (normal == *s || test(&normal))
+            } else {
+                test(s) || (normal != *s && test(&normal)) || test(&format!("{normal}/"))
+            }
+        };
         match args.pointer(&self.pointer) {
-            Some(serde_json::Value::String(s)) => {
-                if is_url(s) {
-                    return test(s);
-                }
-                let normal = normalize_path(s);
-                if strict {
-                    test(s) && (normal == *s || test(&normal))
-                } else {
-                    test(s) || (normal != *s && test(&normal)) || test(&format!("{normal}/"))
-                }
+            Some(serde_json::Value::String(s)) => text(s),
+            Some(list @ serde_json::Value::Array(_)) if !strict => {
+                strings_in(list).into_iter().any(text)
             }
             Some(serde_json::Value::Number(n)) => test(&number_text(n)),
             Some(v @ serde_json::Value::Bool(_)) => test(&v.to_string()),

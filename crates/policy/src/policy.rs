@@ -32,7 +32,8 @@ use toolhost_egress::NetworkPolicy;
 /// reason = "writes need a human"   # required (non-empty) for deny and ask
 /// # optional; every matcher must match. `pointer` is a JSON pointer into the
 /// # arguments; exactly one of `glob` (`*` stays within a `/` segment, `**`
-/// # crosses) or `regex`. A missing value, null, array or object never matches.
+/// # crosses) or `regex`. A missing value, null or object never matches; an
+/// # array matches a deny or ask rule when any string in it does, never an allow rule.
 /// args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
 /// side_effect = ["write", "external"]   # optional: none | read | write | external
 /// # optional examples, checked at load against this rule alone. Keys: tool,

@@ -248,9 +248,21 @@ args = [ { pointer = "/req/url", regex = "^http://" } ]
         deny("write_file", json!({"content": "TODO"})),
         DecisionKind::Allow
     );
-    // Arrays and objects at the pointer do not match.
+    // An array at the pointer matches a deny rule by any element; an object
+    // does not match.
     assert_eq!(
         deny("write_file", json!({"path": ["src/a"], "content": "TODO"})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        deny("write_file", json!({"path": ["lib/a"], "content": "TODO"})),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        deny(
+            "write_file",
+            json!({"path": {"p": "src/a"}, "content": "TODO"})
+        ),
         DecisionKind::Allow
     );
     // Nested pointers.
@@ -409,4 +421,45 @@ args = [ { pointer = "/url", glob = "https://api.example.com/**" } ]
         kind("http_fetch", json!({"url": "https://api.example.com/v1"})),
         DecisionKind::Allow
     );
+}
+
+/// A list cannot carry a path past a deny or ask rule: an array matches one
+/// when any string in it (at any depth, in any spelling) does. It never
+/// matches an allow rule, which stays with single values.
+#[test]
+fn an_array_matches_a_deny_rule_by_any_element_and_never_an_allow_rule() {
+    let p = load(
+        r#"
+version = 1
+default = "ask"
+[[rules]]
+tool = "read_many"
+decision = "deny"
+reason = "no secrets"
+args = [ { pointer = "/paths", glob = "secrets/**" } ]
+[[rules]]
+tool = "read_many"
+decision = "allow"
+args = [ { pointer = "/paths", glob = "src/**" } ]
+"#,
+    );
+    let kind = |args: serde_json::Value| {
+        p.evaluate(&facts("read_many", &args, SideEffect::Read))
+            .decision
+            .kind()
+    };
+    assert_eq!(
+        kind(json!({"paths": ["src/a", "secrets/k"]})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind(json!({"paths": [["src/a"], ["./secrets//k"]]})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind(json!({"paths": ["src/a", "src/b"]})),
+        DecisionKind::Ask
+    );
+    assert_eq!(kind(json!({"paths": "src/a"})), DecisionKind::Allow);
+    assert_eq!(kind(json!({"paths": []})), DecisionKind::Ask);
 }
