@@ -64,7 +64,7 @@ pub use mrtr::{
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::{STDIO_CLIENT, to_mcp_result};
-pub use tasks::TASK_POLL_INTERVAL_MS;
+pub use tasks::{MAX_TASKS_PER_CLIENT, TASK_POLL_INTERVAL_MS};
 
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};

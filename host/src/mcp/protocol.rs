@@ -25,7 +25,7 @@ use super::http::Caller;
 use super::logging::{self, SessionLevel};
 use super::mrtr::{ApprovalStates, AskThroughResult};
 use super::progress::ProgressForwarder;
-use super::tasks::Tasks;
+use super::tasks::{MAX_TASKS_PER_CLIENT, Tasks};
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
 use crate::audit::CallStart;
@@ -298,11 +298,27 @@ impl Server {
         principal: Option<String>,
         permit: OwnedSemaphorePermit,
         context: &RequestContext<RoleServer>,
-    ) -> CreateTaskResult {
+    ) -> Result<CreateTaskResult, CallResult> {
         let call_id = host.new_call_id();
         let interrupt = Interrupt::default();
         let owner = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
-        let (seed, progress) = self.tasks.start(&call_id, owner, interrupt.clone());
+        let client = client_of(context, &self.client);
+        let Some((seed, progress)) = self
+            .tasks
+            .start(&call_id, owner, &client, interrupt.clone())
+        else {
+            tracing::warn!("refused a task: its client runs {MAX_TASKS_PER_CLIENT} tasks");
+            return Err(CallResult::error(
+                String::new(),
+                tool.to_string(),
+                ErrorCode::SandboxUnavailable,
+                format!(
+                    "this client already runs {MAX_TASKS_PER_CLIENT} tasks; retry when one has \
+                     finished"
+                ),
+                Receipt::default(),
+            ));
+        };
         let request = CallRequest {
             tool: tool.to_string(),
             args,
@@ -312,7 +328,7 @@ impl Server {
             interrupt: Some(interrupt),
             progress: Some(progress),
             approver: Some(Arc::new(self.approvals.for_peer(context.peer.clone()))),
-            client: Some(client_of(context, &self.client)),
+            client: Some(client),
             call_id: Some(call_id.clone()),
             ..CallRequest::default()
         };
@@ -343,7 +359,7 @@ impl Server {
         {
             tracing::warn!("a task's first events could not be flushed: {e}");
         }
-        CreateTaskResult::new(seed)
+        Ok(CreateTaskResult::new(seed))
     }
 }
 
@@ -651,10 +667,16 @@ impl ServerHandler for Server {
         // A client that declared the tasks extension gets a task handle at
         // once (a retry of an approval is answered in the request).
         if request.request_state.is_none() && wants_task(&context) {
-            let task = self
+            return match self
                 .start_task(host, &request.name, args, principal, in_flight, &context)
-                .await;
-            return Ok(task.into());
+                .await
+            {
+                Ok(task) => Ok(task.into()),
+                Err(refused) => {
+                    self.host().observe_unadmitted(&refused, &start);
+                    Ok(to_mcp_result(&refused).into())
+                }
+            };
         }
         // Approvals: through a multi-round-trip request for a 2026-07-28
         // client that elicits (a retry carries its answer and state), else

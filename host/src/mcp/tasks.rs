@@ -30,9 +30,16 @@ use toolhost_log::{EventKind, SessionLog};
 /// How often a client should poll a running task.
 pub const TASK_POLL_INTERVAL_MS: u64 = 250;
 
+/// The most tasks one client (a bearer token, or an address without
+/// tokens; the session over stdio) runs at once: a quarter of the calls a
+/// server runs, so that one client's tasks, which hold a call each but no
+/// connection, cannot take every call from the others.
+pub const MAX_TASKS_PER_CLIENT: usize = super::MAX_CALLS_IN_FLIGHT / 4;
+
 /// A task running in this process.
 struct Running {
     principal: String,
+    client: String,
     created_ms: u64,
     interrupt: Interrupt,
     progress: Arc<Mutex<Option<Progress>>>,
@@ -52,35 +59,43 @@ impl Tasks {
         }
     }
 
-    /// Registers the task of call `call_id` (started by `principal`, cut
-    /// off by `interrupt`); its seed state, and the sink its progress
-    /// reports go to.
+    /// Registers the task of call `call_id` (started by `principal` from
+    /// `client`, cut off by `interrupt`); its seed state, and the sink its
+    /// progress reports go to. `None` when `client` already runs
+    /// [`MAX_TASKS_PER_CLIENT`] tasks.
     pub(super) fn start(
         &self,
         call_id: &str,
         principal: &str,
+        client: &str,
         interrupt: Interrupt,
-    ) -> (Task, ProgressSink) {
+    ) -> Option<(Task, ProgressSink)> {
         let progress = Arc::new(Mutex::new(None));
         let created_ms = now_ms();
-        self.running().insert(
+        let mut running = self.running();
+        if running.values().filter(|r| r.client == client).count() >= MAX_TASKS_PER_CLIENT {
+            return None;
+        }
+        running.insert(
             call_id.to_string(),
             Running {
                 principal: principal.to_string(),
+                client: client.to_string(),
                 created_ms,
                 interrupt,
                 progress: progress.clone(),
             },
         );
+        drop(running);
         let sink: ProgressSink = Arc::new(move |p: &Progress| {
             if let Ok(mut last) = progress.lock() {
                 *last = Some(p.clone());
             }
         });
-        (
+        Some((
             task(call_id, TaskStatus::Working, created_ms, created_ms),
             sink,
-        )
+        ))
     }
 
     /// The task's call has committed its result: the log answers for it now.
@@ -300,7 +315,9 @@ mod tests {
         let tasks = Tasks::default();
         let log = SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}"));
         let interrupt = Interrupt::default();
-        let (seed, sink) = tasks.start("call-y-1", "alice", interrupt.clone());
+        let (seed, sink) = tasks
+            .start("call-y-1", "alice", "client-a", interrupt.clone())
+            .unwrap_or_else(|| panic!("no room"));
         assert_eq!(seed.status, TaskStatus::Working);
         sink(&Progress {
             done: 3,
@@ -317,5 +334,25 @@ mod tests {
         assert!(interrupt.is_cancelled());
         tasks.finish("call-y-1");
         assert!(tasks.get("call-y-1", "alice", &log).is_err());
+    }
+
+    /// One client runs at most `MAX_TASKS_PER_CLIENT` tasks at once (a task
+    /// holds a call but no connection); another client still gets room,
+    /// and a finished task makes room again.
+    #[test]
+    fn one_client_cannot_take_every_call_with_tasks() {
+        let tasks = Tasks::default();
+        let start = |id: &str, client: &str| {
+            tasks
+                .start(id, "anonymous", client, Interrupt::default())
+                .is_some()
+        };
+        for n in 0..MAX_TASKS_PER_CLIENT {
+            assert!(start(&format!("call-a-{n}"), "token-a"), "{n}");
+        }
+        assert!(!start("call-a-extra", "token-a"));
+        assert!(start("call-b-0", "token-b"));
+        tasks.finish("call-a-0");
+        assert!(start("call-a-again", "token-a"));
     }
 }
