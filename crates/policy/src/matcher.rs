@@ -151,31 +151,31 @@ impl ArgMatcher {
         })
     }
 
-    /// Whether the value at the pointer matches. A string that reads as a
-    /// path with another spelling (a `.`, `..` or empty segment, a trailing
-    /// `/`) is tested as it is and as the path it names
-    /// ([`normalize_path`]), so that `src/../.git/x` is not taken for a file
-    /// under `src/`, nor `.git//config` let past a rule for `.git/*`: with
-    /// `strict` (an allow rule) both must match, otherwise (deny and ask)
-    /// either does, or the path with a `/` after it (so that a rule for
-    /// `build/**` covers `build` itself). Either way the spelling can only
-    /// make a rule stricter, never more permissive. A URL
-    /// (`scheme://...`) is tested as it is.
+    /// Whether the value at the pointer matches. A string with a `.` or
+    /// `..` segment is tested as it is and as a path with those resolved
+    /// ([`normalize_path`]), so that `src/../.git/x` is not taken for a
+    /// file under `src/`: with `strict` (an allow rule) both must match.
+    /// Otherwise (deny and ask) either spelling matching is enough, and so
+    /// is the path with empty segments and a trailing `/` dropped too
+    /// (`.git//config`, `build/`), which the sandbox ignores. Either way the
+    /// spelling can only make a rule stricter, never more permissive; an
+    /// allow rule reads text without `.` or `..` segments (a URL's `//`, a
+    /// command line) as written.
     pub(crate) fn matches(&self, args: &serde_json::Value, strict: bool) -> bool {
         let test = |text: &str| match &self.test {
             Test::Glob(g) => g.is_match(text),
             Test::Regex(r) => r.is_match(text),
         };
         let text = |s: &str| {
-            if is_url(s) {
-                return test(s);
+            let dots = s.split('/').any(|seg| seg == "." || seg == "..");
+            if strict {
+                return test(s) && (!dots || test(&normalize_path(s)));
+            }
+            if test(s) {
+                return true;
             }
             let normal = normalize_path(s);
-            if strict {
-                test(s) && (normal == *s || test(&normal))
-            } else {
-                test(s) || (normal != *s && test(&normal)) || test(&format!("{normal}/"))
-            }
+            normal != s && test(&normal)
         };
         match args.pointer(&self.pointer) {
             Some(serde_json::Value::String(s)) => text(s),
@@ -187,16 +187,6 @@ impl ArgMatcher {
             _ => false,
         }
     }
-}
-
-/// Whether `s` starts with a URL scheme (`https://`, `s3://`): such a text
-/// names no path in the sandbox, and its `//` is not an empty segment.
-fn is_url(s: &str) -> bool {
-    s.split_once("://").is_some_and(|(scheme, _)| {
-        let mut chars = scheme.chars();
-        chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-    })
 }
 
 /// A number's text for matching: a whole number written as a float
@@ -279,6 +269,15 @@ mod tests {
         let g = ArgMatcher::glob("/p", "src/*").unwrap();
         assert!(g.matches(&json!({"p": "src/a.rs"}), true));
         assert!(!g.matches(&json!({"p": "src/a/b.rs"}), true));
+        // Text with `//` but no dot segment is read as written by an allow
+        // rule (a command line, a URL); a deny rule also reads it as a path.
+        let clone = ArgMatcher::regex("/c", r"^git clone https://github\.com/").unwrap();
+        assert!(clone.matches(&json!({"c": "git clone https://github.com/a/b"}), true));
+        let top = ArgMatcher::glob("/p", "*/**").unwrap();
+        assert!(!top.matches(&json!({"p": "README.md"}), false));
+        let git = ArgMatcher::glob("/p", ".git/*").unwrap();
+        assert!(git.matches(&json!({"p": ".git//config"}), false));
+        assert!(!git.matches(&json!({"p": ".git//config"}), true));
     }
 
     #[test]

@@ -334,8 +334,8 @@ fn names_round_trip() {
 /// `.` and `..` in a path argument never widen a rule: an allow rule for
 /// `src/**` does not cover `src/../.git/hooks/pre-commit`, and a deny rule
 /// for `secrets/**` still covers `./secrets/k`, `a/../secrets/k`,
-/// `secrets//k` and `secrets/` itself. A URL's `//` is not a path to
-/// normalise.
+/// `secrets//k` and `x://../secrets/k`. An allow rule reads text without
+/// dot segments (a URL's `//`) as written.
 #[test]
 fn dot_segments_in_arguments_never_widen_a_rule() {
     let p = load(
@@ -395,9 +395,8 @@ args = [ { pointer = "/url", glob = "https://api.example.com/**" } ]
     for path in [
         "secrets//k",
         "secrets/k/",
-        "secrets/",
-        "secrets",
-        "./secrets//",
+        "./secrets//k",
+        "x://../secrets/k",
     ] {
         assert_eq!(
             kind("read_file", json!({ "path": path })),
@@ -408,6 +407,16 @@ args = [ { pointer = "/url", glob = "https://api.example.com/**" } ]
     assert_eq!(
         kind("write_file", json!({"path": "src//a.rs"})),
         DecisionKind::Allow
+    );
+    // An allow rule reads text without dot segments as written: a trailing
+    // `/` or a `//` (a URL, a command line) takes nothing away from it.
+    assert_eq!(
+        kind("write_file", json!({"path": "src/"})),
+        DecisionKind::Allow
+    );
+    assert_eq!(
+        kind("write_file", json!({"path": "src/x://../../.git/config"})),
+        DecisionKind::Ask
     );
     assert_eq!(
         kind("write_file", json!({"path": "src/..//.git/config"})),
