@@ -36,6 +36,10 @@ use tokio::sync::Notify;
 /// waiting for an approval never fill it alone.
 pub const MAX_IN_FLIGHT: usize = 2 * super::MAX_CALLS_IN_FLIGHT;
 
+/// How long after its handler returned a request counts at most: rmcp
+/// hands its answer to the transport, or drops it, at once.
+const ANSWER_TAKEN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What one session holds: requests whose handler runs, and messages
 /// handed to the transport and not yet written.
 #[derive(Default)]
@@ -138,14 +142,18 @@ impl Service<RoleServer> for Counted {
     ) -> Result<model::ServerResult, McpError> {
         // Held while the handler runs and until rmcp is done with its answer:
         // rmcp cancels the request's token when it takes the answer to send
-        // it (the transport counts it from there), when the client cancels
-        // the request (its answer is then dropped), and when another request
-        // with the same id is answered first (so is this one's answer).
+        // it (the transport counts it from there) and when the client
+        // cancels the request (its answer is then dropped). Some tokens it
+        // never cancels while the session lasts (`initialize`'s, answered
+        // through the transport all the same; a request's whose id another
+        // request took over while it ran), so the count also ends
+        // [`ANSWER_TAKEN`] after the handler returned: rmcp takes an answer
+        // long before that.
         let held = self.in_flight.hold();
         let resolved = context.ct.clone();
         let answer = Service::handle_request(&self.server, request, context).await;
         tokio::spawn(async move {
-            resolved.cancelled().await;
+            let _ = tokio::time::timeout(ANSWER_TAKEN, resolved.cancelled()).await;
             drop(held);
         });
         answer

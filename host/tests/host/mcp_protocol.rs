@@ -783,31 +783,64 @@ fn a_client_that_does_not_read_is_slowed_not_buffered() {
 /// be written, without end.
 #[test]
 fn a_client_that_reuses_ids_or_cancels_first_is_slowed_not_buffered() {
-    const PINGS: usize = 20_000;
+    const PINGS: usize = 40_000;
     let bound = toolhost::mcp::MAX_IN_FLIGHT;
     type Lines = fn(usize) -> String;
+    // The last line of each flood is a ping with the id "last".
+    let last = |n: usize| n == PINGS - 1;
     let floods: [(&str, Lines); 2] = [
-        ("one id", |_| {
-            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string()
+        ("one id", |n| {
+            let id = if n == PINGS - 1 {
+                json!("last")
+            } else {
+                json!(1)
+            };
+            json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string()
         }),
         ("cancelled first", |n| {
+            let id = if n == PINGS - 1 {
+                json!("last")
+            } else {
+                json!(n)
+            };
             let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": n}});
-            let ping = json!({"jsonrpc": "2.0", "id": n, "method": "ping"});
+                "params": {"requestId": id}});
+            let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
             format!("{cancel}\n{ping}")
         }),
     ];
+    assert!(last(PINGS - 1));
     for (what, lines) in floods {
-        let (mut child, stdin, mut stdout, _dirs) = started_unread(&[], Stdio::null());
-        let (_writer, sent) = flood_lines_until_stalled(stdin, PINGS, lines);
+        let (mut child, stdin, stdout, _dirs) = started_unread(&[], Stdio::null());
+        let (writer, sent) = flood_lines_until_stalled(stdin, PINGS, lines);
+        // Under one id rmcp drops the answers of requests it sees open
+        // twice: those hold nothing, and their count ends a second after
+        // their handler (see `in_flight`), so such a flood trickles on
+        // slowly where the others stop; what is held stays bounded.
+        let most = if what == "one id" {
+            PINGS * 3 / 4
+        } else {
+            bound + 8_000
+        };
         assert!(
-            sent < PINGS && sent < bound + 8_000,
+            sent < most,
             "{what}: the client sent {sent} of {PINGS} pings without reading an answer \
-             (bound {bound} plus the pipes)"
+             (at most {most} expected: bound {bound} plus the pipes)"
         );
-        // Reading again lets the client go on.
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "{what}");
+        // Once the client reads, the server reads on to the end: the last
+        // ping is answered (nothing stays counted for good).
+        let (tx, answered) = channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if line.contains("\"last\"") && tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let got = answered.recv_timeout(Duration::from_secs(60));
+        assert!(got.is_ok(), "{what}: the last ping was never answered");
+        writer.join().unwrap();
         let _ = child.kill();
         let _ = child.wait();
     }
