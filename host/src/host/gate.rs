@@ -97,7 +97,16 @@ impl Pass {
     /// and counted meanwhile, so that calls it blocks are refused.
     pub(crate) fn abandoned(self: Arc<Self>) -> AbandonedPass {
         let alone = matches!(self.guard, Guard::Alone(_));
-        self.stuck.counter(alone).fetch_add(1, Ordering::SeqCst);
+        let now = self.stuck.counter(alone).fetch_add(1, Ordering::SeqCst) + 1;
+        // An operator sees why calls are refused: until this body stops,
+        // an exclusive one refuses every body, a concurrency-safe one every
+        // exclusive body.
+        tracing::warn!(
+            exclusive = alone,
+            abandoned = now,
+            "a tool body was abandoned while it keeps running (stuck in a host call); it holds \
+             the gate until it stops and calls it blocks are refused meanwhile"
+        );
         self.stuck.changed.notify_waiters();
         AbandonedPass { pass: self, alone }
     }
@@ -115,6 +124,10 @@ impl Drop for AbandonedPass {
             .stuck
             .counter(self.alone)
             .fetch_sub(1, Ordering::SeqCst);
+        tracing::info!(
+            exclusive = self.alone,
+            "an abandoned tool body stopped; the gate it held is free"
+        );
     }
 }
 

@@ -337,11 +337,12 @@ impl Server {
         let log = host.log().clone();
         let recorder = host.recorder.clone();
         let id = call_id.clone();
+        let finishing = self.tasks.finish_on_drop(&call_id);
         tokio::spawn(async move {
             let _permit = permit;
             // The result goes to the log, where `tasks/get` reads it.
             let _ = host.call(request).await;
-            server.tasks.finish(&call_id);
+            drop(finishing);
             server.flush_soon(&host);
         });
         // The handle is given once the call is in the log (its first

@@ -45,6 +45,18 @@ struct Running {
     progress: Arc<Mutex<Option<Progress>>>,
 }
 
+/// Finishes a task when dropped (see [`Tasks::finish_on_drop`]).
+pub(super) struct Finishing {
+    tasks: Arc<Tasks>,
+    call_id: String,
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        self.tasks.finish(&self.call_id);
+    }
+}
+
 /// The tasks of one server (shared by its sessions).
 #[derive(Default)]
 pub(super) struct Tasks {
@@ -101,6 +113,16 @@ impl Tasks {
     /// The task's call has committed its result: the log answers for it now.
     pub(super) fn finish(&self, call_id: &str) {
         self.running().remove(call_id);
+    }
+
+    /// Finishes the task of `call_id` when dropped: held by the task that
+    /// runs the call, so a call that panics still gives its client's slot
+    /// back (the log then reports the call as it was left).
+    pub(super) fn finish_on_drop(self: &Arc<Self>, call_id: &str) -> Finishing {
+        Finishing {
+            tasks: self.clone(),
+            call_id: call_id.to_string(),
+        }
     }
 
     /// `tasks/get`: the task's state, for `principal`.
@@ -354,5 +376,32 @@ mod tests {
         assert!(start("call-b-0", "token-b"));
         tasks.finish("call-a-0");
         assert!(start("call-a-again", "token-a"));
+    }
+
+    /// A task whose call panics still gives its client's slot back.
+    #[test]
+    fn a_task_whose_call_panics_is_finished() {
+        let tasks = Arc::new(Tasks::default());
+        for n in 0..MAX_TASKS_PER_CLIENT {
+            let id = format!("call-p-{n}");
+            assert!(
+                tasks
+                    .start(&id, "anonymous", "token-p", Interrupt::default())
+                    .is_some()
+            );
+            let finishing = tasks.finish_on_drop(&id);
+            let ran = std::thread::spawn(move || {
+                let _finishing = finishing;
+                panic!("the call panicked");
+            })
+            .join();
+            assert!(ran.is_err());
+        }
+        assert!(tasks.running().is_empty());
+        assert!(
+            tasks
+                .start("call-p-last", "anonymous", "token-p", Interrupt::default())
+                .is_some()
+        );
     }
 }
