@@ -9,6 +9,8 @@ use wasmtime_wasi::p2::OutputStream;
 
 fn seen(stderr: &CapturedOutput) -> Seen<'_> {
     Seen {
+        transfer_cap: 16 << 20,
+        max_output: 4 << 20,
         stopped_by: None,
         limit_hit: None,
         stderr,
@@ -157,4 +159,24 @@ fn a_host_error_that_is_no_trap_is_trap_with_its_text() {
     let (code, message) = classify(&err, &seen(&stderr));
     assert_eq!(code, ErrorCode::Trap);
     assert_eq!(message, "the tool trapped: the host could not do it");
+}
+
+#[test]
+fn too_much_data_handed_to_the_host_is_output_too_large() {
+    // wasmtime's own error (private type) as it reaches the host, wrapped.
+    let stderr = CapturedOutput::new(64);
+    let err = wasmtime::Error::msg(
+        "too much data is being copied between the host and the guest: fuel allocated for \
+         hostcalls has been exhausted",
+    )
+    .context("error while lifting the result");
+    let (code, message) = classify(&err, &seen(&stderr));
+    assert_eq!(code, ErrorCode::OutputTooLarge);
+    assert!(
+        message.contains("more than 16777216 bytes") && message.contains("limit is 4194304"),
+        "{message}"
+    );
+    // Any other untyped error stays a trap.
+    let (code, _) = classify(&wasmtime::Error::msg("hostcalls"), &seen(&stderr));
+    assert_eq!(code, ErrorCode::Trap);
 }

@@ -385,6 +385,9 @@ impl<'a> StoreBuilder<'a> {
                 .set_fuel(fuel)
                 .map_err(|e| (ErrorCode::SandboxUnavailable, e.to_string()))?;
         }
+        if self.command.is_none() {
+            store.set_hostcall_fuel(transfer_cap(limits.max_output));
+        }
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();
@@ -412,6 +415,23 @@ impl<'a> StoreBuilder<'a> {
     }
 }
 
+/// Most bytes a tool may hand the host in one transfer (wasmtime's hostcall
+/// fuel): its result, or the arguments of one host call. Lifting a value
+/// costs the host about four times what it counts (an empty content block
+/// counts its 32-byte slot but takes a vector entry and a string), so
+/// wasmtime's default of 128 MiB let one result take over half a gigabyte
+/// of the host's memory before the output cap could see it. Any result
+/// within `max_output` fits (its bytes, and [`MAX_CONTENT_BLOCKS`] slots);
+/// 16 MiB at least, so that a tool's file and stream writes (chunked by the
+/// guest's libc) are never near it. Commands (`toolhost exec`, program
+/// tools) keep wasmtime's default: their output goes through streams.
+pub(crate) fn transfer_cap(max_output: usize) -> usize {
+    max_output
+        .saturating_add(MAX_CONTENT_BLOCKS * 64)
+        .saturating_add(1 << 20)
+        .max(16 << 20)
+}
+
 /// One prepared store and what must live as long as it.
 pub(crate) struct Run {
     pub(crate) store: Store<CallState>,
@@ -434,12 +454,15 @@ impl Run {
         &mut self,
         raced: Option<wasmtime::Result<R>>,
     ) -> Result<R, (ErrorCode, String)> {
+        let transfer_cap = self.store.hostcall_fuel();
         let state = self.store.data_mut();
         match raced {
             Some(Ok(r)) => Ok(r),
             Some(Err(e)) => Err(classify(
                 &e,
                 &Seen {
+                    transfer_cap,
+                    max_output: self.max_output,
                     stopped_by: state.stopped_by,
                     limit_hit: state.limiter.hit,
                     stderr: &state.stderr,

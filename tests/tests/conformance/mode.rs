@@ -185,6 +185,28 @@ async fn mode_read_only() {
     );
 }
 
+/// The cap on what a tool hands the host at once (its result, one host
+/// call's arguments) does not limit what it writes: a 40 MiB buffer, more
+/// than twice the cap, goes to a file through one `write`.
+#[tokio::test]
+async fn a_tool_writes_a_buffer_larger_than_its_transfer_cap() {
+    let fx = Fixture::new();
+    let host = host_with(probes::MODE_WORKSPACE_WRITE, &fx.ws, Limits::default()).await;
+    let details = run_ops(
+        &host,
+        SandboxMode::WorkspaceWrite,
+        &[
+            (
+                json!({"op": "write_big", "path": "big.bin", "mib": 40}),
+                true,
+            ),
+            (op("metadata", "big.bin"), true),
+        ],
+    )
+    .await;
+    assert_eq!(details[1], format!("file {}", 40 << 20), "{details:?}");
+}
+
 #[tokio::test]
 async fn mode_workspace_write() {
     let fx = Fixture::new();

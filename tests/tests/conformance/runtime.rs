@@ -160,6 +160,22 @@ async fn runtime_output_flood() {
     )
     .await;
     assert_eq!(r.code(), Some(ErrorCode::OutputTooLarge), "{r:?}");
+    // Far above the cap, a result is refused while wasmtime lifts it, so
+    // that the host never holds it whole: one string of 24 MiB, and a
+    // million empty blocks (each takes the host a vector slot and a
+    // string). The store's transfer cap is 16 MiB for this output cap.
+    for args in [
+        json!({"mib": 24}),
+        json!({"mib": 0, "empty_blocks": 1_000_000}),
+    ] {
+        let r = call(&host, "output_flood", args.clone(), SandboxMode::None).await;
+        assert_eq!(r.code(), Some(ErrorCode::OutputTooLarge), "{args}: {r:?}");
+        let message = &r.error.as_ref().unwrap().message;
+        assert!(
+            message.contains("more than 16777216 bytes at once"),
+            "{args}: {message}"
+        );
+    }
     let r = call(
         &host,
         "output_flood",

@@ -16,6 +16,9 @@ pub enum Op {
     ReadDir { path: String },
     /// Creates or truncates a file and writes `data`.
     Write { path: String, data: String },
+    /// Creates or truncates a file and writes `mib` MiB of `w` with one
+    /// write call.
+    WriteBig { path: String, mib: usize },
     /// Opens an existing file for appending and writes `data`.
     Append { path: String, data: String },
     /// Creates a new file (fails if it exists).
@@ -123,6 +126,15 @@ fn apply(op: &Op) -> std::io::Result<String> {
             Ok(names.join(","))
         }
         Op::Write { path, data } => fs::write(path, data).map(|()| String::new()),
+        Op::WriteBig { path, mib } => {
+            let mut f = fs::File::create(path)?;
+            let data = vec![b'w'; mib << 20];
+            // One write: how much of it reaches the host at once is the
+            // guest libc's business, not the tool's.
+            let n = f.write(&data)?;
+            f.write_all(&data[n..])?;
+            Ok(n.to_string())
+        }
         Op::Append { path, data } => {
             let mut f = fs::OpenOptions::new().append(true).open(path)?;
             f.write_all(data.as_bytes())?;
