@@ -863,13 +863,15 @@ async fn post_until(
     never: Option<StatusCode>,
 ) {
     let deadline = tokio::time::Instant::now() + WAIT;
+    let mut seen = std::collections::BTreeMap::new();
     loop {
         let reply = c
             .clone()
             .with("authorization", &format!("Bearer {token}"))
             .post(body)
             .await;
-        if reply.status == want {
+        let status = reply.status;
+        if status == want {
             return;
         }
         assert!(
@@ -877,9 +879,15 @@ async fn post_until(
             "{token}: answered {}",
             reply.status
         );
+        if !seen.contains_key(&status) {
+            seen.insert(status, (0, reply.text().await));
+        }
+        if let Some((n, _)) = seen.get_mut(&status) {
+            *n += 1;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{token}: never answered {want}"
+            "{token}: never answered {want}; answered (count, first text) {seen:?}"
         );
         tokio::task::yield_now().await;
     }
@@ -901,27 +909,42 @@ async fn http_one_token_cannot_hold_every_connection() {
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer alice-token\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{",
         c.host
     );
-    let mut held = Vec::new();
-    for _ in 0..toolhost::mcp::MAX_REQUESTS_PER_TOKEN {
+    // One request more than her share, in whatever order the server reads
+    // them: exactly one is answered (429), the others wait for their
+    // bodies. Each connection's first answer is reported as it comes.
+    let (tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    let mut writers = Vec::new();
+    let mut readers = Vec::new();
+    for n in 0..=toolhost::mcp::MAX_REQUESTS_PER_TOKEN {
         let mut stream = tokio::net::TcpStream::connect(c.addr).await.unwrap();
         stream.write_all(head.as_bytes()).await.unwrap();
-        held.push(stream);
+        let (mut read, write) = stream.into_split();
+        writers.push(write);
+        let tx = tx.clone();
+        readers.push(tokio::spawn(async move {
+            let mut first = vec![0; 256];
+            let got = read.read(&mut first).await.unwrap_or(0);
+            let _ = tx.send((n, String::from_utf8_lossy(&first[..got]).into_owned()));
+            let mut rest = Vec::new();
+            let _ = read.read_to_end(&mut rest).await;
+        }));
     }
+    let (_, first) = tokio::time::timeout(WAIT, answered.recv())
+        .await
+        .expect("one request answered")
+        .expect("an answer");
+    assert!(first.starts_with("HTTP/1.1 429"), "{first}");
+    assert!(answered.try_recv().is_err(), "one request only is refused");
+    // Her share is held: she is refused, bob is served.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});
-    // Once the server has read every held head, alice is refused. (Asked
-    // with a request that opens no session: on a slow machine, inits that
-    // got through before the heads were read would fill the session limit,
-    // whose 503 would then hide the 429.)
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
-    post_until(
-        &c,
-        "alice-token",
-        &ping,
-        StatusCode::TOO_MANY_REQUESTS,
-        Some(StatusCode::OK),
-    )
-    .await;
+    let alice = c
+        .clone()
+        .with("authorization", "Bearer alice-token")
+        .post(&ping)
+        .await;
+    assert_eq!(alice.status, StatusCode::TOO_MANY_REQUESTS);
     let bob = c
         .clone()
         .with("authorization", "Bearer bob-token")
@@ -929,10 +952,11 @@ async fn http_one_token_cannot_hold_every_connection() {
         .await;
     assert_eq!(bob.status, StatusCode::OK);
     // Her requests end (connections closed): she is served again.
-    for mut stream in held {
-        let _ = stream.shutdown().await;
-        let mut rest = Vec::new();
-        let _ = stream.read_to_end(&mut rest).await;
+    for mut write in writers {
+        let _ = write.shutdown().await;
+    }
+    for reader in readers {
+        reader.await.unwrap();
     }
     post_until(&c, "alice-token", &init, StatusCode::OK, None).await;
 }
