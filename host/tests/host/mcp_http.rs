@@ -879,12 +879,11 @@ async fn post_until(
             "{token}: answered {}",
             reply.status
         );
-        if !seen.contains_key(&status) {
-            seen.insert(status, (0, reply.text().await));
+        let (n, text) = seen.entry(status).or_insert((0, String::new()));
+        if *n == 0 {
+            *text = reply.text().await;
         }
-        if let Some((n, _)) = seen.get_mut(&status) {
-            *n += 1;
-        }
+        *n += 1;
         assert!(
             tokio::time::Instant::now() < deadline,
             "{token}: never answered {want}; answered (count, first text) {seen:?}"
