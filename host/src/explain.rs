@@ -143,7 +143,7 @@ impl Host {
         let facts = CallFacts {
             tool: &tool.descriptor.name,
             args: &args,
-            side_effect: tool.descriptor.side_effect,
+            side_effect: tool.descriptor.side_effect.as_run_in(mode),
             mode,
         };
         let trace = self.policy.trace(&facts, &subject);

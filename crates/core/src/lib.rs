@@ -125,6 +125,21 @@ impl SideEffect {
             SideEffect::Write | SideEffect::External => SandboxMode::DangerFullAccess,
         }
     }
+
+    /// The side effect the policy and the guards see for a call of a tool
+    /// that declares this one and runs in `mode` (already capped by
+    /// [`SideEffect::widest_mode`]): what the grant lets it do, at least.
+    /// A tool that declares `none` but runs with the workspace preopened
+    /// (any mode but `none`) can read it, so it is seen as `read`:
+    /// understating a side effect to pass a rule that asks or denies before
+    /// reads then buys nothing either. Writes need no such step: a tool
+    /// that declares less than `write` never runs where it could write.
+    pub fn as_run_in(self, mode: SandboxMode) -> SideEffect {
+        match self {
+            SideEffect::None if mode != SandboxMode::None => SideEffect::Read,
+            declared => declared,
+        }
+    }
 }
 
 impl fmt::Display for SideEffect {
@@ -237,6 +252,21 @@ impl fmt::Display for ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_that_can_read_is_seen_as_a_read_at_least() {
+        for mode in SandboxMode::ALL {
+            for declared in SideEffect::ALL {
+                let seen = declared.as_run_in(mode);
+                let expected = match (declared, mode) {
+                    (SideEffect::None, SandboxMode::None) => SideEffect::None,
+                    (SideEffect::None, _) => SideEffect::Read,
+                    (d, _) => d,
+                };
+                assert_eq!(seen, expected, "{declared} in {mode}");
+            }
+        }
+    }
 
     #[test]
     fn modes_order_by_width_and_round_trip() {

@@ -37,7 +37,9 @@ use toolhost_egress::NetworkPolicy;
 /// args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
 /// side_effect = ["write", "external"]   # optional: none | read | write | external
 /// # optional examples, checked at load against this rule alone. Keys: tool,
-/// # args (default {}), side_effect (default "none"), mode (default the policy's).
+/// # args (default {}), side_effect (default "none"), mode (default the policy's);
+/// # judged as the host runs the call: mode capped by the side effect, and a
+/// # tool that declares "none" seen as "read" in any mode but "none".
 /// must_match = [ { tool = "write_file", args = { path = "src/a.rs", content = "TODO" }, side_effect = "write" } ]
 /// must_not_match = [ { tool = "write_file", args = { path = "docs/a.md", content = "x" }, side_effect = "write" } ]
 ///

@@ -303,7 +303,8 @@ impl Host {
         // Writes reach only tools that declare them: a tool that declares
         // `none` or `read` runs at most read-only (SideEffect::widest_mode),
         // so it cannot write past a rule that asks before writes by
-        // understating its side effect. Policy and guards see this mode.
+        // understating its side effect. Policy and guards see this mode, and
+        // a call that can read as a read at least (SideEffect::as_run_in).
         let side_effect = tool.descriptor.side_effect;
         let mode = mode.min(side_effect.widest_mode());
         if req.escalation.is_some() && !mode.is_wider_than(base_mode.min(side_effect.widest_mode()))
@@ -329,7 +330,7 @@ impl Host {
         let facts = CallFacts {
             tool: &tool.descriptor.name,
             args: &args,
-            side_effect: tool.descriptor.side_effect,
+            side_effect: side_effect.as_run_in(mode),
             mode,
         };
 

@@ -372,6 +372,63 @@ reason = "writes are asked about"
     assert_eq!(snapshot(ws.path()), before, "the workspace changed");
 }
 
+/// A tool that declares `none` but runs with the workspace preopened can
+/// read it, so the policy sees its call as a read: a rule that asks before
+/// reads asks (and the answer no keeps the tool from running). In mode
+/// `none` it cannot read and is seen as declared.
+#[tokio::test]
+async fn capability_understated_read() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("secret.txt"), "alpha").unwrap();
+    let policy = r#"
+version = 1
+default = "allow"
+mode = "read-only"
+
+[[rules]]
+tool = "*"
+side_effect = ["read"]
+decision = "ask"
+reason = "reads are asked about"
+"#;
+    let mut b = builder(
+        probes::CAPABILITY_UNDERSTATED_READ,
+        ws.path(),
+        Limits::default(),
+        suite_options(),
+    );
+    b.embedded_tools()
+        .policy(toolhost::policy::Policy::from_toml(policy, "test.toml").unwrap())
+        .approver(Box::new(toolhost::FixedApprover(
+            toolhost::ApprovalOutcome::Rejected,
+        )));
+    let host = b.build().await.unwrap();
+    let ops = json!({ "ops": [{"op": "read", "path": "secret.txt"}] });
+    let r = host
+        .call(toolhost::CallRequest::new("fs", ops.clone()))
+        .await;
+    assert_eq!(
+        r.code(),
+        Some(toolhost::ErrorCode::ApprovalRejected),
+        "{r:?}"
+    );
+    assert!(!format!("{r:?}").contains("alpha"), "{r:?}");
+    let events = host.log().events().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.call_id == r.call_id && e.kind == toolhost::log::EventKind::ApprovalAsked),
+        "the read is asked about: {events:?}"
+    );
+    // In mode `none` nothing is preopened: no question, and no read.
+    let r = host
+        .call(toolhost::CallRequest::new("fs", ops).mode(SandboxMode::None))
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.receipt.mode, Some(SandboxMode::None), "{r:?}");
+    assert_eq!(r.canonical["results"][0]["ok"], false, "{r:?}");
+}
+
 /// A guest that holds ever more host resources without any grant: socket
 /// objects (a host file descriptor each, created before any address is
 /// checked), opened files (in `read-only`) and wasi:http header fields

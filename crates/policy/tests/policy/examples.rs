@@ -64,6 +64,23 @@ fn example_side_effect_defaults_to_none() {
     );
 }
 
+/// Examples are judged as the host runs the call: a tool that declares
+/// `none` is seen as `read` in any mode but `none` (it can read there).
+#[test]
+fn examples_are_judged_as_the_host_runs_the_call() {
+    let reads = "version = 1\nmode = \"read-only\"\n[[rules]]\ntool = \"*\"\ndecision = \"ask\"\n\
+                 reason = \"r\"\nside_effect = [\"read\"]\n";
+    load(&format!(
+        "{reads}must_match = [ {{ tool = \"t\" }}, {{ tool = \"t\", mode = \"danger-full-access\" }} ]\n\
+         must_not_match = [ {{ tool = \"t\", mode = \"none\" }} ]\n"
+    ));
+    assert_error(
+        &format!("{reads}must_not_match = [ {{ tool = \"t\", side_effect = \"none\" }} ]\n"),
+        8,
+        &["must_not_match[0]", "matches the rule"],
+    );
+}
+
 const GUARD: &str = "version = 1\n[[guards]]\nname = \"no-env\"\ntool = \"*\"\nreason = \"r\"\n\
                      pointer = \"/path\"\ndeny_paths = [\"**/.env\"]\n";
 
