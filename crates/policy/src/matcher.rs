@@ -117,7 +117,12 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), String> {
 /// How an argument matcher tests the value at its pointer.
 #[derive(Debug, Clone)]
 enum Test {
-    Glob(GlobMatcher),
+    /// A glob, and for a glob that ends in `/**` under a literal last
+    /// segment (`secrets/**`, `**/.git/**`), the directory itself
+    /// (`secrets`): naming it (to list, search or remove it) reaches what
+    /// the glob covers, so a deny or ask rule tests it too. Not under a
+    /// wildcard (`*/**`): its stem would be every top-level name.
+    Glob(GlobMatcher, Option<GlobMatcher>),
     Regex(Regex),
 }
 
@@ -137,9 +142,22 @@ pub(crate) struct ArgMatcher {
 impl ArgMatcher {
     pub(crate) fn glob(pointer: &str, glob: &str) -> Result<Self, String> {
         check_pointer(pointer)?;
+        let dir = match glob.strip_suffix("/**") {
+            Some(stem)
+                if !stem.is_empty()
+                    && !stem
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or(stem)
+                        .contains(['*', '?', '[', ']', '{', '}', '\\']) =>
+            {
+                Some(path_glob(stem)?)
+            }
+            _ => None,
+        };
         Ok(ArgMatcher {
             pointer: pointer.to_string(),
-            test: Test::Glob(path_glob(glob)?),
+            test: Test::Glob(path_glob(glob)?, dir),
         })
     }
 
@@ -160,10 +178,13 @@ impl ArgMatcher {
     /// (`.git//config`, `build/`), which the sandbox ignores. Either way the
     /// spelling can only make a rule stricter, never more permissive; an
     /// allow rule reads text without `.` or `..` segments (a URL's `//`, a
-    /// command line) as written.
+    /// command line) as written. A deny or ask glob `dir/**` also matches
+    /// `dir` itself (see [`Test::Glob`]).
     pub(crate) fn matches(&self, args: &serde_json::Value, strict: bool) -> bool {
         let test = |text: &str| match &self.test {
-            Test::Glob(g) => g.is_match(text),
+            Test::Glob(g, dir) => {
+                g.is_match(text) || (!strict && dir.as_ref().is_some_and(|d| d.is_match(text)))
+            }
             Test::Regex(r) => r.is_match(text),
         };
         let text = |s: &str| {
@@ -275,6 +296,26 @@ mod tests {
         assert!(clone.matches(&json!({"c": "git clone https://github.com/a/b"}), true));
         let top = ArgMatcher::glob("/p", "*/**").unwrap();
         assert!(!top.matches(&json!({"p": "README.md"}), false));
+        // A deny or ask rule for what is under a directory also covers the
+        // directory itself, in any spelling; an allow rule does not.
+        let secrets = ArgMatcher::glob("/p", "secrets/**").unwrap();
+        for p in [
+            "secrets",
+            "secrets/",
+            "./secrets",
+            "src/../secrets",
+            "secrets/k",
+        ] {
+            assert!(secrets.matches(&json!({ "p": p }), false), "{p}");
+        }
+        assert!(!secrets.matches(&json!({"p": "secrets"}), true));
+        assert!(!secrets.matches(&json!({"p": "secretsx"}), false));
+        let git = ArgMatcher::glob("/p", "**/.git/**").unwrap();
+        assert!(git.matches(&json!({"p": ".git"}), false));
+        assert!(git.matches(&json!({"p": "vendor/x/.git"}), false));
+        assert!(!git.matches(&json!({"p": "vendor/x/.gitignore"}), false));
+        let nested = ArgMatcher::glob("/p", "src/*/**").unwrap();
+        assert!(!nested.matches(&json!({"p": "src/a.rs"}), false));
         let git = ArgMatcher::glob("/p", ".git/*").unwrap();
         assert!(git.matches(&json!({"p": ".git//config"}), false));
         assert!(!git.matches(&json!({"p": ".git//config"}), true));
