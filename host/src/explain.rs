@@ -140,12 +140,12 @@ impl Host {
         // The mode the call would run in: the tool's side effect caps it,
         // as the pipeline does, so the layers shown are the ones applied.
         let mode = mode.min(tool.descriptor.side_effect.widest_mode());
-        let facts = CallFacts {
-            tool: &tool.descriptor.name,
-            args: &args,
-            side_effect: tool.descriptor.side_effect.as_run_in(mode),
+        let facts = CallFacts::of_call(
+            &tool.descriptor.name,
+            &args,
+            tool.descriptor.side_effect,
             mode,
-        };
+        );
         let trace = self.policy.trace(&facts, &subject);
         let guard = self.guards.check(&facts);
         Some(View {

@@ -406,17 +406,9 @@ impl Example {
         })
     }
 
-    /// The call as the host would judge it: its mode capped by the side
-    /// effect ([`SideEffect::widest_mode`]), and a call that can read seen
-    /// as a read at least ([`SideEffect::as_run_in`]).
+    /// The call as the host would judge it ([`CallFacts::of_call`]).
     fn facts(&self) -> CallFacts<'_> {
-        let mode = self.mode.min(self.side_effect.widest_mode());
-        CallFacts {
-            tool: &self.tool,
-            args: &self.args,
-            side_effect: self.side_effect.as_run_in(mode),
-            mode,
-        }
+        CallFacts::of_call(&self.tool, &self.args, self.side_effect, self.mode)
     }
 
     fn describe(&self) -> String {

@@ -105,16 +105,21 @@ impl Rule {
     }
 
     /// True when the tool pattern, every argument matcher and the side-effect
-    /// list (if any) all match the call.
+    /// list (if any) all match the call. An allow rule's list must name the
+    /// side effect the call is seen with; a deny or ask rule's any side
+    /// effect the call may have ([`CallFacts::may`]): either way a matching
+    /// rule can only make the call's decision stricter than the tool's own
+    /// declaration would.
     pub fn matches(&self, facts: &CallFacts<'_>) -> bool {
+        let strict = self.decision() == DecisionKind::Allow;
         self.tool.matches(facts.tool)
-            && self
-                .side_effects
-                .as_ref()
-                .is_none_or(|list| list.contains(&facts.side_effect))
-            && self
-                .args
-                .iter()
-                .all(|m| m.matches(facts.args, self.decision() == DecisionKind::Allow))
+            && self.side_effects.as_ref().is_none_or(|list| {
+                if strict {
+                    list.contains(&facts.side_effect)
+                } else {
+                    list.iter().any(|e| facts.may(*e))
+                }
+            })
+            && self.args.iter().all(|m| m.matches(facts.args, strict))
     }
 }

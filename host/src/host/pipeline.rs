@@ -327,12 +327,7 @@ impl Host {
                 Some(p) => (Some(std::mem::replace(&mut args, p.args)), p.applied),
             };
 
-        let facts = CallFacts {
-            tool: &tool.descriptor.name,
-            args: &args,
-            side_effect: side_effect.as_run_in(mode),
-            mode,
-        };
+        let facts = CallFacts::of_call(&tool.descriptor.name, &args, side_effect, mode);
 
         // 3. pre-execute policy, every layer that applies; strictest wins.
         let trace = self.policy.trace(&facts, &subject);

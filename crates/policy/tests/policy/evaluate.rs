@@ -315,6 +315,75 @@ fn side_effect_matchers_match_the_declared_side_effect() {
     }
 }
 
+/// Deny and ask rules match any side effect the call may have (what it
+/// declares, reading in any mode but `none`, writing in a writable mode);
+/// allow rules only the side effect it is seen with. So declaring more than
+/// the call may do does not get past a rule about reads, and an allow rule
+/// for reads never allows a call that can write.
+#[test]
+fn side_effect_matchers_follow_what_the_call_may_do() {
+    let args = json!({});
+    let of = |declared, mode| toolhost_policy::CallFacts::of_call("t", &args, declared, mode);
+    let ask = |effects: &str| {
+        load(&format!(
+            "version = 1\n[[rules]]\ntool = \"*\"\ndecision = \"ask\"\nreason = \"r\"\nside_effect = {effects}\n"
+        ))
+    };
+    use SandboxMode::{DangerFullAccess, None as NoFs, ReadOnly, WorkspaceWrite};
+    let reads = ask("[\"read\"]");
+    for (declared, mode, kind) in [
+        (SideEffect::Write, ReadOnly, DecisionKind::Ask),
+        (SideEffect::External, WorkspaceWrite, DecisionKind::Ask),
+        (SideEffect::None, ReadOnly, DecisionKind::Ask),
+        (SideEffect::None, NoFs, DecisionKind::Allow),
+        (SideEffect::External, NoFs, DecisionKind::Allow),
+    ] {
+        let kind_seen = reads.evaluate(&of(declared, mode)).decision.kind();
+        assert_eq!(kind_seen, kind, "read rule: {declared} in {mode}");
+    }
+    let writes = ask("[\"write\"]");
+    for (declared, mode, kind) in [
+        (SideEffect::External, DangerFullAccess, DecisionKind::Ask),
+        (SideEffect::External, ReadOnly, DecisionKind::Allow),
+        (SideEffect::Write, ReadOnly, DecisionKind::Ask),
+        // Clamped to read-only: it cannot write.
+        (SideEffect::Read, WorkspaceWrite, DecisionKind::Allow),
+    ] {
+        let kind_seen = writes.evaluate(&of(declared, mode)).decision.kind();
+        assert_eq!(kind_seen, kind, "write rule: {declared} in {mode}");
+    }
+    let allow = |effects: &str| {
+        load(&format!(
+            "version = 1\ndefault = \"deny\"\n[[rules]]\ntool = \"*\"\ndecision = \"allow\"\nside_effect = {effects}\n"
+        ))
+    };
+    let allow_reads = allow("[\"read\"]");
+    for (declared, mode, kind) in [
+        (SideEffect::Write, WorkspaceWrite, DecisionKind::Deny),
+        (SideEffect::None, ReadOnly, DecisionKind::Allow),
+        (SideEffect::Read, ReadOnly, DecisionKind::Allow),
+        (SideEffect::None, NoFs, DecisionKind::Deny),
+    ] {
+        let kind_seen = allow_reads.evaluate(&of(declared, mode)).decision.kind();
+        assert_eq!(kind_seen, kind, "allow reads: {declared} in {mode}");
+    }
+    let allow_none = allow("[\"none\"]");
+    assert_eq!(
+        allow_none
+            .evaluate(&of(SideEffect::None, ReadOnly))
+            .decision
+            .kind(),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        allow_none
+            .evaluate(&of(SideEffect::None, NoFs))
+            .decision
+            .kind(),
+        DecisionKind::Allow
+    );
+}
+
 #[test]
 fn names_round_trip() {
     for e in SideEffect::ALL {

@@ -49,11 +49,9 @@ pub fn assert_error(src: &str, line: usize, needles: &[&str]) {
 }
 
 /// Facts for a call in workspace-write mode.
+/// A call asked to run in `workspace-write`, as the host judges it (a tool
+/// that declares `none` or `read` runs `read-only`, and one that declares
+/// `none` is seen as a read there).
 pub fn facts<'a>(tool: &'a str, args: &'a Value, side_effect: SideEffect) -> CallFacts<'a> {
-    CallFacts {
-        tool,
-        args,
-        side_effect,
-        mode: SandboxMode::WorkspaceWrite,
-    }
+    CallFacts::of_call(tool, args, side_effect, SandboxMode::WorkspaceWrite)
 }
