@@ -379,6 +379,13 @@ impl Host {
             ));
         }
 
+        // A body that could not pass the exclusivity gate now (abandoned
+        // bodies hold it) is refused before anyone is asked and before its
+        // intent is written; the gate checks again when the body starts.
+        if let Some(why) = self.gate.refuses(tool.descriptor.concurrency_safe) {
+            return Err((ErrorCode::SandboxUnavailable, why));
+        }
+
         // Network `ask` grants are approved per call, before the body: a
         // call of a tool whose side effect is `external` asks once, naming
         // every `ask` grant; `allowed-once` unlocks them for this call only.

@@ -112,7 +112,8 @@ impl Invoker {
     /// ([`Invoker::abandon_limit`]) is held by abandoned bodies, calls with
     /// file system access are refused `SANDBOX_UNAVAILABLE` before their
     /// body starts, until some of those bodies return; calls in mode `none`
-    /// keep the other half. (The check and the abandonment are not one
+    /// keep the other half of the pool (the exclusivity gate may still
+    /// refuse them, see `host::gate`). (The check and the abandonment are not one
     /// atomic step: calls already running when the limit is reached may
     /// still be abandoned, at most the pool's size in all.)
     pub(crate) async fn invoke(

@@ -745,7 +745,10 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
 
     // Another exclusive body, and a concurrency-safe one (with file access
     // or without), would each overlap the stuck body.
+    // Each is refused before its intent is written (and before anyone
+    // would be asked to approve it).
     let sleep = CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None);
+    let mut refused = Vec::new();
     for request in [write("b.txt", "y"), read("a.txt"), sleep] {
         let tool = request.tool.clone();
         let r = tokio::time::timeout(Duration::from_secs(20), host.call(request))
@@ -760,6 +763,16 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
         );
         let message = &r.error.as_ref().unwrap().message;
         assert!(message.contains("exclusivity gate"), "{tool}: {message}");
+        refused.push(r.call_id);
+    }
+    let events = host.log().events().unwrap();
+    for id in &refused {
+        assert!(
+            !events
+                .iter()
+                .any(|e| &e.call_id == id && e.kind == toolhost::log::EventKind::ToolIntent),
+            "{id} has an intent: {events:?}"
+        );
     }
     assert!(
         !sb.ws().join("b.txt").exists(),
