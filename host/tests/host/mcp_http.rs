@@ -933,7 +933,6 @@ async fn http_one_token_cannot_hold_every_connection() {
         .expect("one request answered")
         .expect("an answer");
     assert!(first.starts_with("HTTP/1.1 429"), "{first}");
-    assert!(answered.try_recv().is_err(), "one request only is refused");
     // Her share is held: she is refused, bob is served.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}});

@@ -777,10 +777,12 @@ fn a_client_that_does_not_read_is_slowed_not_buffered() {
 }
 
 /// The bound counts requests, not ids: a client that does not read is
-/// stopped just the same when it sends every ping under one id, or cancels
-/// each request before sending it (rmcp ignores such a cancellation and
-/// answers). Both used to pass the bound, each answer waiting in memory to
-/// be written, without end.
+/// stopped just the same when it cancels each request before sending it
+/// (rmcp ignores such a cancellation and answers), and a client that sends
+/// every ping under one id never leaves a count held for good (rmcp never
+/// cancels the tokens of requests whose id another took over). Both used to
+/// pass the bound, each answer waiting in memory to be written, without
+/// end; the second, once bounded, stalled the session for good.
 #[test]
 fn a_client_that_reuses_ids_or_cancels_first_is_slowed_not_buffered() {
     const PINGS: usize = 40_000;
@@ -815,18 +817,17 @@ fn a_client_that_reuses_ids_or_cancels_first_is_slowed_not_buffered() {
         let (writer, sent) = flood_lines_until_stalled(stdin, PINGS, lines);
         // Under one id rmcp drops the answers of requests it sees open
         // twice: those hold nothing, and their count ends a second after
-        // their handler (see `in_flight`), so such a flood trickles on
-        // slowly where the others stop; what is held stays bounded.
-        let most = if what == "one id" {
-            PINGS * 3 / 4
-        } else {
-            bound + 8_000
-        };
-        assert!(
-            sent < most,
-            "{what}: the client sent {sent} of {PINGS} pings without reading an answer \
-             (at most {most} expected: bound {bound} plus the pipes)"
-        );
+        // their handler (see `in_flight`), so such a flood trickles on at a
+        // pace set by that timer and the scheduler, and its `sent` bounds
+        // nothing; that nothing stays counted for good is checked below.
+        if what != "one id" {
+            let most = bound + 8_000;
+            assert!(
+                sent < most,
+                "{what}: the client sent {sent} of {PINGS} pings without reading an answer \
+                 (at most {most} expected: bound {bound} plus the pipes)"
+            );
+        }
         // Once the client reads, the server reads on to the end: the last
         // ping is answered (nothing stays counted for good).
         let (tx, answered) = channel();
