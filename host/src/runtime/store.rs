@@ -422,8 +422,9 @@ impl<'a> StoreBuilder<'a> {
 /// wasmtime's default of 128 MiB let one result take over half a gigabyte
 /// of the host's memory before the output cap could see it. Any result
 /// within `max_output` fits (its bytes, and [`MAX_CONTENT_BLOCKS`] slots);
-/// 16 MiB at least, so that a tool's file and stream writes (chunked by the
-/// guest's libc) are never near it. Commands (`toolhost exec`, program
+/// 16 MiB at least, so that a tool's stream writes (chunked by the guest's
+/// libc) are never near it; a single positioned write (`pwrite`) above it
+/// ends the call `OUTPUT_TOO_LARGE`. Commands (`toolhost exec`, program
 /// tools) keep wasmtime's default: their output goes through streams.
 pub(crate) fn transfer_cap(max_output: usize) -> usize {
     max_output
