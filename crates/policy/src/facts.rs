@@ -17,6 +17,8 @@ pub struct CallFacts<'a> {
     /// `read` for a tool that declares `none` but can read
     /// ([`SideEffect::as_run_in`]).
     pub side_effect: SideEffect,
+    /// The side effect the tool declares (deny and ask rules match it too).
+    pub declared: SideEffect,
     /// The sandbox mode the call would run in.
     pub mode: SandboxMode,
 }
@@ -37,18 +39,21 @@ impl<'a> CallFacts<'a> {
             tool,
             args,
             side_effect: declared.as_run_in(mode),
+            declared,
             mode,
         }
     }
 
-    /// Whether the call may have `effect`: the side effect it is seen with,
-    /// and what its mode lets any body do whatever the tool declares:
+    /// Whether the call may have `effect`: the side effect the tool
+    /// declares, the one it is seen with, and what its mode lets any body
+    /// do whatever the tool declares:
     /// `read` in every mode but `none`, `write` in a mode with a writable
     /// preopen (`workspace-write`, `danger-full-access`). Deny and ask
     /// rules match by this, so a tool cannot pass a rule about reads by
     /// declaring more (`write`) than it may do in a read-only call.
     pub fn may(&self, effect: SideEffect) -> bool {
-        effect == self.side_effect
+        effect == self.declared
+            || effect == self.side_effect
             || match effect {
                 SideEffect::Read => self.mode != SandboxMode::None,
                 SideEffect::Write => matches!(

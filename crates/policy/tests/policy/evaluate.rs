@@ -296,7 +296,7 @@ fn arg_globs_keep_star_within_a_path_segment() {
 }
 
 #[test]
-fn side_effect_matchers_match_the_declared_side_effect() {
+fn write_and_external_rules_match_what_the_tool_declares() {
     let p = load(
         "version = 1\n[[rules]]\ntool = \"*\"\ndecision = \"ask\"\nreason = \"effects ask\"\nside_effect = [\"write\", \"external\"]\n",
     );
@@ -367,6 +367,25 @@ fn side_effect_matchers_follow_what_the_call_may_do() {
         let kind_seen = allow_reads.evaluate(&of(declared, mode)).decision.kind();
         assert_eq!(kind_seen, kind, "allow reads: {declared} in {mode}");
     }
+    // A deny rule about tools that declare `none` still sees them where
+    // they are seen as reads.
+    let deny_none = load(
+        "version = 1\n[[rules]]\ntool = \"*\"\ndecision = \"deny\"\nreason = \"r\"\nside_effect = [\"none\"]\n",
+    );
+    for mode in [NoFs, ReadOnly] {
+        let kind_seen = deny_none
+            .evaluate(&of(SideEffect::None, mode))
+            .decision
+            .kind();
+        assert_eq!(kind_seen, DecisionKind::Deny, "deny none: none in {mode}");
+    }
+    assert_eq!(
+        deny_none
+            .evaluate(&of(SideEffect::Read, ReadOnly))
+            .decision
+            .kind(),
+        DecisionKind::Allow
+    );
     let allow_none = allow("[\"none\"]");
     assert_eq!(
         allow_none

@@ -10,12 +10,7 @@ use toolhost_policy::{
 };
 
 fn facts<'a>(tool: &'a str, args: &'a Value, mode: SandboxMode) -> CallFacts<'a> {
-    CallFacts {
-        tool,
-        args,
-        side_effect: SideEffect::Write,
-        mode,
-    }
+    CallFacts::of_call(tool, args, SideEffect::Write, mode)
 }
 
 fn subject<'a>(principal: &'a str, scopes: &'a [String]) -> Subject<'a> {

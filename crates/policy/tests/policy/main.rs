@@ -48,7 +48,6 @@ pub fn assert_error(src: &str, line: usize, needles: &[&str]) {
     }
 }
 
-/// Facts for a call in workspace-write mode.
 /// A call asked to run in `workspace-write`, as the host judges it (a tool
 /// that declares `none` or `read` runs `read-only`, and one that declares
 /// `none` is seen as a read there).
