@@ -64,10 +64,12 @@ pub struct Explanation {
 
 impl Host {
     /// Explains `request` without running it: every layer's view, the
-    /// guards, whether approval would be asked, and the final answer. Pure:
-    /// nothing is recorded, nobody is asked, and no rate-limit token is
+    /// guards, whether approval would be asked, and the final answer.
+    /// Nothing is recorded, nobody is asked, and no rate-limit token is
     /// taken (so the answer does not say whether the client is over its
-    /// rate limit).
+    /// rate limit). The answer reads the host's state as the pipeline does:
+    /// a call that abandoned bodies keep out of the exclusivity gate is
+    /// refused here too, while they hold it.
     pub fn explain(&self, request: &CallRequest) -> Explanation {
         let principal = request
             .principal

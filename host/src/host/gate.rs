@@ -132,7 +132,6 @@ impl Drop for AbandonedPass {
 }
 
 impl Gate {
-    /// Waits until a body that is (or is not) concurrency-safe may start.
     /// Why a body that is (or is not) concurrency-safe would be refused at
     /// the gate now, if it would: abandoned bodies hold the gate in a way
     /// that keeps it out. The pipeline asks before approval and intent, so
@@ -142,6 +141,7 @@ impl Gate {
         self.stuck.blocks(concurrency_safe)
     }
 
+    /// Waits until a body that is (or is not) concurrency-safe may start.
     /// Refused when the call is cancelled while it waits, or when abandoned
     /// bodies hold the gate in a way that keeps this one out (checked again
     /// whenever a body is abandoned while this one waits).

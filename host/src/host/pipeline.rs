@@ -385,6 +385,13 @@ impl Host {
         if let Some(why) = self.gate.refuses(tool.descriptor.concurrency_safe) {
             return Err((ErrorCode::SandboxUnavailable, why));
         }
+        // So is a body with file system access while abandoned bodies hold
+        // half the instance pool (checked again when the body starts).
+        if mode != SandboxMode::None
+            && let Some(why) = self.runtime.refuses_file_access()
+        {
+            return Err((ErrorCode::SandboxUnavailable, why));
+        }
 
         // Network `ask` grants are approved per call, before the body: a
         // call of a tool whose side effect is `external` asks once, naming

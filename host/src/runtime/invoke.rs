@@ -93,6 +93,19 @@ impl Invoker {
         (self.options.max_concurrent_calls as usize / 2).max(1)
     }
 
+    /// Why a body with file system access is refused now, if it is: half
+    /// the pool ([`Invoker::abandon_limit`]) is held by abandoned bodies.
+    pub(crate) fn refuses_file_access(&self) -> Option<String> {
+        let abandoned = self.abandoned();
+        (abandoned >= self.abandon_limit()).then(|| {
+            format!(
+                "{abandoned} earlier calls are still blocked in host file system calls \
+                 (abandoned after their deadline or cancellation) and hold half of the \
+                 instance pool; calls with file system access are refused until they return"
+            )
+        })
+    }
+
     /// Runs the body of `tool` once, in a fresh store built for `spec`.
     ///
     /// A body with file system access (any mode but `none`) runs on its own
@@ -180,16 +193,8 @@ impl Invoker {
                 receipt,
             )
         };
-        let abandoned = self.abandoned();
-        if abandoned >= self.abandon_limit() {
-            return stuck(
-                ErrorCode::SandboxUnavailable,
-                &format!(
-                    "{abandoned} earlier calls are still blocked in host file system calls \
-                     (abandoned after their deadline or cancellation) and hold half of the \
-                     instance pool; calls with file system access are refused until they return"
-                ),
-            );
+        if let Some(why) = self.refuses_file_access() {
+            return stuck(ErrorCode::SandboxUnavailable, &why);
         }
         let (mut body_spec, body_interrupt) = (spec.clone(), interrupt.clone());
         let handle = tokio::runtime::Handle::current();

@@ -199,6 +199,12 @@ impl Runtime {
         self.invoker.abandon_limit()
     }
 
+    /// Why a body with file system access would be refused now, if it
+    /// would (see [`Runtime::abandon_limit`]).
+    pub(crate) fn refuses_file_access(&self) -> Option<String> {
+        self.invoker.refuses_file_access()
+    }
+
     /// What the compile cache did so far (compiles, hits, corrupt entries).
     pub fn cache_stats(&self) -> &crate::cache::CacheStats {
         self.cache().stats()

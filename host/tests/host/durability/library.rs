@@ -703,6 +703,13 @@ async fn abandoned_bodies_cannot_take_the_whole_pool() {
         message.contains("2 earlier calls are still blocked"),
         "{message}"
     );
+    // Refused before its intent is written (and before anyone is asked).
+    let events = host.log().events().unwrap();
+    assert!(
+        !events.iter().any(|e| e.call_id == refused.call_id
+            && e.kind == toolhost::log::EventKind::ToolIntent),
+        "the refused call has an intent: {events:?}"
+    );
     let none = CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None);
     let r = host.call(none).await;
     assert!(r.is_ok(), "mode none keeps its half of the pool: {r:?}");
