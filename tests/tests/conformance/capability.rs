@@ -296,18 +296,7 @@ side_effect = ["write", "external"]
 decision = "ask"
 reason = "writes are asked about"
 "#;
-    let mut b = builder(
-        probes::CAPABILITY_UNDERSTATED_WRITE,
-        ws.path(),
-        Limits::default(),
-        suite_options(),
-    );
-    b.embedded_tools()
-        .policy(toolhost::policy::Policy::from_toml(policy, "test.toml").unwrap())
-        .approver(Box::new(toolhost::FixedApprover(
-            toolhost::ApprovalOutcome::Rejected,
-        )));
-    let host = b.build().await.unwrap();
+    let host = host_asking_no(probes::CAPABILITY_UNDERSTATED_WRITE, ws.path(), policy).await;
     let before = snapshot(ws.path());
     let ops = json!({ "ops": [
         {"op": "read", "path": "a.txt"},
@@ -372,6 +361,18 @@ reason = "writes are asked about"
     assert_eq!(snapshot(ws.path()), before, "the workspace changed");
 }
 
+/// A host of `probe` and the embedded tools under `policy` (TOML), whose
+/// approver answers every question no.
+async fn host_asking_no(probe: &str, ws: &std::path::Path, policy: &str) -> toolhost::Host {
+    let mut b = builder(probe, ws, Limits::default(), suite_options());
+    b.embedded_tools()
+        .policy(toolhost::policy::Policy::from_toml(policy, "test.toml").unwrap())
+        .approver(Box::new(toolhost::FixedApprover(
+            toolhost::ApprovalOutcome::Rejected,
+        )));
+    b.build().await.unwrap()
+}
+
 /// A tool that declares `none` but runs with the workspace preopened can
 /// read it, so the policy sees its call as a read: a rule that asks before
 /// reads asks (and the answer no keeps the tool from running). In mode
@@ -391,18 +392,7 @@ side_effect = ["read"]
 decision = "ask"
 reason = "reads are asked about"
 "#;
-    let mut b = builder(
-        probes::CAPABILITY_UNDERSTATED_READ,
-        ws.path(),
-        Limits::default(),
-        suite_options(),
-    );
-    b.embedded_tools()
-        .policy(toolhost::policy::Policy::from_toml(policy, "test.toml").unwrap())
-        .approver(Box::new(toolhost::FixedApprover(
-            toolhost::ApprovalOutcome::Rejected,
-        )));
-    let host = b.build().await.unwrap();
+    let host = host_asking_no(probes::CAPABILITY_UNDERSTATED_READ, ws.path(), policy).await;
     let ops = json!({ "ops": [{"op": "read", "path": "secret.txt"}] });
     let r = host
         .call(toolhost::CallRequest::new("fs", ops.clone()))

@@ -658,6 +658,17 @@ async fn a_sleep_with_file_access_ends_at_its_deadline_and_on_cancel() {
     );
 }
 
+/// The call `id` left no intent in `host`'s log.
+fn assert_no_intent(host: &toolhost::Host, id: &str) {
+    let events = host.log().events().unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.call_id == id && e.kind == toolhost::log::EventKind::ToolIntent),
+        "{id} has an intent: {events:?}"
+    );
+}
+
 /// Bodies abandoned in a host system call hold their instance slots until
 /// the call returns. Once half the pool is held so, calls with file system
 /// access are refused SANDBOX_UNAVAILABLE before their body starts (instead
@@ -704,12 +715,7 @@ async fn abandoned_bodies_cannot_take_the_whole_pool() {
         "{message}"
     );
     // Refused before its intent is written (and before anyone is asked).
-    let events = host.log().events().unwrap();
-    assert!(
-        !events.iter().any(|e| e.call_id == refused.call_id
-            && e.kind == toolhost::log::EventKind::ToolIntent),
-        "the refused call has an intent: {events:?}"
-    );
+    assert_no_intent(&host, &refused.call_id);
     let none = CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None);
     let r = host.call(none).await;
     assert!(r.is_ok(), "mode none keeps its half of the pool: {r:?}");
@@ -772,14 +778,8 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
         assert!(message.contains("exclusivity gate"), "{tool}: {message}");
         refused.push(r.call_id);
     }
-    let events = host.log().events().unwrap();
     for id in &refused {
-        assert!(
-            !events
-                .iter()
-                .any(|e| &e.call_id == id && e.kind == toolhost::log::EventKind::ToolIntent),
-            "{id} has an intent: {events:?}"
-        );
+        assert_no_intent(&host, id);
     }
     assert!(
         !sb.ws().join("b.txt").exists(),
