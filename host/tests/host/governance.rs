@@ -9,7 +9,7 @@
 
 mod approvals;
 mod audit;
-mod common;
+pub(crate) mod common;
 mod layers;
 
 use common::*;

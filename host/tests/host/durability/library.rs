@@ -744,11 +744,23 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
     let sb = Sandbox::new();
     let pipe = fifo(&sb.ws());
     std::fs::write(sb.ws().join("a.txt"), "hello").unwrap();
-    let host = host_with_deadline(&sb.ws(), Duration::from_millis(300)).await;
+    // Writes are asked about, and approved once each.
+    let approver = crate::governance::common::Counting::new(toolhost::ApprovalOutcome::AllowedOnce);
+    let mut b = builder(&sb.ws());
+    b.limits(toolhost::Limits {
+        deadline: Duration::from_millis(300),
+        ..toolhost::Limits::default()
+    })
+    .policy(crate::governance::common::policy(
+        crate::governance::ASK_WRITES,
+    ))
+    .approver(Box::new(approver.clone()));
+    let host = b.build().await.unwrap();
     let runtime = host.runtime().clone();
     // write_file is not concurrency-safe; opening a FIFO for writing with
     // no reader blocks its body in the host's `open`.
     let stuck = host.call(write("pipe", "x")).await;
+    assert_eq!(approver.count(), 1);
     assert_eq!(stuck.code(), Some(ErrorCode::Timeout), "{stuck:?}");
     assert!(
         stuck.error.as_ref().unwrap().message.contains("abandoned"),
@@ -781,6 +793,11 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
     for id in &refused {
         assert_no_intent(&host, id);
     }
+    assert_eq!(
+        approver.count(),
+        1,
+        "a refused write was put to the approver"
+    );
     assert!(
         !sb.ws().join("b.txt").exists(),
         "the refused write ran beside the stuck one"
