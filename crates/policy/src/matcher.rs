@@ -7,6 +7,7 @@
 
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use regex::{Regex, RegexBuilder};
+use std::borrow::Cow;
 
 /// The longest glob or regex a policy may give, in bytes. Far above any
 /// real pattern; it keeps a hostile file from building a matcher that
@@ -195,8 +196,10 @@ impl ArgMatcher {
             if test(s) {
                 return true;
             }
-            let normal = normalize_path(s);
-            normal != s && test(&normal)
+            match normalize_path(s) {
+                Cow::Owned(normal) => normal != s && test(&normal),
+                Cow::Borrowed(_) => false,
+            }
         };
         match args.pointer(&self.pointer) {
             Some(serde_json::Value::String(s)) => text(s),
@@ -235,7 +238,16 @@ pub(crate) fn strings_in(value: &serde_json::Value) -> Vec<&str> {
 /// Lexically normalises a `/`-separated path: drops `.` and empty segments and
 /// resolves `..` against the segments before it (never above the root of an
 /// absolute path). `a/./b//../c` becomes `a/c`; `/x/../../etc` becomes `/etc`.
-pub(crate) fn normalize_path(path: &str) -> String {
+pub(crate) fn normalize_path(path: &str) -> Cow<'_, str> {
+    if already_normal(path) {
+        Cow::Borrowed(path)
+    } else {
+        Cow::Owned(normalized(path))
+    }
+}
+
+/// [`normalize_path`], always building the result.
+fn normalized(path: &str) -> String {
     let absolute = path.starts_with('/');
     let mut parts: Vec<&str> = Vec::new();
     for seg in path.split('/') {
@@ -261,10 +273,46 @@ pub(crate) fn normalize_path(path: &str) -> String {
     }
 }
 
+/// Whether [`normalize_path`] would give `path` back as it is: no empty,
+/// `.` or (but for a leading run in a relative path) `..` segment. Most
+/// paths are, and a deny rule tests every string of an argument list, so
+/// they are not copied.
+fn already_normal(path: &str) -> bool {
+    if path == "/" || path == "." {
+        return true;
+    }
+    let (absolute, rest) = match path.strip_prefix('/') {
+        Some(rest) => (true, rest),
+        None => (false, path),
+    };
+    let mut named = absolute;
+    for seg in rest.split('/') {
+        match seg {
+            "" | "." => return false,
+            ".." if named => return false,
+            ".." => {}
+            _ => named = true,
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_path_is_copied_only_when_normalising_changes_it() {
+        for p in [
+            "", "/", "//", "a", "a/b", "/a/b", "a/", "/a/", "./a", "a/.", "../a", "../../a",
+            "a/..", "/..", "/../a", "a//b", "..", ".", "...", "a/.../b", "..a/b", "/a/../b",
+        ] {
+            let built = normalized(p);
+            assert_eq!(already_normal(p), built == p, "{p:?} gives {built:?}");
+            assert_eq!(normalize_path(p), built, "{p:?}");
+        }
+    }
 
     #[test]
     fn paths_normalise_lexically() {

@@ -78,7 +78,7 @@ impl Guard for PolicyGuard {
                 if let Some((glob, _)) = check
                     .globs
                     .iter()
-                    .find(|(_, g)| g.is_match(path) || g.is_match(&normal) || g.is_match(&as_dir))
+                    .find(|(_, g)| g.is_match(path) || g.is_match(&*normal) || g.is_match(&as_dir))
                 {
                     return GuardVerdict::Deny {
                         reason: format!("{} (path {path:?} matches {glob:?})", self.reason),
