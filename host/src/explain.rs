@@ -139,9 +139,9 @@ impl Host {
             principal,
             scopes: &scopes,
         };
-        // The mode the call would run in: the tool's side effect caps it,
-        // as the pipeline does, so the layers shown are the ones applied.
-        let mode = mode.min(tool.descriptor.side_effect.widest_mode());
+        // The facts as the pipeline builds them: the mode the call would run
+        // in is capped by the tool's side effect, so the layers shown are
+        // the ones applied.
         let facts = CallFacts::of_call(
             &tool.descriptor.name,
             &args,
@@ -150,6 +150,7 @@ impl Host {
         );
         let trace = self.policy.trace(&facts, &subject);
         let guard = self.guards.check(&facts);
+        let mode = facts.mode;
         Some(View {
             mode,
             trace,

@@ -143,19 +143,7 @@ pub(crate) struct ArgMatcher {
 impl ArgMatcher {
     pub(crate) fn glob(pointer: &str, glob: &str) -> Result<Self, String> {
         check_pointer(pointer)?;
-        let dir = match glob.strip_suffix("/**") {
-            Some(stem)
-                if !stem.is_empty()
-                    && !stem
-                        .rsplit('/')
-                        .next()
-                        .unwrap_or(stem)
-                        .contains(['*', '?', '[', ']', '{', '}', '\\']) =>
-            {
-                Some(path_glob(stem)?)
-            }
-            _ => None,
-        };
+        let dir = literal_dir_stem(glob).map(path_glob).transpose()?;
         Ok(ArgMatcher {
             pointer: pointer.to_string(),
             test: Test::Glob(path_glob(glob)?, dir),
@@ -223,6 +211,15 @@ fn number_text(n: &serde_json::Number) -> String {
         }
         _ => n.to_string(),
     }
+}
+
+/// The directory a glob `dir/**` covers, when the directory's own name is
+/// literal (`secrets` of `secrets/**`, `**/.git` of `**/.git/**`); not for
+/// `*/**`, whose stem would be every top-level name.
+fn literal_dir_stem(glob: &str) -> Option<&str> {
+    let stem = glob.strip_suffix("/**").filter(|s| !s.is_empty())?;
+    let last = stem.rsplit('/').next().unwrap_or(stem);
+    (!last.contains(['*', '?', '[', ']', '{', '}', '\\'])).then_some(stem)
 }
 
 /// Every string at `value`, looking inside arrays (at any depth). Guards use

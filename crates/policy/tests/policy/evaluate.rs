@@ -322,85 +322,49 @@ fn write_and_external_rules_match_what_the_tool_declares() {
 /// for reads never allows a call that can write.
 #[test]
 fn side_effect_matchers_follow_what_the_call_may_do() {
-    let args = json!({});
-    let of = |declared, mode| toolhost_policy::CallFacts::of_call("t", &args, declared, mode);
-    let ask = |effects: &str| {
-        load(&format!(
-            "version = 1\n[[rules]]\ntool = \"*\"\ndecision = \"ask\"\nreason = \"r\"\nside_effect = {effects}\n"
-        ))
-    };
+    use DecisionKind::{Allow, Ask, Deny};
     use SandboxMode::{DangerFullAccess, None as NoFs, ReadOnly, WorkspaceWrite};
-    let reads = ask("[\"read\"]");
-    for (declared, mode, kind) in [
-        (SideEffect::Write, ReadOnly, DecisionKind::Ask),
-        (SideEffect::External, WorkspaceWrite, DecisionKind::Ask),
-        (SideEffect::None, ReadOnly, DecisionKind::Ask),
-        (SideEffect::None, NoFs, DecisionKind::Allow),
-        (SideEffect::External, NoFs, DecisionKind::Allow),
-    ] {
-        let kind_seen = reads.evaluate(&of(declared, mode)).decision.kind();
-        assert_eq!(kind_seen, kind, "read rule: {declared} in {mode}");
-    }
-    let writes = ask("[\"write\"]");
-    for (declared, mode, kind) in [
-        (SideEffect::External, DangerFullAccess, DecisionKind::Ask),
-        (SideEffect::External, ReadOnly, DecisionKind::Allow),
-        (SideEffect::Write, ReadOnly, DecisionKind::Ask),
-        // Clamped to read-only: it cannot write.
-        (SideEffect::Read, WorkspaceWrite, DecisionKind::Allow),
-    ] {
-        let kind_seen = writes.evaluate(&of(declared, mode)).decision.kind();
-        assert_eq!(kind_seen, kind, "write rule: {declared} in {mode}");
-    }
-    let allow = |effects: &str| {
+    use SideEffect::{External, None as Nothing, Read, Write};
+    let rule = |decision: &str, effects: &str| {
         load(&format!(
-            "version = 1\ndefault = \"deny\"\n[[rules]]\ntool = \"*\"\ndecision = \"allow\"\nside_effect = {effects}\n"
+            "version = 1\ndefault = \"{}\"\n[[rules]]\ntool = \"*\"\ndecision = \"{decision}\"\n\
+             reason = \"r\"\nside_effect = {effects}\n",
+            if decision == "allow" { "deny" } else { "allow" }
         ))
     };
-    let allow_reads = allow("[\"read\"]");
-    for (declared, mode, kind) in [
-        (SideEffect::Write, WorkspaceWrite, DecisionKind::Deny),
-        (SideEffect::None, ReadOnly, DecisionKind::Allow),
-        (SideEffect::Read, ReadOnly, DecisionKind::Allow),
-        (SideEffect::None, NoFs, DecisionKind::Deny),
-    ] {
-        let kind_seen = allow_reads.evaluate(&of(declared, mode)).decision.kind();
-        assert_eq!(kind_seen, kind, "allow reads: {declared} in {mode}");
-    }
+    let ask_reads = rule("ask", "[\"read\"]");
+    let ask_writes = rule("ask", "[\"write\"]");
+    let allow_reads = rule("allow", "[\"read\"]");
+    let allow_none = rule("allow", "[\"none\"]");
     // A deny rule about tools that declare `none` still sees them where
     // they are seen as reads.
-    let deny_none = load(
-        "version = 1\n[[rules]]\ntool = \"*\"\ndecision = \"deny\"\nreason = \"r\"\nside_effect = [\"none\"]\n",
-    );
-    for mode in [NoFs, ReadOnly] {
-        let kind_seen = deny_none
-            .evaluate(&of(SideEffect::None, mode))
-            .decision
-            .kind();
-        assert_eq!(kind_seen, DecisionKind::Deny, "deny none: none in {mode}");
+    let deny_none = rule("deny", "[\"none\"]");
+    let args = json!({});
+    for (what, policy, declared, mode, kind) in [
+        ("ask reads", &ask_reads, Write, ReadOnly, Ask),
+        ("ask reads", &ask_reads, External, WorkspaceWrite, Ask),
+        ("ask reads", &ask_reads, Nothing, ReadOnly, Ask),
+        ("ask reads", &ask_reads, Nothing, NoFs, Allow),
+        ("ask reads", &ask_reads, External, NoFs, Allow),
+        ("ask writes", &ask_writes, External, DangerFullAccess, Ask),
+        ("ask writes", &ask_writes, External, ReadOnly, Allow),
+        ("ask writes", &ask_writes, Write, ReadOnly, Ask),
+        // Clamped to read-only: it cannot write.
+        ("ask writes", &ask_writes, Read, WorkspaceWrite, Allow),
+        ("allow reads", &allow_reads, Write, WorkspaceWrite, Deny),
+        ("allow reads", &allow_reads, Nothing, ReadOnly, Allow),
+        ("allow reads", &allow_reads, Read, ReadOnly, Allow),
+        ("allow reads", &allow_reads, Nothing, NoFs, Deny),
+        ("allow none", &allow_none, Nothing, ReadOnly, Deny),
+        ("allow none", &allow_none, Nothing, NoFs, Allow),
+        ("deny none", &deny_none, Nothing, NoFs, Deny),
+        ("deny none", &deny_none, Nothing, ReadOnly, Deny),
+        ("deny none", &deny_none, Read, ReadOnly, Allow),
+    ] {
+        let facts = toolhost_policy::CallFacts::of_call("t", &args, declared, mode);
+        let seen = policy.evaluate(&facts).decision.kind();
+        assert_eq!(seen, kind, "{what}: {declared} in {mode}");
     }
-    assert_eq!(
-        deny_none
-            .evaluate(&of(SideEffect::Read, ReadOnly))
-            .decision
-            .kind(),
-        DecisionKind::Allow
-    );
-    let allow_none = allow("[\"none\"]");
-    assert_eq!(
-        allow_none
-            .evaluate(&of(SideEffect::None, ReadOnly))
-            .decision
-            .kind(),
-        DecisionKind::Deny
-    );
-    assert_eq!(
-        allow_none
-            .evaluate(&of(SideEffect::None, NoFs))
-            .decision
-            .kind(),
-        DecisionKind::Allow
-    );
 }
 
 #[test]
