@@ -11,7 +11,9 @@
 //! 4. with `--tokens FILE`, a request without one of its bearer tokens
 //!    (401 with `WWW-Authenticate: Bearer`; compared in constant time);
 //! 5. a new session beyond [`MAX_SESSIONS`], or any new session while the
-//!    server stops (503).
+//!    server stops (503);
+//! 6. a request whose id another request of its session still holds (400,
+//!    a JSON-RPC error; see `open_ids`).
 //!
 //! rmcp then refuses bodies over [`MAX_MESSAGE_BYTES`] (413) and applies the
 //! same `Host`/`Origin` lists again. Every session gets its own handler
@@ -26,6 +28,7 @@
 //! then closes the sessions and flushes the session log; a call still
 //! running then is cut off and recovered as usual (`TOOL_OUTCOME_UNKNOWN`).
 
+use super::open_ids::{OpenIds, Releasing};
 use super::protocol::{Approvals, Server};
 use super::{HostFactory, HostParts, MAX_MESSAGE_BYTES, ServeOptions, SharedApprover, reload};
 use bytes::Bytes;
@@ -620,14 +623,47 @@ impl Answering {
 /// How long a POST's body may take to arrive, once its head has.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Whether a POST body (without a session id) opens a session: an
-/// `initialize` request, the only message that makes rmcp create one.
-fn opens_session(body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        method: Option<String>,
+/// What the front door reads of a POST body: a request's method and id.
+#[derive(serde::Deserialize, Default)]
+struct Head {
+    method: Option<String>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Head {
+    /// The body's method and id, as rmcp reads them; nothing for a body
+    /// that is not one JSON-RPC message (rmcp refuses it).
+    fn of(body: &[u8]) -> Head {
+        serde_json::from_slice(body).unwrap_or_default()
     }
-    serde_json::from_slice::<Head>(body).is_ok_and(|h| h.method.as_deref() == Some("initialize"))
+
+    /// Whether the message (without a session id) opens a session: an
+    /// `initialize` request, the only message that makes rmcp create one.
+    fn opens_session(&self) -> bool {
+        self.method.as_deref() == Some("initialize")
+    }
+}
+
+/// The answer to a request whose id another request of its session holds
+/// (see `open_ids`): a JSON-RPC error without an id, so that a client does
+/// not take it for the answer to the request that holds the id.
+fn id_in_use(id: &rmcp::model::RequestId) -> Response<Body> {
+    let message = format!(
+        "Invalid Request: id {id} is already used by an open request of this session; a session's request ids must not be reused"
+    );
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": -32600, "message": message}});
+    let mut r = Response::new(
+        Full::new(Bytes::from(body.to_string()))
+            .map_err(|e| match e {})
+            .boxed(),
+    );
+    *r.status_mut() = StatusCode::BAD_REQUEST;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// The front door and rmcp behind it, shared by every connection.
@@ -647,6 +683,8 @@ struct Front {
     owners: std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
     /// With `--tokens`: each token's open requests.
     slots: Arc<TokenSlots>,
+    /// The request ids open in each session (`open_ids`).
+    ids: Arc<OpenIds>,
 }
 
 /// The SHA-256 of the bearer token `headers` offer, if any.
@@ -782,7 +820,23 @@ impl Front {
                 );
             }
         };
-        let new_session = session.is_none() && opens_session(&bytes);
+        let head = Head::of(&bytes);
+        let new_session = session.is_none() && head.opens_session();
+        // A request's id is held in its session until rmcp is done with it.
+        let open = match (&session, head.method, head.id) {
+            (Some(session), Some(_), Some(id)) => match self.ids.open(session, id.clone()) {
+                Some(open) => Some(open),
+                None => {
+                    tracing::warn!(%id, "refused a request: its id is open in its session");
+                    return id_in_use(&id);
+                }
+            },
+            _ => None,
+        };
+        let mut parts = parts;
+        if let Some(open) = &open {
+            parts.extensions.insert(open.clone());
+        }
         if new_session {
             if self.stopping.load(Ordering::SeqCst) {
                 return plain(
@@ -806,6 +860,18 @@ impl Front {
                 .await,
             slot,
         );
+        let response = match open {
+            Some(open) => {
+                let (parts, body) = response.into_parts();
+                let body = Releasing {
+                    inner: body,
+                    open: Some(open),
+                }
+                .boxed();
+                Response::from_parts(parts, body)
+            }
+            None => response,
+        };
         if new_session
             && let Some(token) = token
             && let Some(id) = response
@@ -935,6 +1001,7 @@ pub async fn serve_http_until(
         operator: http.approvals.clone().map(|queue| (queue, server.clone())),
         owners: std::sync::Mutex::default(),
         slots: Arc::default(),
+        ids: Arc::default(),
     });
 
     let reloader = options.watch.clone().map(|dir| {

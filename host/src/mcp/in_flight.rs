@@ -38,7 +38,7 @@ pub const MAX_IN_FLIGHT: usize = 2 * super::MAX_CALLS_IN_FLIGHT;
 
 /// How long after its handler returned a request counts at most: rmcp
 /// hands its answer to the transport, or drops it, at once.
-const ANSWER_TAKEN: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const ANSWER_TAKEN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What one session holds: requests whose handler runs, and messages
 /// handed to the transport and not yet written.

@@ -44,6 +44,7 @@ mod in_flight;
 pub use in_flight::MAX_IN_FLIGHT;
 mod logging;
 mod mrtr;
+mod open_ids;
 mod operator;
 mod progress;
 mod protocol;

@@ -316,6 +316,14 @@ impl Client {
         answer
     }
 
+    /// A request (`message`, with its id) whose answer is the first
+    /// message of its SSE stream.
+    async fn rpc_value(&self, message: &Value) -> Value {
+        let mut reply = self.post(message).await;
+        assert_eq!(reply.status, StatusCode::OK, "{message}");
+        reply.message().await
+    }
+
     /// `initialize` and `notifications/initialized`; the client now
     /// speaks in its session.
     async fn initialize(mut self, capabilities: Value) -> Client {
@@ -851,6 +859,66 @@ async fn http_a_session_id_that_is_not_ascii_is_refused() {
     let reply = s.client().post(&init).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.headers.get("mcp-session-id").is_some());
+}
+
+/// A request whose id another request of its session still holds is
+/// refused (400, a JSON-RPC error without an id). rmcp let the second take
+/// the id's route over, so the first request's stream never ended and its
+/// channel stayed in the session for good: a client repeating that grew the
+/// server without bound. Another session may use the id; once the first
+/// request is done (here: cancelled, which ends its stream) the id is free.
+#[tokio::test]
+async fn http_a_request_id_open_in_its_session_is_refused() {
+    let s = Server::start(&[]);
+    let c = s.client().initialize(json!({})).await;
+    let mut first = c.post(&call(7, "sleep", json!({"ms": 600_000}))).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    let again = c.post(&ping).await;
+    assert_eq!(again.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        again.headers.get("content-type").unwrap(),
+        "application/json"
+    );
+    let error: Value = serde_json::from_str(&again.text().await).unwrap();
+    assert_eq!(error["id"], Value::Null, "{error}");
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("id 7"),
+        "{error}"
+    );
+    // The same id as a string is another id; in another session, the same.
+    let as_text = c
+        .rpc_value(&json!({"jsonrpc": "2.0", "id": "7", "method": "ping"}))
+        .await;
+    assert_eq!(as_text["id"], "7", "{as_text}");
+    let other = s.client().initialize(json!({})).await;
+    assert_eq!(other.rpc(7, "ping", json!({})).await["id"], 7);
+    // The first request is still served: cancelled, its stream ends.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7}});
+    assert_eq!(c.post(&cancel).await.status, StatusCode::ACCEPTED);
+    tokio::time::timeout(WAIT, async {
+        while first.next_message().await.is_some() {}
+    })
+    .await
+    .expect("the cancelled request's stream did not end");
+    // rmcp is done with the id: it is free again (bounded: at most about a
+    // second after the handler returned).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut reply = c.post(&ping).await;
+        if reply.status == StatusCode::OK {
+            assert_eq!(reply.message().await["id"], 7);
+            break;
+        }
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the id stayed held after its request ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Posts `body` with `token` until the answer is `want` (within [`WAIT`]);
