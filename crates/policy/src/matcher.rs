@@ -130,10 +130,12 @@ enum Test {
 /// A rule's argument matcher: the value at `pointer` must match.
 ///
 /// Strings match on their text, numbers and booleans on their JSON text. A
-/// missing pointer, `null` or an object never matches. An array matches a
-/// deny or ask rule when any string in it does (at any depth), so that a list
-/// cannot carry a path past it; it never matches an allow rule (point at an
-/// element, e.g. `/paths/0`, to allow by one).
+/// missing pointer or `null` never matches. An array or an object matches a
+/// deny or ask rule when any string, number or boolean in it does (at any
+/// depth, the values of objects but not their keys), so that a list, or a
+/// list of objects such as `[{"path": ...}]`, cannot carry a path past it;
+/// neither ever matches an allow rule (point at an element, e.g.
+/// `/paths/0`, to allow by one).
 #[derive(Debug, Clone)]
 pub(crate) struct ArgMatcher {
     pointer: String,
@@ -189,15 +191,30 @@ impl ArgMatcher {
                 Cow::Borrowed(_) => false,
             }
         };
-        match args.pointer(&self.pointer) {
-            Some(serde_json::Value::String(s)) => text(s),
-            Some(list @ serde_json::Value::Array(_)) if !strict => {
-                strings_in(list).into_iter().any(text)
-            }
-            Some(serde_json::Value::Number(n)) => test(&number_text(n)),
-            Some(v @ serde_json::Value::Bool(_)) => test(&v.to_string()),
+        let leaf = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => text(s),
+            serde_json::Value::Number(n) => test(&number_text(n)),
+            serde_json::Value::Bool(b) => test(if *b { "true" } else { "false" }),
             _ => false,
+        };
+        match args.pointer(&self.pointer) {
+            Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
+                !strict && any_leaf(v, &leaf)
+            }
+            Some(v) => leaf(v),
+            None => false,
         }
+    }
+}
+
+/// Whether `hit` holds of any string, number or boolean in `value`, looking
+/// inside arrays and the values of objects at any depth (bounded by the
+/// parser's nesting limit).
+fn any_leaf(value: &serde_json::Value, hit: &impl Fn(&serde_json::Value) -> bool) -> bool {
+    match value {
+        serde_json::Value::Array(items) => items.iter().any(|v| any_leaf(v, hit)),
+        serde_json::Value::Object(members) => members.values().any(|v| any_leaf(v, hit)),
+        leaf => hit(leaf),
     }
 }
 
@@ -222,12 +239,14 @@ fn literal_dir_stem(glob: &str) -> Option<&str> {
     (!last.contains(['*', '?', '[', ']', '{', '}', '\\'])).then_some(stem)
 }
 
-/// Every string at `value`, looking inside arrays (at any depth). Guards use
-/// this so that a list of paths cannot smuggle one past a path check.
+/// Every string at `value`, looking inside arrays and the values of objects
+/// (at any depth). Guards use this so that a list of paths, or of objects
+/// with paths, cannot smuggle one past a path check.
 pub(crate) fn strings_in(value: &serde_json::Value) -> Vec<&str> {
     match value {
         serde_json::Value::String(s) => vec![s.as_str()],
         serde_json::Value::Array(items) => items.iter().flat_map(strings_in).collect(),
+        serde_json::Value::Object(members) => members.values().flat_map(strings_in).collect(),
         _ => Vec::new(),
     }
 }

@@ -32,8 +32,9 @@ use toolhost_egress::NetworkPolicy;
 /// reason = "writes need a human"   # required (non-empty) for deny and ask
 /// # optional; every matcher must match. `pointer` is a JSON pointer into the
 /// # arguments; exactly one of `glob` (`*` stays within a `/` segment, `**`
-/// # crosses) or `regex`. A missing value, null or object never matches; an
-/// # array matches a deny or ask rule when any string in it does, never an allow rule.
+/// # crosses) or `regex`. A missing value or null never matches; an array or
+/// # object matches a deny or ask rule when any value in it does (at any depth,
+/// # not keys), never an allow rule.
 /// args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
 /// side_effect = ["write", "external"]   # optional: none | read | write | external
 /// # optional examples, checked at load against this rule alone. Keys: tool,
@@ -48,7 +49,7 @@ use toolhost_egress::NetworkPolicy;
 /// tool = "*"
 /// reason = "no secrets through tools"   # required, non-empty
 /// deny_args_matching = "(?i)secret"     # regex over the arguments as compact JSON
-/// # and/or: deny when a string at `pointer` (or in an array there) matches a glob
+/// # and/or: deny when a string at `pointer` (or in an array or object there) matches a glob
 /// # deny_paths = ["/etc/**", "**/.git/**"]
 /// # pointer = "/path"
 /// # optional examples, checked at load against this guard alone (same keys as above)

@@ -248,8 +248,8 @@ args = [ { pointer = "/req/url", regex = "^http://" } ]
         deny("write_file", json!({"content": "TODO"})),
         DecisionKind::Allow
     );
-    // An array at the pointer matches a deny rule by any element; an object
-    // does not match.
+    // An array or an object at the pointer matches a deny rule by any
+    // value in it.
     assert_eq!(
         deny("write_file", json!({"path": ["src/a"], "content": "TODO"})),
         DecisionKind::Deny
@@ -262,6 +262,13 @@ args = [ { pointer = "/req/url", regex = "^http://" } ]
         deny(
             "write_file",
             json!({"path": {"p": "src/a"}, "content": "TODO"})
+        ),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        deny(
+            "write_file",
+            json!({"path": {"p": "lib/a"}, "content": "TODO"})
         ),
         DecisionKind::Allow
     );
@@ -523,4 +530,46 @@ args = [ { pointer = "/paths", glob = "src/**" } ]
     );
     assert_eq!(kind(json!({"paths": "src/a"})), DecisionKind::Allow);
     assert_eq!(kind(json!({"paths": []})), DecisionKind::Ask);
+    // Objects, in a list or at the pointer, are looked into (their values,
+    // not their keys); they never match an allow rule either.
+    assert_eq!(
+        kind(json!({"paths": [{"path": "src/a"}, {"path": "secrets/k"}]})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind(json!({"paths": {"from": "src/a", "to": {"at": "./secrets/k"}}})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind(json!({"paths": [{"secrets/k": "src/a"}]})),
+        DecisionKind::Ask
+    );
+    assert_eq!(kind(json!({"paths": {"path": "src/a"}})), DecisionKind::Ask);
+}
+
+/// Numbers and booleans in a list or an object match a deny rule as they
+/// would alone: a port in a list is still the port.
+#[test]
+fn numbers_in_lists_and_objects_match_a_deny_rule() {
+    let p = load(
+        r#"
+version = 1
+default = "allow"
+[[rules]]
+tool = "connect"
+decision = "deny"
+reason = "no ssh"
+args = [ { pointer = "/ports", regex = "^22$" } ]
+"#,
+    );
+    let kind = |args: serde_json::Value| {
+        p.evaluate(&facts("connect", &args, SideEffect::External))
+            .decision
+            .kind()
+    };
+    assert_eq!(kind(json!({"ports": 22})), DecisionKind::Deny);
+    assert_eq!(kind(json!({"ports": [80, 22.0]})), DecisionKind::Deny);
+    assert_eq!(kind(json!({"ports": [{"port": 22}]})), DecisionKind::Deny);
+    assert_eq!(kind(json!({"ports": [80, 443]})), DecisionKind::Allow);
+    assert_eq!(kind(json!({"ports": {"22": 80}})), DecisionKind::Allow);
 }

@@ -196,6 +196,14 @@ reason = "off limits"
     assert!(denied(json!({"path": "/tmp/../etc/shadow"})));
     assert!(denied(json!({"path": "a/./.git/x"})));
     assert!(denied(json!({"path": ["ok.txt", "/etc/hosts"]})));
+    // Objects too: a list of `{path}` objects, or an object at the pointer.
+    assert!(denied(
+        json!({"path": [{"path": "ok.txt"}, {"path": "/etc/hosts"}]})
+    ));
+    assert!(denied(json!({"path": {"from": "ok.txt", "to": ".git/x"}})));
+    assert!(!denied(
+        json!({"path": [{"path": "ok.txt"}, {"/etc/hosts": 1}]})
+    ));
     // The protected directories themselves, however spelled.
     assert!(denied(json!({"path": ".git"})));
     assert!(denied(json!({"path": "src/.git/"})));
