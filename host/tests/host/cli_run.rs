@@ -137,3 +137,60 @@ fn a_closed_stdout_ends_the_cli_quietly_after_the_call_is_recorded() {
         .count();
     assert_eq!(results, 2);
 }
+
+/// A policy file inside the workspace is refused: a call that may write
+/// the workspace could rewrite it, and so choose the grants of every later
+/// call (at the next run, restart or reload). By the path as given (a link
+/// inside the workspace can be re-pointed), by the file it resolves to, and
+/// for the default workspace (the current directory); beside the workspace
+/// it is read.
+#[test]
+fn a_policy_inside_the_workspace_is_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let policy = "version = 1\nmode = \"danger-full-access\"\n";
+    std::fs::write(ws.path().join("policy.toml"), policy).unwrap();
+    std::fs::write(outside.path().join("policy.toml"), policy).unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.path().join("out")).unwrap();
+    std::os::unix::fs::symlink(ws.path(), outside.path().join("in")).unwrap();
+    std::fs::write(ws.path().join("a.txt"), "A").unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let call = |cwd: &std::path::Path, args: &[&str]| {
+        Command::new(crate::support::bin())
+            .current_dir(cwd)
+            .args(["run", "read_file", "--args", r#"{"path":"a.txt"}"#])
+            .args(args)
+            .arg("--state")
+            .arg(state.path())
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .output()
+            .unwrap()
+    };
+    let ws_arg = ws.path().to_str().unwrap();
+    for (cwd, args) in [
+        (outside.path(), vec!["--workspace", ws_arg, "--policy"]),
+        (ws.path(), vec!["--policy"]),
+    ] {
+        for policy in [
+            ws.path().join("policy.toml"),
+            ws.path().join("out/policy.toml"),
+            outside.path().join("in/policy.toml"),
+            std::path::PathBuf::from("../")
+                .join(ws.path().file_name().unwrap())
+                .join("policy.toml"),
+        ] {
+            let mut args = args.clone();
+            args.push(policy.to_str().unwrap());
+            let out = call(cwd, &args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("inside the workspace"), "{args:?}: {err}");
+        }
+    }
+    let out = call(
+        outside.path(),
+        &["--workspace", ws_arg, "--policy", "policy.toml"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "A");
+}
