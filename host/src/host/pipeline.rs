@@ -226,7 +226,7 @@ impl Host {
             patches: a.patches,
             mode: a.mode,
             interrupt,
-            progress: req.progress,
+            progress: redacting_progress(req.progress, self.egress.as_ref()),
             // Reaching this point with `ask` grants named means the
             // approval above returned `allowed-once`.
             network: NetworkGrant::for_tool(
@@ -1163,6 +1163,33 @@ fn intent_payload(a: &Admitted<'_>, reachable: Vec<String>) -> serde_json::Value
         o.insert("patches".into(), crate::patches::applied_json(&a.patches));
     }
     intent
+}
+
+/// `sink`, with every loaded secret replaced in each report's message: a
+/// report leaves the host while the body runs (an MCP progress
+/// notification, a task's status message), before the result is redacted.
+fn redacting_progress(
+    sink: Option<crate::state::ProgressSink>,
+    egress: Option<&Arc<crate::egress::Egress>>,
+) -> Option<crate::state::ProgressSink> {
+    let sink = sink?;
+    let Some(egress) = egress.filter(|e| e.credentials.iter().next().is_some()) else {
+        return Some(sink);
+    };
+    let egress = egress.clone();
+    Some(Arc::new(move |p: &crate::state::Progress| {
+        let redacted = p
+            .message
+            .as_deref()
+            .map(|m| egress.credentials.redact(m, toolhost_policy::REDACTED));
+        match redacted {
+            Some(std::borrow::Cow::Owned(message)) => sink(&crate::state::Progress {
+                message: Some(message),
+                ..p.clone()
+            }),
+            _ => sink(p),
+        }
+    }))
 }
 
 /// Replaces every loaded secret in what a result carries (content,

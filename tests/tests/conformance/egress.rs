@@ -297,3 +297,82 @@ async fn egress_trace_and_connect_are_never_sent() {
         "a TRACE or CONNECT request reached the listener"
     );
 }
+
+/// Answers `n` requests on 127.0.0.1, one connection each, with the
+/// request's head as the body: a server that echoes the credential the
+/// host attached. Returns its port; the thread ends after the `n`th.
+fn echo_heads(n: usize) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(n) {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                head.push_str(&line);
+                line.clear();
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{head}",
+                head.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+/// A tool that passes on what a server echoed, the credential the host
+/// attached among it, never gets the secret out: not in its progress
+/// reports (which leave the host while the body runs, as MCP progress
+/// notifications and task status messages), not in its log records, not
+/// in its result.
+#[tokio::test]
+async fn egress_an_echoed_credential_never_leaves_through_progress_or_logs() {
+    const SECRET: &str = "sk-conformance-echoed-0123456789";
+    let port = echo_heads(1);
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("token");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{port}\"]\n\n\
+         [[credentials]]\nhost = \"127.0.0.1\"\nscheme = \"http\"\nport = {port}\nheader = \"Authorization\"\nvalue_file = {f:?}\nprefix = \"Bearer \"\n",
+        f = secret.display().to_string(),
+    );
+    let (_ws, host) = egress_host(&policy, None).await;
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let mut request = toolhost::CallRequest::new(
+        "egress",
+        json!({"http": [format!("http://127.0.0.1:{port}/echo")], "echo": true}),
+    )
+    .mode(SandboxMode::None);
+    let seen = reports.clone();
+    request.progress = Some(Arc::new(move |p: &toolhost::Progress| {
+        seen.lock()
+            .unwrap()
+            .push(p.message.clone().unwrap_or_default());
+    }));
+    let r = host.call(request).await;
+    assert!(r.is_ok(), "{r:?}");
+    let reports = reports.lock().unwrap().clone();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    // The server did echo the header, and the report carries it redacted.
+    assert!(
+        reports[0]
+            .to_ascii_lowercase()
+            .contains("authorization: bearer [redacted]"),
+        "{reports:?}"
+    );
+    let everything = format!("{reports:?} {:?} {r:?}", r.receipt.logs);
+    assert!(
+        !everything.contains(SECRET),
+        "the secret left the host: {everything}"
+    );
+    assert!(
+        !everything.contains("sk-conformance-echoed"),
+        "part of the secret left the host"
+    );
+}

@@ -26,6 +26,11 @@ struct Args {
     /// Names to look up.
     #[serde(default)]
     lookup: Vec<String>,
+    /// Pass each HTTP response's body on: in a progress report, a log
+    /// record and the attempt's detail (a tool that echoes what a server
+    /// sent back, credentials included).
+    #[serde(default)]
+    echo: bool,
 }
 
 /// One attempt: what, whether it went through, and the error or result.
@@ -155,13 +160,21 @@ impl Tool for Corpus {
     type Output = Out;
     fn run(args: Args) -> Result<Out, ToolError> {
         let mut attempts = Vec::new();
-        for url in args.http {
+        for (n, url) in args.http.into_iter().enumerate() {
             let mut request = HttpRequest::get(&url);
             if let Some(m) = &args.method {
                 request.method = m.clone();
             }
             let r = send(&request, 4096)
-                .map(|r| format!("status {}", r.status))
+                .map(|r| {
+                    if !args.echo {
+                        return format!("status {}", r.status);
+                    }
+                    let body = String::from_utf8_lossy(&r.body).into_owned();
+                    toolhost_guest::progress(n as u64, None, Some(&body));
+                    toolhost_guest::log::info(&body);
+                    format!("status {}: {body}", r.status)
+                })
                 .map_err(|f| f.to_string());
             attempts.push(attempt(format!("http {url}"), r));
         }
