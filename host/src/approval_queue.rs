@@ -466,12 +466,14 @@ impl QueueApprover {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Option<ApprovalDecision>, DecideError>>,
     {
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        // A timeout past what an instant can hold waits without end (it
+        // would otherwise overflow the addition, and the approver panic).
+        let deadline = tokio::time::Instant::now().checked_add(self.timeout);
         loop {
             if let Some(d) = decided().await? {
                 return Ok(Some(d));
             }
-            if tokio::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                 return Ok(None);
             }
             tokio::time::sleep(POLL).await;
@@ -699,6 +701,20 @@ mod tests {
             decide_approval(state.path(), "c1", ApprovalOutcome::AllowedOnce, "op"),
             Err(DecideError::AlreadyDecided { .. })
         ));
+    }
+
+    /// A timeout too long for an instant to hold waits for the decision
+    /// (the deadline's addition overflowed, and every ask ended "the
+    /// approver panicked").
+    #[tokio::test]
+    async fn a_timeout_past_any_instant_waits_for_the_decision() {
+        let state = tempfile::tempdir().unwrap();
+        let approver = QueueApprover::new(state.path(), Duration::from_secs(u64::MAX));
+        let asked = request("long");
+        let waiting = tokio::spawn(async move { approver.decide(&asked).await });
+        until_pending(state.path()).await;
+        decide_approval(state.path(), "long", ApprovalOutcome::AllowedOnce, "op").unwrap();
+        assert_eq!(waiting.await.unwrap().0, ApprovalOutcome::AllowedOnce);
     }
 
     /// An approval id asked a second time (a call id used twice) is not
