@@ -41,6 +41,21 @@ pub struct ApprovalRequest {
     /// its own call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// What would run: the SHA-256 of the tool's component or program and
+    /// the side effect it declares (which decides the network grants it
+    /// gets); `None` in a request written by an older toolhost. An answer
+    /// carried across a reload (a 2026-07-28 retry) approves only this code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ApprovedCode>,
+}
+
+/// The code an approval request is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovedCode {
+    /// SHA-256 (hex) of the component's or the program's bytes.
+    pub sha256: String,
+    /// The side effect the tool declares.
+    pub side_effect: toolhost_core::SideEffect,
 }
 
 /// An approver's decision.
@@ -423,6 +438,7 @@ mod tests {
             justification: None,
             network: Vec::new(),
             principal: None,
+            code: None,
         }
     }
 

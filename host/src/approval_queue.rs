@@ -619,6 +619,7 @@ mod tests {
             justification: None,
             network: Vec::new(),
             principal: None,
+            code: None,
         }
     }
 

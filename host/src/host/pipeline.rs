@@ -206,6 +206,10 @@ impl Host {
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
                 network: a.ask_network.clone(),
                 principal: Some(start.principal.clone()),
+                code: Some(crate::approval::ApprovedCode {
+                    sha256: a.tool.sha256().to_string(),
+                    side_effect: a.tool.descriptor.side_effect,
+                }),
             };
             let approver = req.approver.as_deref().unwrap_or(&*self.approver);
             self.approve(approver, request, &interrupt, &a.approval, &start.principal)

@@ -270,6 +270,7 @@ mod tests {
             justification: None,
             network: Vec::new(),
             principal: None,
+            code: None,
         }
     }
 

@@ -411,6 +411,7 @@ fn asked_digest(r: &ApprovalRequest) -> String {
         "args": r.args,
         "mode": r.mode,
         "network": r.network,
+        "code": r.code,
     });
     hex::encode(Sha256::digest(asked.to_string().as_bytes()))
 }
@@ -503,8 +504,8 @@ impl Approver for AnswerApprover {
                 ApprovalOutcome::Unavailable,
                 Some(
                     "the call is no longer what the answer was given for (its arguments after \
-                     the policy's patches, or the network grants it asks for, changed); call \
-                     again to be asked anew"
+                     the policy's patches, the network grants it asks for, or the tool's code or \
+                     declared side effect changed); call again to be asked anew"
                         .to_string(),
                 ),
             )
@@ -544,6 +545,10 @@ mod tests {
             justification: None,
             network: Vec::new(),
             principal: None,
+            code: Some(crate::approval::ApprovedCode {
+                sha256: "ab".repeat(32),
+                side_effect: toolhost_core::SideEffect::Write,
+            }),
         }
     }
 
@@ -620,6 +625,18 @@ mod tests {
         let mut networked = asked();
         networked.network = vec!["https://example.com".into()];
         assert_eq!(outcome(&approver, &networked), ApprovalOutcome::Unavailable);
+        // Another build of the tool (a reload), or one that declares another
+        // side effect (and so gets other network grants), is not approved.
+        let mut rebuilt = asked();
+        if let Some(c) = &mut rebuilt.code {
+            c.sha256 = "cd".repeat(32);
+        }
+        assert_eq!(outcome(&approver, &rebuilt), ApprovalOutcome::Unavailable);
+        let mut external = asked();
+        if let Some(c) = &mut external.code {
+            c.side_effect = toolhost_core::SideEffect::External;
+        }
+        assert_eq!(outcome(&approver, &external), ApprovalOutcome::Unavailable);
         // Ids and the reason's wording are not what was approved.
         let mut reworded = asked();
         reworded.reason = "another wording".into();
