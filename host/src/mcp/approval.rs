@@ -95,19 +95,32 @@ impl Approver for McpApprover {
                     );
                 }
             };
-            match peer
-                .create_elicitation_with_timeout(params, Some(self.timeout))
-                .await
-            {
-                Ok(answer) => map_elicitation(&answer),
-                Err(e) => (
+            // rmcp's own timeout ends the wait for the answer, and then
+            // sends the client a cancellation, which waits for the session
+            // without a bound: a client that stopped reading its stream
+            // would hold the call for good. So the whole exchange is bounded.
+            let asking = peer.create_elicitation_with_timeout(params, Some(self.timeout));
+            let limit = self.timeout.saturating_add(ELICITATION_GRACE);
+            match tokio::time::timeout(limit, asking).await {
+                Ok(Ok(answer)) => map_elicitation(&answer),
+                Ok(Err(e)) => (
                     ApprovalOutcome::Unavailable,
                     Some(format!("the client gave no answer: {e}")),
+                ),
+                Err(_) => (
+                    ApprovalOutcome::Unavailable,
+                    Some(format!(
+                        "the client's session did not take the question or its cancellation within {limit:?}"
+                    )),
                 ),
             }
         })
     }
 }
+
+/// How long past the approval timeout an elicitation may take to end: the
+/// time rmcp has to send the client the cancellation of an unanswered one.
+const ELICITATION_GRACE: std::time::Duration = super::logging::LOG_FORWARD_LIMIT;
 
 /// The most bytes of a call's arguments a question shows.
 const MAX_ARGS_SHOWN: usize = 4000;
