@@ -208,6 +208,15 @@ fn from_log(id: &str, principal: &str, log: &SessionLog) -> Result<DetailedTask,
             .with_status_message("running on another server of this log");
         return Ok(DetailedTask::new(t, TaskPayload::Working));
     }
+    let count = |kind| events.iter().filter(|e| e.kind == kind).count();
+    if count(EventKind::ApprovalAsked) > count(EventKind::ApprovalDecided) {
+        // Asked and not decided: the server that runs it waits for the
+        // approval (a queue shared by the log's servers, say). Reported as
+        // not run, a client could call again, and then both would run.
+        let t = task(id, TaskStatus::Working, created, last)
+            .with_status_message("waiting for an approval on another server of this log");
+        return Ok(DetailedTask::new(t, TaskPayload::Working));
+    }
     let t = task(id, TaskStatus::Cancelled, created, last).with_status_message(
         "the server stopped before the call was dispatched; the tool did not run",
     );
@@ -325,7 +334,21 @@ mod tests {
             status(tasks.get("call-x-1", "alice", &log)),
             Some(TaskStatus::Working)
         );
-        let log = log_with(&[call]);
+        let log = log_with(std::slice::from_ref(&call));
+        assert_eq!(
+            status(tasks.get("call-x-1", "alice", &log)),
+            Some(TaskStatus::Cancelled)
+        );
+        // Waiting for an approval on another server: not "did not run",
+        // which would have the client call again while the first may run.
+        let asked = (EventKind::ApprovalAsked, json!({}));
+        let log = log_with(&[call.clone(), asked.clone()]);
+        assert_eq!(
+            status(tasks.get("call-x-1", "alice", &log)),
+            Some(TaskStatus::Working)
+        );
+        let rejected = (EventKind::ApprovalDecided, json!({"outcome": "rejected"}));
+        let log = log_with(&[call, asked, rejected]);
         assert_eq!(
             status(tasks.get("call-x-1", "alice", &log)),
             Some(TaskStatus::Cancelled)
