@@ -7,7 +7,8 @@
 //!
 //! One forwarding task per server. It never holds up a call: it reads the
 //! host's bounded ring, and a client that does not take a notification
-//! within [`LOG_FORWARD_LIMIT`] loses it; while the task waits, the ring
+//! within [`LOG_FORWARD_LIMIT`](super::logging::LOG_FORWARD_LIMIT) loses it
+//! (and gets none until it takes that one: [`SendGate`](super::logging::SendGate)); while the task waits, the ring
 //! drops the oldest announcements, and the next notification sent carries
 //! the count (`dropped`).
 #![expect(
@@ -15,7 +16,7 @@
     reason = "MCP logging is deprecated upstream but still spoken by 2025-11-25 clients"
 )]
 
-use super::logging::{LOG_FORWARD_LIMIT, rank};
+use super::logging::{Sent, rank};
 use super::protocol::Server;
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use serde_json::json;
@@ -50,10 +51,12 @@ pub(super) fn spawn(server: Server) -> tokio::task::JoinHandle<()> {
                 let mut n =
                     LoggingMessageNotificationParam::new(LoggingLevel::Notice, data.clone());
                 n.logger = Some(APPROVALS_LOGGER.to_string());
-                if tokio::time::timeout(LOG_FORWARD_LIMIT, session.peer.notify_logging_message(n))
-                    .await
-                    .is_err()
-                {
+                let peer = session.peer.clone();
+                let sent = session
+                    .gate
+                    .send(async move { peer.notify_logging_message(n).await })
+                    .await;
+                if matches!(sent, Sent::Late | Sent::Skipped) {
                     tracing::warn!(
                         "an MCP client did not take an approval notification in time; dropped"
                     );

@@ -21,6 +21,8 @@ use rmcp::Peer;
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::RoleServer;
 use serde_json::json;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,6 +49,71 @@ impl SessionLevel {
             Ok(l) => *l,
             Err(poisoned) => *poisoned.into_inner(),
         }
+    }
+}
+
+/// What one session has of the notifications the server sends it on its
+/// own account (log records, progress, approval announcements, list
+/// changes): a client that keeps its connection and stops reading its
+/// stream leaves rmcp's session worker blocked on the send, and rmcp keeps
+/// each notification handed to it (a task per notification) until the
+/// worker takes it. So once one notification of the session has waited
+/// [`LOG_FORWARD_LIMIT`], the session gets none until that one is taken:
+/// what the server holds for a stuck session is bounded by the sends that
+/// were already waiting, not by how many it would send.
+#[derive(Clone, Default)]
+pub(super) struct SendGate(Arc<AtomicUsize>);
+
+/// How a notification sent through a [`SendGate`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// The transport took it.
+    Taken,
+    /// The client is gone.
+    Failed,
+    /// Not taken within [`LOG_FORWARD_LIMIT`]; it stays with rmcp until
+    /// the session takes it, and the session gets nothing more until then.
+    Late,
+    /// Not sent: an earlier notification of the session is late.
+    Skipped,
+}
+
+impl SendGate {
+    /// Sends through `sending` unless an earlier notification of the
+    /// session is late; waits at most [`LOG_FORWARD_LIMIT`].
+    pub(super) async fn send<F, E>(&self, sending: F) -> Sent
+    where
+        F: Future<Output = Result<(), E>> + Send + 'static,
+        E: Send + 'static,
+    {
+        self.send_within(LOG_FORWARD_LIMIT, sending).await
+    }
+
+    async fn send_within<F, E>(&self, limit: Duration, sending: F) -> Sent
+    where
+        F: Future<Output = Result<(), E>> + Send + 'static,
+        E: Send + 'static,
+    {
+        if self.0.load(Ordering::SeqCst) > 0 {
+            return Sent::Skipped;
+        }
+        let late = self.0.clone();
+        let (tell, told) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let mut sending = std::pin::pin!(sending);
+            match tokio::time::timeout(limit, &mut sending).await {
+                Ok(r) => {
+                    let _ = tell.send(if r.is_ok() { Sent::Taken } else { Sent::Failed });
+                }
+                Err(_) => {
+                    late.fetch_add(1, Ordering::SeqCst);
+                    let _ = tell.send(Sent::Late);
+                    let _ = sending.await;
+                    late.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        });
+        told.await.unwrap_or(Sent::Failed)
     }
 }
 
@@ -81,14 +148,15 @@ pub(super) fn rank(level: LoggingLevel) -> u8 {
 pub(super) const LOG_FORWARD_LIMIT: Duration = Duration::from_secs(2);
 
 /// Sends `logs` of a call of `tool` to `peer`, as `level` allows, for at
-/// most [`LOG_FORWARD_LIMIT`].
+/// most [`LOG_FORWARD_LIMIT`], through the session's `gate`.
 pub(super) async fn forward(
     peer: &Peer<RoleServer>,
+    gate: &SendGate,
     level: &SessionLevel,
     tool: &str,
     logs: &[LogRecord],
 ) {
-    if tokio::time::timeout(LOG_FORWARD_LIMIT, send(peer, level, tool, logs))
+    if tokio::time::timeout(LOG_FORWARD_LIMIT, send(peer, gate, level, tool, logs))
         .await
         .is_err()
     {
@@ -99,7 +167,13 @@ pub(super) async fn forward(
     }
 }
 
-async fn send(peer: &Peer<RoleServer>, level: &SessionLevel, tool: &str, logs: &[LogRecord]) {
+async fn send(
+    peer: &Peer<RoleServer>,
+    gate: &SendGate,
+    level: &SessionLevel,
+    tool: &str,
+    logs: &[LogRecord],
+) {
     let Some(min) = level.get() else {
         return;
     };
@@ -114,9 +188,64 @@ async fn send(peer: &Peer<RoleServer>, level: &SessionLevel, tool: &str, logs: &
         };
         let mut n = LoggingMessageNotificationParam::new(l, data);
         n.logger = Some(tool.to_string());
-        if peer.notify_logging_message(n).await.is_err() {
-            // The client is gone; the rest would not arrive either.
+        let peer = peer.clone();
+        let sent = gate
+            .send(async move { peer.notify_logging_message(n).await })
+            .await;
+        if sent != Sent::Taken {
+            // The client is gone, or does not read: the rest would not
+            // arrive either.
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// Sends of a session that reads are never held back, even at once;
+    /// once one waits past the limit, the session gets none (they are not
+    /// even started) until that one is taken.
+    #[tokio::test(start_paused = true)]
+    async fn a_session_that_does_not_take_a_notification_gets_no_more_until_it_does() {
+        let gate = SendGate::default();
+        let slow = || async {
+            tokio::time::sleep(LOG_FORWARD_LIMIT / 2).await;
+            Ok::<(), ()>(())
+        };
+        let (a, b) = tokio::join!(gate.send(slow()), gate.send(slow()));
+        assert_eq!((a, b), (Sent::Taken, Sent::Taken));
+
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let stuck = async move {
+            let _ = released.await;
+            Ok::<(), ()>(())
+        };
+        assert_eq!(gate.send(stuck).await, Sent::Late);
+        let started = Arc::new(AtomicBool::new(false));
+        let flag = started.clone();
+        let later = async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<(), ()>(())
+        };
+        assert_eq!(gate.send(later).await, Sent::Skipped);
+        assert!(
+            !started.load(Ordering::SeqCst),
+            "a skipped send was started"
+        );
+        // The session takes the late one: it gets notifications again.
+        let _ = release.send(());
+        let mut sent = Sent::Skipped;
+        for _ in 0..1000 {
+            sent = gate.send(async { Ok::<(), ()>(()) }).await;
+            if sent != Sent::Skipped {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sent, Sent::Taken);
+        assert_eq!(gate.send(async { Err::<(), ()>(()) }).await, Sent::Failed);
     }
 }

@@ -11,6 +11,7 @@
 //! call. A call of `d` seconds sends at most `d / PROGRESS_INTERVAL + 2`
 //! notifications, whatever the guest does.
 
+use super::logging::{SendGate, Sent};
 use crate::state::{Progress, ProgressSink};
 use rmcp::Peer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
@@ -70,21 +71,27 @@ pub(super) struct ProgressForwarder {
 }
 
 impl ProgressForwarder {
-    /// Starts forwarding to `peer` under `token`; the sink goes into the
-    /// call.
+    /// Starts forwarding to `peer` under `token`, through the session's `gate`.
     pub(super) fn start(
         peer: Peer<RoleServer>,
+        gate: SendGate,
         token: ProgressToken,
     ) -> (ProgressSink, ProgressForwarder) {
         let slot = Arc::new(LatestProgress::default());
         let (stop, stopped) = oneshot::channel();
         let send = move |p: Progress| {
-            let (peer, token) = (peer.clone(), token.clone());
+            let (peer, token, gate) = (peer.clone(), token.clone(), gate.clone());
             async move {
                 let mut n = ProgressNotificationParam::new(token, p.done as f64);
                 n.total = p.total.map(|t| t as f64);
                 n.message = p.message;
-                peer.notify_progress(n).await.map_err(|e| e.to_string())
+                match gate
+                    .send(async move { peer.notify_progress(n).await })
+                    .await
+                {
+                    Sent::Taken => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
             }
         };
         let task = tokio::spawn(forward(

@@ -22,7 +22,7 @@
 use super::annotations::Enforced;
 use super::approval::McpApprover;
 use super::http::Caller;
-use super::logging::{self, SessionLevel};
+use super::logging::{self, SendGate, SessionLevel};
 use super::mrtr::{ApprovalStates, AskThroughResult};
 use super::progress::ProgressForwarder;
 use super::tasks::{MAX_TASKS_PER_CLIENT, Tasks};
@@ -92,6 +92,8 @@ pub(super) struct SessionPeer {
     pub(super) principal: String,
     /// The log level its client set.
     pub(super) level: SessionLevel,
+    /// Its notifications' gate (see [`SendGate`]).
+    pub(super) gate: SendGate,
 }
 
 /// The protocol handler of one session. Clones share the session's state;
@@ -122,6 +124,8 @@ pub(super) struct Server {
     client: Arc<str>,
     /// The log level this session's client set (`logging/setLevel`).
     log_level: SessionLevel,
+    /// This session's notifications (see [`SendGate`]).
+    pub(super) gate: SendGate,
     /// The tasks running in this server (all sessions).
     tasks: Arc<Tasks>,
 }
@@ -151,6 +155,7 @@ impl Server {
             flush_queued: Arc::default(),
             client: Arc::from(STDIO_CLIENT),
             log_level: SessionLevel::default(),
+            gate: SendGate::default(),
             tasks: Arc::default(),
         }
     }
@@ -163,6 +168,7 @@ impl Server {
             // Replaced per request by what the front door verified.
             client: Arc::from("mcp-http"),
             log_level: SessionLevel::default(),
+            gate: SendGate::default(),
             ..self.clone()
         }
     }
@@ -187,11 +193,6 @@ impl Server {
         self.tasks.cancel_all();
     }
 
-    /// The clients of the sessions still open.
-    pub(super) fn peers(&self) -> Vec<Peer<RoleServer>> {
-        self.sessions().into_iter().map(|s| s.peer).collect()
-    }
-
     /// The sessions still open: client, principal, log level.
     pub(super) fn sessions(&self) -> Vec<SessionPeer> {
         let mut peers = match self.peers.lock() {
@@ -212,6 +213,7 @@ impl Server {
             peer,
             principal,
             level: self.log_level.clone(),
+            gate: self.gate.clone(),
         });
     }
 
@@ -737,7 +739,8 @@ impl ServerHandler for Server {
         let interrupt = Interrupt::default();
         let (progress, forwarder) = match context.meta.get_progress_token() {
             Some(token) => {
-                let (sink, forwarder) = ProgressForwarder::start(context.peer.clone(), token);
+                let (sink, forwarder) =
+                    ProgressForwarder::start(context.peer.clone(), self.gate.clone(), token);
                 (Some(sink), Some(forwarder))
             }
             None => (None, None),
@@ -774,7 +777,14 @@ impl ServerHandler for Server {
             Some(asked) => SessionLevel::fixed(asked),
             None => self.log_level.clone(),
         };
-        logging::forward(&context.peer, &level, &result.tool, &result.receipt.logs).await;
+        logging::forward(
+            &context.peer,
+            &self.gate,
+            &level,
+            &result.tool,
+            &result.receipt.logs,
+        )
+        .await;
         if let Some(forwarder) = forwarder {
             // The last report goes out before the response, never after.
             forwarder.finish().await;

@@ -4,7 +4,7 @@
 //! `notifications/tools/list_changed` (to the client of every open session). Calls in flight keep the host they
 //! started on; a directory that fails to load keeps the old host.
 
-use super::logging::LOG_FORWARD_LIMIT;
+use super::logging::Sent;
 use super::protocol::Server;
 use crate::approval::BoxFuture;
 use crate::host::Host;
@@ -89,13 +89,16 @@ pub(super) async fn watch_tools<F>(
                 tracing::info!(dir = %dir.display(), tools = ?names, "reloaded the tools directory");
                 // A client that does not read its messages must not stop
                 // the next reload: each gets a bounded time to take it.
-                for peer in server.peers() {
-                    match tokio::time::timeout(LOG_FORWARD_LIMIT, peer.notify_tool_list_changed())
-                        .await
-                    {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => tracing::warn!("cannot send tools/list_changed: {e}"),
-                        Err(_) => tracing::warn!(
+                for session in server.sessions() {
+                    let peer = session.peer.clone();
+                    let sent = session
+                        .gate
+                        .send(async move { peer.notify_tool_list_changed().await })
+                        .await;
+                    match sent {
+                        Sent::Taken => {}
+                        Sent::Failed => tracing::warn!("cannot send tools/list_changed"),
+                        Sent::Late | Sent::Skipped => tracing::warn!(
                             "an MCP client did not take tools/list_changed in time; dropped"
                         ),
                     }
