@@ -4,7 +4,10 @@
 //! # Redaction hides from the model only
 //!
 //! `redact` and `max_content_chars` edit only `content`, the text the model
-//! reads. They never touch `canonical`, the structured value that programs,
+//! reads (the host also applies `redact` and `block_matching` to what a
+//! tool sends beside it: its log records and progress reports, through
+//! [`PostExecuteRules::redact_text`] and [`PostExecuteRules::blocks_text`]).
+//! They never touch `canonical`, the structured value that programs,
 //! policy and the audit log receive. A secret redacted from the model's view is
 //! still in `canonical` and in the session log. To keep a secret out of every
 //! view, block the result with `block_matching` (which looks at both), or stop
@@ -51,6 +54,27 @@ impl PostExecuteRules {
     /// The content cap in characters (Unicode scalar values), if any.
     pub fn max_content_chars(&self) -> Option<usize> {
         self.max_content_chars
+    }
+
+    /// `text` with every `redact` match replaced by [`REDACTED`]: for what
+    /// leaves the host beside the content (a tool's log records and
+    /// progress reports), which a client may show the model too.
+    pub fn redact_text<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        let mut out = std::borrow::Cow::Borrowed(text);
+        for re in &self.redact {
+            if re.is_match(&out) {
+                out = std::borrow::Cow::Owned(re.replace_all(&out, REDACTED).into_owned());
+            }
+        }
+        out
+    }
+
+    /// Whether `block_matching` matches `text` (such text is withheld
+    /// wherever it would leave the host).
+    pub fn blocks_text(&self, text: &str) -> bool {
+        self.block_matching
+            .as_ref()
+            .is_some_and(|re| re.is_match(text))
     }
 
     /// Applies the rules to one result.

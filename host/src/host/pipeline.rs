@@ -230,7 +230,11 @@ impl Host {
             patches: a.patches,
             mode: a.mode,
             interrupt,
-            progress: redacting_progress(req.progress, self.egress.as_ref()),
+            progress: redacting_progress(
+                req.progress,
+                self.egress.as_ref(),
+                self.policy.post_execute(),
+            ),
             // Reaching this point with `ask` grants named means the
             // approval above returned `allowed-once`.
             network: NetworkGrant::for_tool(
@@ -875,6 +879,7 @@ impl Host {
         if let Some(egress) = &self.egress {
             redact_secrets(&mut result, &egress.credentials);
         }
+        screen_logs(self.policy.post_execute(), &mut result.receipt.logs);
         let duration = start.at.elapsed();
         if let Err(e) = self.recorder.result(&result, start.audit_json(duration)) {
             // The body has run; the result stays unrecorded and recovery will
@@ -1169,31 +1174,76 @@ fn intent_payload(a: &Admitted<'_>, reachable: Vec<String>) -> serde_json::Value
     intent
 }
 
-/// `sink`, with every loaded secret replaced in each report's message: a
-/// report leaves the host while the body runs (an MCP progress
-/// notification, a task's status message), before the result is redacted.
+/// `sink`, with every loaded secret replaced in each report's message, and
+/// the policy's `[post_execute]` text rules applied to it (a message that
+/// `block_matching` matches is withheld, the others redacted): a report
+/// leaves the host while the body runs (an MCP progress notification, a
+/// task's status message), before the result is screened.
 fn redacting_progress(
     sink: Option<crate::state::ProgressSink>,
     egress: Option<&Arc<crate::egress::Egress>>,
+    rules: &toolhost_policy::PostExecuteRules,
 ) -> Option<crate::state::ProgressSink> {
     let sink = sink?;
-    let Some(egress) = egress.filter(|e| e.credentials.iter().next().is_some()) else {
+    let egress = egress
+        .filter(|e| e.credentials.iter().next().is_some())
+        .cloned();
+    if egress.is_none() && rules.is_empty() {
         return Some(sink);
-    };
-    let egress = egress.clone();
+    }
+    let rules = rules.clone();
     Some(Arc::new(move |p: &crate::state::Progress| {
-        let redacted = p
-            .message
-            .as_deref()
-            .map(|m| egress.credentials.redact(m, toolhost_policy::REDACTED));
-        match redacted {
-            Some(std::borrow::Cow::Owned(message)) => sink(&crate::state::Progress {
-                message: Some(message),
-                ..p.clone()
-            }),
-            _ => sink(p),
-        }
+        let Some(message) = p.message.as_deref() else {
+            return sink(p);
+        };
+        let message = match &egress {
+            Some(e) => e.credentials.redact(message, toolhost_policy::REDACTED),
+            None => std::borrow::Cow::Borrowed(message),
+        };
+        let message = if rules.blocks_text(&message) {
+            Some(WITHHELD.to_string())
+        } else {
+            Some(rules.redact_text(&message).into_owned())
+        };
+        sink(&crate::state::Progress {
+            message,
+            ..p.clone()
+        })
     }))
+}
+
+/// What stands for a tool's log message or progress message that the
+/// policy's `post_execute.block_matching` matches.
+const WITHHELD: &str = "[withheld: matched the policy's post_execute.block_matching]";
+
+/// The policy's `[post_execute]` text rules on a call's log records (which
+/// reach an MCP client and the session log beside the content): a record
+/// whose message or fields `block_matching` matches is withheld, the
+/// others are redacted.
+fn screen_logs(rules: &toolhost_policy::PostExecuteRules, logs: &mut [crate::state::LogRecord]) {
+    if rules.is_empty() {
+        return;
+    }
+    for log in logs {
+        let fields = log.fields.as_ref().map(|f| f.to_string());
+        if rules.blocks_text(&log.message)
+            || fields.as_deref().is_some_and(|f| rules.blocks_text(f))
+        {
+            log.message = WITHHELD.to_string();
+            log.fields = None;
+            continue;
+        }
+        if let std::borrow::Cow::Owned(m) = rules.redact_text(&log.message) {
+            log.message = m;
+        }
+        if let Some(f) = &mut log.fields {
+            redact_json(f, &|s: &mut String| {
+                if let std::borrow::Cow::Owned(r) = rules.redact_text(s) {
+                    *s = r;
+                }
+            });
+        }
+    }
 }
 
 /// Replaces every loaded secret in what a result carries (content,

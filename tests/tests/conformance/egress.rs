@@ -376,3 +376,61 @@ async fn egress_an_echoed_credential_never_leaves_through_progress_or_logs() {
         "part of the secret left the host"
     );
 }
+
+/// The policy's `[post_execute]` text rules reach what a tool sends beside
+/// its content: its progress reports (while the body runs) and its log
+/// records. A `redact` match is replaced there as in the content; what
+/// `block_matching` matches is withheld there as the result is blocked.
+#[tokio::test]
+async fn egress_post_execute_rules_screen_progress_and_logs() {
+    let port = echo_heads(2);
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{port}\"]\n\n\
+         [post_execute]\nredact = [\"sk-[a-z]{{6,}}\"]\nblock_matching = \"BEGIN-PRIVATE-KEY\"\n"
+    );
+    let (_ws, host) = egress_host(&policy, None).await;
+    let fetch = |query: &str| {
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let mut request = toolhost::CallRequest::new(
+            "egress",
+            json!({"http": [format!("http://127.0.0.1:{port}/echo?{query}")], "echo": true}),
+        )
+        .mode(SandboxMode::None);
+        let seen = reports.clone();
+        request.progress = Some(Arc::new(move |p: &toolhost::Progress| {
+            seen.lock()
+                .unwrap()
+                .push(p.message.clone().unwrap_or_default());
+        }));
+        (request, reports)
+    };
+    let (request, reports) = fetch("key=sk-abcdefgh");
+    let r = host.call(request).await;
+    assert!(r.is_ok(), "{r:?}");
+    let reports = reports.lock().unwrap().clone();
+    let logs: Vec<String> = r.receipt.logs.iter().map(|l| l.message.clone()).collect();
+    for text in [&reports, &logs] {
+        assert_eq!(text.len(), 1, "{text:?}");
+        assert!(
+            text[0].contains("GET /echo?key=[REDACTED]") && !text[0].contains("sk-abcdefgh"),
+            "{text:?}"
+        );
+    }
+
+    let (request, reports) = fetch("BEGIN-PRIVATE-KEY");
+    let r = host.call(request).await;
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.to_string()).as_deref(),
+        Some("POST_EXECUTE_BLOCKED"),
+        "{r:?}"
+    );
+    let reports = reports.lock().unwrap().clone();
+    let logs: Vec<String> = r.receipt.logs.iter().map(|l| l.message.clone()).collect();
+    for text in [&reports, &logs] {
+        assert_eq!(text.len(), 1, "{text:?}");
+        assert!(
+            text[0].contains("withheld") && !text[0].contains("BEGIN-PRIVATE-KEY"),
+            "{text:?}"
+        );
+    }
+}
