@@ -7,7 +7,11 @@ use super::PeerSlot;
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::state::cut;
 use rmcp::Peer;
-use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+use rmcp::model::{
+    CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ServerRequest,
+};
+use rmcp::service::PeerRequestOptions;
 use rmcp::service::RoleServer;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -99,7 +103,7 @@ impl Approver for McpApprover {
             // sends the client a cancellation, which waits for the session
             // without a bound: a client that stopped reading its stream
             // would hold the call for good. So the whole exchange is bounded.
-            let asking = peer.create_elicitation_with_timeout(params, Some(self.timeout));
+            let asking = elicit(&peer, params, self.timeout);
             let limit = self.timeout.saturating_add(ELICITATION_GRACE);
             match tokio::time::timeout(limit, asking).await {
                 Ok(Ok(answer)) => map_elicitation(&answer),
@@ -115,6 +119,50 @@ impl Approver for McpApprover {
                 ),
             }
         })
+    }
+}
+
+/// Asks the client `params`, waiting at most `timeout` for its answer. When
+/// the wait is dropped first (the call was cancelled, or its time is up),
+/// the client is told the question is withdrawn (`notifications/cancelled`
+/// for it), which also lets rmcp forget the request: otherwise its answer
+/// slot stayed in the session for as long as the session lasted.
+async fn elicit(
+    peer: &Peer<RoleServer>,
+    params: ElicitRequestParams,
+    timeout: Duration,
+) -> Result<ElicitResult, rmcp::ServiceError> {
+    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+    let handle = peer
+        .send_cancellable_request(request, PeerRequestOptions::with_timeout(timeout))
+        .await?;
+    let mut withdraw = Withdraw(Some((peer.clone(), handle.id.clone())));
+    let answer = handle.await_response().await;
+    withdraw.0 = None;
+    match answer? {
+        ClientResult::ElicitResult(r) => Ok(r),
+        _ => Err(rmcp::ServiceError::UnexpectedResponse),
+    }
+}
+
+/// Withdraws an elicitation whose wait is dropped (see [`elicit`]).
+struct Withdraw(Option<(Peer<RoleServer>, rmcp::model::RequestId)>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let Some((peer, id)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let cancelled = CancelledNotificationParam::new(
+                Some(id),
+                Some("the call no longer waits for this answer".into()),
+            );
+            let _ = tokio::time::timeout(ELICITATION_GRACE, peer.notify_cancelled(cancelled)).await;
+        });
     }
 }
 

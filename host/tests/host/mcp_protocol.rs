@@ -963,3 +963,41 @@ fn a_server_whose_stalled_client_dies_exits() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A call cancelled while its approval is asked of the client withdraws the
+/// question: the client gets `notifications/cancelled` for the elicitation.
+/// Before, nothing told it, and rmcp kept the question's answer slot for as
+/// long as the session lasted (one more per such call).
+#[test]
+fn a_cancelled_call_withdraws_its_elicitation() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[[rules]]\ntool = \"write_file\"\ndecision = \"ask\"\nreason = \"writes need a human\"\n",
+    )
+    .unwrap();
+    let mut s = Server::start_with(
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--approval-timeout",
+            "600",
+        ],
+        json!({"elicitation": {}}),
+    );
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "write_file", "arguments": {"path": "w.txt", "content": "x"}}}),
+    );
+    let asked = s.drain_until(|v| v["method"] == "elicitation/create");
+    s.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "changed my mind"}}),
+    );
+    let withdrawn = s.drain_until(|v| v["method"] == "notifications/cancelled");
+    assert_eq!(withdrawn["params"]["requestId"], asked["id"], "{withdrawn}");
+    // The server goes on, and nothing was written.
+    s.assert_alive(8);
+    assert!(!s._dirs.0.path().join("w.txt").exists());
+}
