@@ -142,6 +142,7 @@ impl Server {
         principal: Option<String>,
         approvals: Approvals,
     ) -> Server {
+        let approval_wait = approvals.timeout;
         Server {
             current: Arc::new(RwLock::new(Arc::new(host))),
             peer,
@@ -156,7 +157,7 @@ impl Server {
             client: Arc::from(STDIO_CLIENT),
             log_level: SessionLevel::default(),
             gate: SendGate::default(),
-            tasks: Arc::default(),
+            tasks: Arc::new(Tasks::new(approval_wait)),
         }
     }
 

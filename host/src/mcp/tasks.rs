@@ -24,7 +24,7 @@ use rmcp::model::{DetailedTask, Task, TaskPayload, TaskStatus};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolhost_log::{EventKind, SessionLog};
 
 /// How often a client should poll a running task.
@@ -61,9 +61,31 @@ impl Drop for Finishing {
 #[derive(Default)]
 pub(super) struct Tasks {
     running: Mutex<HashMap<String, Running>>,
+    /// How long a call waits for an approval at most (the server's
+    /// approval timeout): past it, and [`APPROVAL_SETTLED`], an approval
+    /// the log shows asked and not decided is nobody's any more.
+    approval_wait: Duration,
 }
 
+/// How long after an approval wait must have ended its decision may still
+/// be missing from the log (a lazy event on its way, clocks of two servers).
+const APPROVAL_SETTLED: Duration = Duration::from_secs(60);
+
 impl Tasks {
+    /// How long after an approval was asked its decision may still come.
+    fn settled(&self) -> Duration {
+        self.approval_wait.saturating_add(APPROVAL_SETTLED)
+    }
+
+    /// The tasks of a server whose calls wait at most `approval_wait` for
+    /// an approval.
+    pub(super) fn new(approval_wait: Duration) -> Tasks {
+        Tasks {
+            approval_wait,
+            ..Tasks::default()
+        }
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
         match self.running.lock() {
             Ok(r) => r,
@@ -139,7 +161,7 @@ impl Tasks {
             }
             return Ok(DetailedTask::new(t, TaskPayload::Working));
         }
-        from_log(id, principal, log)
+        from_log(id, principal, log, self.settled())
     }
 
     /// Interrupts every task running in this process (the server is
@@ -163,7 +185,7 @@ impl Tasks {
             r.interrupt.cancel();
             return Ok(());
         }
-        let task = from_log(id, principal, log)?;
+        let task = from_log(id, principal, log, self.settled())?;
         if task.task.status == TaskStatus::Working {
             // Not running here, not finished in the log: another server of
             // a shared log runs it, and only that one can interrupt it.
@@ -177,7 +199,14 @@ impl Tasks {
 }
 
 /// A task that is not running here, as the session log tells it.
-fn from_log(id: &str, principal: &str, log: &SessionLog) -> Result<DetailedTask, McpError> {
+/// `settled`: how long after an approval was asked its decision may still
+/// come.
+fn from_log(
+    id: &str,
+    principal: &str,
+    log: &SessionLog,
+    settled: Duration,
+) -> Result<DetailedTask, McpError> {
     let events = log.events_for_call(id).map_err(|e| {
         // The detail (paths, database errors) stays in the server's log.
         tracing::warn!("tasks: cannot read the session log: {e}");
@@ -209,13 +238,29 @@ fn from_log(id: &str, principal: &str, log: &SessionLog) -> Result<DetailedTask,
         return Ok(DetailedTask::new(t, TaskPayload::Working));
     }
     let count = |kind| events.iter().filter(|e| e.kind == kind).count();
-    if count(EventKind::ApprovalAsked) > count(EventKind::ApprovalDecided) {
-        // Asked and not decided: the server that runs it waits for the
-        // approval (a queue shared by the log's servers, say). Reported as
-        // not run, a client could call again, and then both would run.
-        let t = task(id, TaskStatus::Working, created, last)
-            .with_status_message("waiting for an approval on another server of this log");
-        return Ok(DetailedTask::new(t, TaskPayload::Working));
+    let asked_at = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ApprovalAsked)
+        .map(|e| e.at_unix_ms)
+        .max();
+    if let Some(asked_at) = asked_at
+        && count(EventKind::ApprovalAsked) > count(EventKind::ApprovalDecided)
+    {
+        // Asked and not decided. While the wait can last, the server that
+        // runs it waits for the approval (a queue shared by the log's
+        // servers, say): reported as not run, a client could call again,
+        // and then both would run. Past it, the server that asked stopped
+        // before any decision, and with no intent the tool did not run.
+        let until = u128::from(asked_at).saturating_add(settled.as_millis());
+        if u128::from(now_ms()) < until {
+            let t = task(id, TaskStatus::Working, created, last)
+                .with_status_message("waiting for an approval on another server of this log");
+            return Ok(DetailedTask::new(t, TaskPayload::Working));
+        }
+        let t = task(id, TaskStatus::Cancelled, created, last).with_status_message(
+            "the approval asked for was never decided (the server that asked stopped); the tool did not run",
+        );
+        return Ok(DetailedTask::new(t, TaskPayload::Cancelled));
     }
     let t = task(id, TaskStatus::Cancelled, created, last).with_status_message(
         "the server stopped before the call was dispatched; the tool did not run",
@@ -346,6 +391,12 @@ mod tests {
         assert_eq!(
             status(tasks.get("call-x-1", "alice", &log)),
             Some(TaskStatus::Working)
+        );
+        // Once no wait can last any more, the server that asked stopped
+        // before a decision: the tool did not run (not "working" for good).
+        assert_eq!(
+            status(from_log("call-x-1", "alice", &log, Duration::ZERO)),
+            Some(TaskStatus::Cancelled)
         );
         let rejected = (EventKind::ApprovalDecided, json!({"outcome": "rejected"}));
         let log = log_with(&[call, asked, rejected]);
