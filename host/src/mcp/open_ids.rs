@@ -13,11 +13,12 @@
 //! session. An id is open from the moment the front door lets its POST
 //! through until rmcp is done with it:
 //! - its response stream ended (rmcp closed the request's channel, so it
-//!   no longer maps the id); or else
+//!   no longer maps the id) and nothing else holds the request; or else
 //! - [`ANSWER_TAKEN`] after the request's last holder let go: the front
 //!   door's response (a client that dropped the stream before its end) and
 //!   rmcp's copy of the request's parts, which goes with its handler's
-//!   context. rmcp takes a handler's answer at once; until it has, a second
+//!   context (a handler runs on after a cancellation ended its stream, and
+//!   rmcp routes its answer by the id when it returns). rmcp takes a handler's answer at once; until it has, a second
 //!   request with the id would still take the mapping over.
 //!
 //! What is held is bounded by what holds it: the POSTs the front door has
@@ -80,9 +81,15 @@ impl OpenIds {
 }
 
 impl OpenRequest {
-    /// The id is free again: rmcp no longer routes it.
-    pub(super) fn release(&self) {
-        self.0.release();
+    /// The request's stream ended: rmcp no longer routes its id. The id is
+    /// free at once unless something else still holds the request (its
+    /// handler, which runs on after a cancellation ended the stream, and
+    /// whose answer rmcp would route by the id when it returns); then it is
+    /// free [`ANSWER_TAKEN`] after that holder lets go.
+    pub(super) fn ended(self) {
+        if Arc::strong_count(&self.0) == 1 {
+            self.0.release();
+        }
     }
 }
 
@@ -133,7 +140,7 @@ pub(super) struct Releasing<B: hyper::body::Body> {
 impl<B: hyper::body::Body> Releasing<B> {
     fn release_if_ended(&mut self, ended: bool) {
         if ended && let Some(open) = self.open.take() {
-            open.release();
+            open.ended();
         }
     }
 }
@@ -209,21 +216,37 @@ mod tests {
             "freed before rmcp took the answer"
         );
         tokio::time::sleep(ANSWER_TAKEN).await;
+        // A stream that ends while its handler still holds the request (a
+        // cancellation ended it): held until the handler lets go.
         let second = ids.open("s", id(7)).unwrap();
-        // The second request's stream ends: free at once.
+        let handler = second.clone();
         let mut body = Releasing {
             inner: Full::new(bytes::Bytes::from_static(b"x")),
-            open: Some(second.clone()),
+            open: Some(second),
+        };
+        while body.frame().await.is_some() {}
+        assert!(
+            ids.open("s", id(7)).is_none(),
+            "freed while the handler runs"
+        );
+        drop(handler);
+        tokio::time::sleep(ANSWER_TAKEN * 2).await;
+        // A stream that ends with nothing else holding it: free at once.
+        let third = ids.open("s", id(7)).unwrap();
+        let mut body = Releasing {
+            inner: Full::new(bytes::Bytes::from_static(b"x")),
+            open: Some(third),
         };
         assert!(ids.open("s", id(7)).is_none());
         while body.frame().await.is_some() {}
-        let third = ids.open("s", id(7)).unwrap();
-        // The second's holders go after the third took the id.
-        drop(second);
+        let fourth = ids.open("s", id(7)).unwrap();
         drop(body);
         tokio::time::sleep(ANSWER_TAKEN * 2).await;
-        assert!(ids.open("s", id(7)).is_none(), "the third's hold was freed");
-        drop(third);
+        assert!(
+            ids.open("s", id(7)).is_none(),
+            "the fourth's hold was freed"
+        );
+        drop(fourth);
         tokio::time::sleep(ANSWER_TAKEN * 2).await;
         assert_eq!(ids.len(), 0);
     }
