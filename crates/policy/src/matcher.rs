@@ -132,8 +132,9 @@ enum Test {
 /// Strings match on their text, numbers and booleans on their JSON text. A
 /// missing pointer or `null` never matches. An array or an object matches a
 /// deny or ask rule when any string, number or boolean in it does (at any
-/// depth, the values of objects but not their keys), so that a list, or a
-/// list of objects such as `[{"path": ...}]`, cannot carry a path past it;
+/// depth, the keys of objects as strings too), so that a list, a list of
+/// objects such as `[{"path": ...}]`, or a map keyed by path, cannot carry a
+/// path past it;
 /// neither ever matches an allow rule (point at an element, e.g.
 /// `/paths/0`, to allow by one).
 #[derive(Debug, Clone)]
@@ -208,12 +209,14 @@ impl ArgMatcher {
 }
 
 /// Whether `hit` holds of any string, number or boolean in `value`, looking
-/// inside arrays and the values of objects at any depth (bounded by the
-/// parser's nesting limit).
+/// inside arrays and objects (keys, as strings, and values) at any depth
+/// (bounded by the parser's nesting limit).
 fn any_leaf(value: &serde_json::Value, hit: &impl Fn(&serde_json::Value) -> bool) -> bool {
     match value {
         serde_json::Value::Array(items) => items.iter().any(|v| any_leaf(v, hit)),
-        serde_json::Value::Object(members) => members.values().any(|v| any_leaf(v, hit)),
+        serde_json::Value::Object(members) => members
+            .iter()
+            .any(|(k, v)| hit(&serde_json::Value::String(k.clone())) || any_leaf(v, hit)),
         leaf => hit(leaf),
     }
 }
@@ -239,14 +242,18 @@ fn literal_dir_stem(glob: &str) -> Option<&str> {
     (!last.contains(['*', '?', '[', ']', '{', '}', '\\'])).then_some(stem)
 }
 
-/// Every string at `value`, looking inside arrays and the values of objects
-/// (at any depth). Guards use this so that a list of paths, or of objects
-/// with paths, cannot smuggle one past a path check.
+/// Every string at `value`, looking inside arrays and objects (their keys
+/// and values, at any depth). Guards use this so that a list of paths, or
+/// objects with paths as values or as keys, cannot smuggle one past a path
+/// check.
 pub(crate) fn strings_in(value: &serde_json::Value) -> Vec<&str> {
     match value {
         serde_json::Value::String(s) => vec![s.as_str()],
         serde_json::Value::Array(items) => items.iter().flat_map(strings_in).collect(),
-        serde_json::Value::Object(members) => members.values().flat_map(strings_in).collect(),
+        serde_json::Value::Object(members) => members
+            .iter()
+            .flat_map(|(k, v)| std::iter::once(k.as_str()).chain(strings_in(v)))
+            .collect(),
         _ => Vec::new(),
     }
 }

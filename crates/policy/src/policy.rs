@@ -33,8 +33,8 @@ use toolhost_egress::NetworkPolicy;
 /// # optional; every matcher must match. `pointer` is a JSON pointer into the
 /// # arguments; exactly one of `glob` (`*` stays within a `/` segment, `**`
 /// # crosses) or `regex`. A missing value or null never matches; an array or
-/// # object matches a deny or ask rule when any value in it does (at any depth,
-/// # not keys), never an allow rule.
+/// # object matches a deny or ask rule when any key or value in it does (at any
+/// # depth), never an allow rule.
 /// args = [ { pointer = "/path", glob = "src/**" }, { pointer = "/content", regex = "TODO" } ]
 /// side_effect = ["write", "external"]   # optional: none | read | write | external
 /// # optional examples, checked at load against this rule alone. Keys: tool,

@@ -23,7 +23,7 @@ pub(crate) struct PathCheck {
 ///   compact JSON (so it sees keys as well as values, and strings in their
 ///   JSON-escaped form);
 /// * `deny_paths` with `pointer`: a string at the pointer (or any string in an
-///   array or object there, at any depth) matches a glob, either as written or after lexical
+///   array or object there, keys too, at any depth) matches a glob, either as written or after lexical
 ///   normalisation (`a/./b/../.git/x` is also checked as `a/.git/x`).
 ///   Symlinks are not resolved: this is a policy check, not the sandbox.
 #[derive(Debug, Clone)]

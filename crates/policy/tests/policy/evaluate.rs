@@ -530,8 +530,8 @@ args = [ { pointer = "/paths", glob = "src/**" } ]
     );
     assert_eq!(kind(json!({"paths": "src/a"})), DecisionKind::Allow);
     assert_eq!(kind(json!({"paths": []})), DecisionKind::Ask);
-    // Objects, in a list or at the pointer, are looked into (their values,
-    // not their keys); they never match an allow rule either.
+    // Objects, in a list or at the pointer, are looked into (keys and
+    // values); they never match an allow rule either.
     assert_eq!(
         kind(json!({"paths": [{"path": "src/a"}, {"path": "secrets/k"}]})),
         DecisionKind::Deny
@@ -542,6 +542,10 @@ args = [ { pointer = "/paths", glob = "src/**" } ]
     );
     assert_eq!(
         kind(json!({"paths": [{"secrets/k": "src/a"}]})),
+        DecisionKind::Deny
+    );
+    assert_eq!(
+        kind(json!({"paths": [{"src/b": "src/a"}]})),
         DecisionKind::Ask
     );
     assert_eq!(kind(json!({"paths": {"path": "src/a"}})), DecisionKind::Ask);
@@ -571,5 +575,6 @@ args = [ { pointer = "/ports", regex = "^22$" } ]
     assert_eq!(kind(json!({"ports": [80, 22.0]})), DecisionKind::Deny);
     assert_eq!(kind(json!({"ports": [{"port": 22}]})), DecisionKind::Deny);
     assert_eq!(kind(json!({"ports": [80, 443]})), DecisionKind::Allow);
-    assert_eq!(kind(json!({"ports": {"22": 80}})), DecisionKind::Allow);
+    assert_eq!(kind(json!({"ports": {"22": 80}})), DecisionKind::Deny);
+    assert_eq!(kind(json!({"ports": {"80": 443}})), DecisionKind::Allow);
 }

@@ -201,9 +201,11 @@ reason = "off limits"
         json!({"path": [{"path": "ok.txt"}, {"path": "/etc/hosts"}]})
     ));
     assert!(denied(json!({"path": {"from": "ok.txt", "to": ".git/x"}})));
-    assert!(!denied(
+    // A map keyed by path: the keys are paths too.
+    assert!(denied(
         json!({"path": [{"path": "ok.txt"}, {"/etc/hosts": 1}]})
     ));
+    assert!(!denied(json!({"path": {"ok.txt": "src/a"}})));
     // The protected directories themselves, however spelled.
     assert!(denied(json!({"path": ".git"})));
     assert!(denied(json!({"path": "src/.git/"})));
