@@ -52,7 +52,9 @@ pub struct ApprovalRequest {
 /// The code an approval request is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovedCode {
-    /// SHA-256 (hex) of the component's or the program's bytes.
+    /// SHA-256 (hex) of the component's bytes; for a program tool, of its
+    /// program's bytes and of how its manifest runs it
+    /// ([`Manifest::approval_digest`](crate::Manifest::approval_digest)).
     pub sha256: String,
     /// The side effect the tool declares.
     pub side_effect: toolhost_core::SideEffect,

@@ -280,6 +280,20 @@ impl Manifest {
         Ok(manifest)
     }
 
+    /// What an approval of a call of this tool is about, beside the
+    /// arguments: SHA-256 (hex) of `program_sha256` (the program's bytes)
+    /// and of everything this checked manifest runs it with (argv, env,
+    /// preopens, limits, ...). A reload that keeps the program but changes
+    /// how it runs is not approved by an answer given before.
+    pub fn approval_digest(&self, program_sha256: &str) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(program_sha256.as_bytes());
+        h.update(b"\n");
+        h.update(format!("{self:?}").as_bytes());
+        hex::encode(h.finalize())
+    }
+
     /// Parses and checks manifest text; relative paths are resolved against
     /// the directory of `path`. Touches no file.
     pub fn parse(text: &str, path: &Path) -> Result<Manifest, ManifestError> {
@@ -674,6 +688,17 @@ input_schema = '{"type":"object","properties":{"a":{"type":"string"},"xs":{"type
 
     fn parse(extra: &str) -> Result<Manifest, ManifestError> {
         Manifest::parse(&format!("{BASE}{extra}"), Path::new("/tools/t.tool.toml"))
+    }
+
+    /// The approval digest covers the program and how the manifest runs it.
+    #[test]
+    fn the_approval_digest_covers_program_and_manifest() {
+        let m = parse(r#"argv = ["t", "{a}"]"#).unwrap_or_else(|e| panic!("{e}"));
+        let same = parse(r#"argv = ["t", "{a}"]"#).unwrap_or_else(|e| panic!("{e}"));
+        let other = parse(r#"argv = ["t", "--force", "{a}"]"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(m.approval_digest("p1"), same.approval_digest("p1"));
+        assert_ne!(m.approval_digest("p1"), m.approval_digest("p2"));
+        assert_ne!(m.approval_digest("p1"), other.approval_digest("p1"));
     }
 
     #[test]

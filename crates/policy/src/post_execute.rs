@@ -4,9 +4,10 @@
 //! # Redaction hides from the model only
 //!
 //! `redact` and `max_content_chars` edit only `content`, the text the model
-//! reads (the host also applies `redact` and `block_matching` to what a
-//! tool sends beside it: its log records and progress reports, through
-//! [`PostExecuteRules::redact_text`] and [`PostExecuteRules::blocks_text`]).
+//! reads. (The host also applies `redact` and `block_matching` to what a
+//! tool sends beside it, its log records and progress reports, through
+//! [`PostExecuteRules::redact_text`] and [`PostExecuteRules::blocks_text`],
+//! before they are sent or recorded: the session log keeps them screened.)
 //! They never touch `canonical`, the structured value that programs,
 //! policy and the audit log receive. A secret redacted from the model's view is
 //! still in `canonical` and in the session log. To keep a secret out of every

@@ -207,7 +207,10 @@ impl Host {
                 network: a.ask_network.clone(),
                 principal: Some(start.principal.clone()),
                 code: Some(crate::approval::ApprovedCode {
-                    sha256: a.tool.sha256().to_string(),
+                    sha256: match &a.tool.body {
+                        ToolBody::Component(c) => c.sha256.clone(),
+                        ToolBody::Program(p) => p.manifest.approval_digest(&p.sha256),
+                    },
                     side_effect: a.tool.descriptor.side_effect,
                 }),
             };
