@@ -765,15 +765,34 @@ async fn run(a: RunArgs) -> Result<ExitCode, UsageError> {
         request = request.escalate(mode, a.justification.clone().unwrap_or_default());
     }
     let result = host.call(request).await;
-    if let Err(e) = host.log().flush() {
-        eprintln!("warning: the session log could not be flushed: {e}");
-    }
+    let flushed = flush_before_printing(&host);
     print_result(&result, a.json);
-    Ok(if result.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(run_status(flushed, result.is_ok())))
+}
+
+/// Flushes the session log before a result is printed; false (and says so
+/// on stderr) when that failed: the call's result is then not recorded, and
+/// the log will report the call `TOOL_OUTCOME_UNKNOWN`.
+fn flush_before_printing(host: &Host) -> bool {
+    match host.log().flush() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!(
+                "error: the session log could not be flushed ({e}): the result below is not recorded, and the log will report the call TOOL_OUTCOME_UNKNOWN"
+            );
+            false
+        }
+    }
+}
+
+/// `run`'s exit status: 0 every call ok, 1 an error result, 3 a result
+/// that could not be recorded (whatever it says).
+fn run_status(flushed: bool, all_ok: bool) -> u8 {
+    match (flushed, all_ok) {
+        (false, _) => 3,
+        (true, true) => 0,
+        (true, false) => 1,
+    }
 }
 
 async fn run_batch(
@@ -817,9 +836,7 @@ async fn run_batch(
         })
         .collect();
     let results = host.call_batch(requests).await;
-    if let Err(e) = host.log().flush() {
-        eprintln!("warning: the session log could not be flushed: {e}");
-    }
+    let flushed = flush_before_printing(host);
     if a.json {
         outln!("{}", serde_json::to_string(&results).unwrap_or_default());
     } else {
@@ -827,11 +844,10 @@ async fn run_batch(
             print_result(r, false);
         }
     }
-    Ok(if results.iter().all(CallResult::is_ok) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(run_status(
+        flushed,
+        results.iter().all(CallResult::is_ok),
+    )))
 }
 
 fn print_result(result: &CallResult, json: bool) {
@@ -1479,4 +1495,18 @@ async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_status;
+
+    /// A result the log could not record never exits 0, whatever it says.
+    #[test]
+    fn an_unrecorded_result_exits_3() {
+        assert_eq!(run_status(true, true), 0);
+        assert_eq!(run_status(true, false), 1);
+        assert_eq!(run_status(false, true), 3);
+        assert_eq!(run_status(false, false), 3);
+    }
 }
