@@ -58,7 +58,7 @@ pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
 pub use crate::holder::Holder;
 pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
 #[cfg(feature = "postgres")]
-pub use crate::pg_approvals::{Decided, PgApprovals};
+pub use crate::pg_approvals::{Decided, KEEP_DECIDED, PgApprovals};
 #[cfg(feature = "postgres")]
 pub use crate::pg_engine::{PgEngine, PgOptions, PgStats, PgStatsHandle, keeper_application};
 #[cfg(feature = "postgres")]

@@ -42,7 +42,19 @@ pub struct PgApprovals {
     replica: String,
     op_timeout: Duration,
     client: Mutex<Option<Arc<Client>>>,
+    /// When this handle last removed old rows (seconds since the Unix
+    /// epoch; see [`PgApprovals::sweep_if_due`]).
+    swept_at: std::sync::atomic::AtomicU64,
 }
+
+/// How often, at most, a handle removes old rows while it registers
+/// requests and claims.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// How long after its decision (or, for a claim, after the time it is kept
+/// for) a row is kept by the sweep that registrations and claims run: as
+/// long as the host keeps a decided request for a late reader.
+pub const KEEP_DECIDED: Duration = Duration::from_secs(600);
 
 impl std::fmt::Debug for PgApprovals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,6 +85,7 @@ impl PgApprovals {
             replica: options.replica.clone(),
             op_timeout: options.op_timeout,
             client: Mutex::new(None),
+            swept_at: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -116,6 +129,7 @@ impl PgApprovals {
     ///
     /// [`LogError::Storage`] when the database cannot be reached or refuses the write.
     pub async fn register(&self, id: &str, request: &str) -> Result<bool, LogError> {
+        self.sweep_if_due().await;
         let client = self.client().await?;
         self.bounded(async {
             client
@@ -176,6 +190,7 @@ impl PgApprovals {
     /// after the grace (the host's is 600 s), while the state it spent could live
     /// longer: a replay of that still-valid state then won a second claim.
     async fn claim(&self, id: &str, what: &str, keep_until_secs: f64) -> Result<bool, LogError> {
+        self.sweep_if_due().await;
         let client = self.client().await?;
         self.bounded(async {
             client
@@ -294,6 +309,47 @@ impl PgApprovals {
                 .collect()
         })
         .await
+    }
+}
+
+impl PgApprovals {
+    /// Removes the rows decided more than [`KEEP_DECIDED`] ago (claims: past
+    /// the time they are kept for), at most once per [`SWEEP_EVERY`] per
+    /// handle. Every request and claim adds a row; without this, a replica
+    /// that never restarts (the sweep of [`PgApprovals::recover`] runs at
+    /// start) grew the table without bound. A failure is left for the next
+    /// sweep: the row it would remove is no longer needed, and the caller's
+    /// own statement reports a database that cannot be reached.
+    pub async fn sweep_if_due(&self) -> u64 {
+        use std::sync::atomic::Ordering;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.swept_at.load(Ordering::SeqCst);
+        if now.saturating_sub(last) < SWEEP_EVERY.as_secs()
+            || self
+                .swept_at
+                .compare_exchange(last, now, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return 0;
+        }
+        let Ok(client) = self.client().await else {
+            return 0;
+        };
+        let keep = KEEP_DECIDED.as_secs_f64();
+        self.bounded(async {
+            client
+                .execute(
+                    "DELETE FROM toolhost_approvals WHERE log = $1 \
+                     AND decided_at < now() - make_interval(secs => $2)",
+                    &[&self.log, &keep],
+                )
+                .await
+                .map_err(from_pg)
+        })
+        .await
+        .unwrap_or(0)
     }
 }
 

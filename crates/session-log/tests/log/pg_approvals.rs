@@ -108,6 +108,47 @@ fn a_claim_outlives_the_clean_up_of_decided_requests_until_its_time() {
     });
 }
 
+/// Registrations and claims remove old rows as they go, at most once a minute per
+/// handle: the sweep of `recover` runs only when a replica starts, and every request
+/// and claim adds a row, so a replica that never restarted grew the table without
+/// bound. Pending requests and claims still in their time stay.
+#[test]
+fn old_rows_are_swept_while_a_replica_runs() {
+    let Some(url) = pg_url() else { return };
+    let log = unique("approvals-sweep");
+    let _a_log = PgEngine::open(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let a = PgApprovals::new(&url, &pg_options(&log, "a", Duration::from_secs(600))).unwrap();
+    let b = PgApprovals::new(&url, &pg_options(&log, "b", Duration::from_secs(600))).unwrap();
+    let rt = rt();
+    rt.block_on(async {
+        let past = SystemTime::now() - 2 * toolhost_log::KEEP_DECIDED;
+        assert!(a.claim_once_until("past", "used", past).await.unwrap());
+        assert!(a.claim_once("forever", "used").await.unwrap());
+        assert!(
+            a.register("pending", r#"{"approval_id":"pending"}"#)
+                .await
+                .unwrap()
+        );
+        // `b`'s first registration sweeps.
+        assert!(b.register("other", "{}").await.unwrap());
+        assert!(
+            a.claim_once_until("past", "used", past).await.unwrap(),
+            "the old claim was not removed"
+        );
+        assert!(!a.claim_once("forever", "used").await.unwrap());
+        assert!(
+            b.pending()
+                .await
+                .unwrap()
+                .contains(&r#"{"approval_id":"pending"}"#.to_string())
+        );
+        // Not again within the minute.
+        assert!(a.claim_once_until("past-2", "used", past).await.unwrap());
+        assert!(b.register("other-2", "{}").await.unwrap());
+        assert!(!a.claim_once_until("past-2", "used", past).await.unwrap());
+    });
+}
+
 #[test]
 fn recovery_decides_only_requests_nobody_can_wait_for() {
     let Some(url) = pg_url() else { return };
