@@ -314,7 +314,7 @@ impl PgApprovals {
 
 impl PgApprovals {
     /// Removes the rows decided more than [`KEEP_DECIDED`] ago (claims: past
-    /// the time they are kept for), at most once per [`SWEEP_EVERY`] per
+    /// the time they are kept for), at most once a minute per
     /// handle. Every request and claim adds a row; without this, a replica
     /// that never restarts (the sweep of [`PgApprovals::recover`] runs at
     /// start) grew the table without bound. A failure is left for the next
