@@ -192,32 +192,45 @@ impl ArgMatcher {
                 Cow::Borrowed(_) => false,
             }
         };
-        let leaf = |v: &serde_json::Value| match v {
-            serde_json::Value::String(s) => text(s),
-            serde_json::Value::Number(n) => test(&number_text(n)),
-            serde_json::Value::Bool(b) => test(if *b { "true" } else { "false" }),
-            _ => false,
+        let leaf = |l: Leaf<'_>| match l {
+            Leaf::Str(s) => text(s),
+            Leaf::Num(n) => test(&number_text(n)),
+            Leaf::Bool(b) => test(if b { "true" } else { "false" }),
         };
         match args.pointer(&self.pointer) {
-            Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
-                !strict && any_leaf(v, &leaf)
-            }
-            Some(v) => leaf(v),
+            Some(serde_json::Value::Array(_) | serde_json::Value::Object(_)) if strict => false,
+            Some(v) => find_leaf(v, &mut |l| leaf(l).then_some(())).is_some(),
             None => false,
         }
     }
 }
 
-/// Whether `hit` holds of any string, number or boolean in `value`, looking
-/// inside arrays and objects (keys, as strings, and values) at any depth
-/// (bounded by the parser's nesting limit).
-fn any_leaf(value: &serde_json::Value, hit: &impl Fn(&serde_json::Value) -> bool) -> bool {
+/// A string, number or boolean inside an argument (an object's key is a
+/// string).
+#[derive(Clone, Copy)]
+pub(crate) enum Leaf<'a> {
+    Str(&'a str),
+    Num(&'a serde_json::Number),
+    Bool(bool),
+}
+
+/// The first `hit` of the strings, numbers and booleans in `value`, looking
+/// inside arrays and objects (keys and values) at any depth (bounded by the
+/// parser's nesting limit). Rules and guards use this so that a list, or
+/// objects with paths as values or as keys, cannot smuggle one past them.
+pub(crate) fn find_leaf<'a, T>(
+    value: &'a serde_json::Value,
+    hit: &mut impl FnMut(Leaf<'a>) -> Option<T>,
+) -> Option<T> {
     match value {
-        serde_json::Value::Array(items) => items.iter().any(|v| any_leaf(v, hit)),
+        serde_json::Value::String(s) => hit(Leaf::Str(s)),
+        serde_json::Value::Number(n) => hit(Leaf::Num(n)),
+        serde_json::Value::Bool(b) => hit(Leaf::Bool(*b)),
+        serde_json::Value::Null => None,
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_leaf(v, hit)),
         serde_json::Value::Object(members) => members
             .iter()
-            .any(|(k, v)| hit(&serde_json::Value::String(k.clone())) || any_leaf(v, hit)),
-        leaf => hit(leaf),
+            .find_map(|(k, v)| hit(Leaf::Str(k)).or_else(|| find_leaf(v, hit))),
     }
 }
 
@@ -240,22 +253,6 @@ fn literal_dir_stem(glob: &str) -> Option<&str> {
     let stem = glob.strip_suffix("/**").filter(|s| !s.is_empty())?;
     let last = stem.rsplit('/').next().unwrap_or(stem);
     (!last.contains(['*', '?', '[', ']', '{', '}', '\\'])).then_some(stem)
-}
-
-/// Every string at `value`, looking inside arrays and objects (their keys
-/// and values, at any depth). Guards use this so that a list of paths, or
-/// objects with paths as values or as keys, cannot smuggle one past a path
-/// check.
-pub(crate) fn strings_in(value: &serde_json::Value) -> Vec<&str> {
-    match value {
-        serde_json::Value::String(s) => vec![s.as_str()],
-        serde_json::Value::Array(items) => items.iter().flat_map(strings_in).collect(),
-        serde_json::Value::Object(members) => members
-            .iter()
-            .flat_map(|(k, v)| std::iter::once(k.as_str()).chain(strings_in(v)))
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// Lexically normalises a `/`-separated path: drops `.` and empty segments and

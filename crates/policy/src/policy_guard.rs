@@ -2,7 +2,7 @@
 
 use crate::facts::CallFacts;
 use crate::guard::{Guard, GuardVerdict};
-use crate::matcher::{ToolPattern, normalize_path, strings_in};
+use crate::matcher::{Leaf, ToolPattern, find_leaf, normalize_path};
 use globset::GlobMatcher;
 use regex::Regex;
 
@@ -69,21 +69,21 @@ impl Guard for PolicyGuard {
             let Some(value) = facts.args.pointer(&check.pointer) else {
                 return GuardVerdict::Pass;
             };
-            for path in strings_in(value) {
+            let denied = find_leaf(value, &mut |l| {
+                let Leaf::Str(path) = l else { return None };
                 let normal = normalize_path(path);
                 // The directory a glob protects is covered too: `**/.git/**`
                 // denies `.git` and `src/.git/` (which normalises to
                 // `src/.git`), as it denies what is inside them.
                 let as_dir = format!("{normal}/");
-                if let Some((glob, _)) = check
+                check
                     .globs
                     .iter()
                     .find(|(_, g)| g.is_match(path) || g.is_match(&*normal) || g.is_match(&as_dir))
-                {
-                    return GuardVerdict::Deny {
-                        reason: format!("{} (path {path:?} matches {glob:?})", self.reason),
-                    };
-                }
+                    .map(|(glob, _)| format!("{} (path {path:?} matches {glob:?})", self.reason))
+            });
+            if let Some(reason) = denied {
+                return GuardVerdict::Deny { reason };
             }
         }
         GuardVerdict::Pass
