@@ -296,14 +296,7 @@ impl PgApprovals {
                 )
                 .await
                 .map_err(from_pg)?;
-            client
-                .execute(
-                    "DELETE FROM toolhost_approvals WHERE log = $1 \
-                     AND decided_at < now() - make_interval(secs => $2)",
-                    &[&self.log, &grace],
-                )
-                .await
-                .map_err(from_pg)?;
+            delete_decided(&client, &self.log, grace).await?;
             rows.iter()
                 .map(|r| r.try_get::<_, String>(0).map_err(from_pg))
                 .collect()
@@ -337,20 +330,27 @@ impl PgApprovals {
         let Ok(client) = self.client().await else {
             return 0;
         };
-        let keep = KEEP_DECIDED.as_secs_f64();
-        self.bounded(async {
-            client
-                .execute(
-                    "DELETE FROM toolhost_approvals WHERE log = $1 \
-                     AND decided_at < now() - make_interval(secs => $2)",
-                    &[&self.log, &keep],
-                )
-                .await
-                .map_err(from_pg)
-        })
+        self.bounded(delete_decided(
+            &client,
+            &self.log,
+            KEEP_DECIDED.as_secs_f64(),
+        ))
         .await
         .unwrap_or(0)
     }
+}
+
+/// Removes the rows of `log` decided more than `grace_secs` ago (a claim's
+/// `decided_at` is the time it is kept until); how many.
+async fn delete_decided(client: &Client, log: &str, grace_secs: f64) -> Result<u64, LogError> {
+    client
+        .execute(
+            "DELETE FROM toolhost_approvals WHERE log = $1 \
+             AND decided_at < now() - make_interval(secs => $2)",
+            &[&log, &grace_secs],
+        )
+        .await
+        .map_err(from_pg)
 }
 
 /// The row of request `id` in `log`: `None` when there is none, else its
