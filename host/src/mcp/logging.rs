@@ -86,14 +86,6 @@ impl SendGate {
         F: Future<Output = Result<(), E>> + Send + 'static,
         E: Send + 'static,
     {
-        self.send_within(LOG_FORWARD_LIMIT, sending).await
-    }
-
-    async fn send_within<F, E>(&self, limit: Duration, sending: F) -> Sent
-    where
-        F: Future<Output = Result<(), E>> + Send + 'static,
-        E: Send + 'static,
-    {
         if self.0.load(Ordering::SeqCst) > 0 {
             return Sent::Skipped;
         }
@@ -101,7 +93,7 @@ impl SendGate {
         let (tell, told) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let mut sending = std::pin::pin!(sending);
-            match tokio::time::timeout(limit, &mut sending).await {
+            match tokio::time::timeout(LOG_FORWARD_LIMIT, &mut sending).await {
                 Ok(r) => {
                     let _ = tell.send(if r.is_ok() { Sent::Taken } else { Sent::Failed });
                 }

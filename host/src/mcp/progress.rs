@@ -27,12 +27,6 @@ use tokio::time::Instant;
 /// last report of a call is sent when the call ends, even sooner.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
-/// How long one notification may wait for the client's session to take it.
-/// Past that the call's forwarding stops: a client that does not read its
-/// stream (or a session rmcp no longer drives) would otherwise hold the
-/// call, its slot among the calls in flight included, for good.
-pub(super) const PROGRESS_SEND_LIMIT: Duration = super::logging::LOG_FORWARD_LIMIT;
-
 /// The latest progress report of one call: a single slot, not a queue.
 /// Written on the guest's thread (it never blocks for long: the lock is
 /// held only to swap the value), read by the forwarder.
@@ -85,22 +79,10 @@ impl ProgressForwarder {
                 let mut n = ProgressNotificationParam::new(token, p.done as f64);
                 n.total = p.total.map(|t| t as f64);
                 n.message = p.message;
-                match gate
-                    .send(async move { peer.notify_progress(n).await })
-                    .await
-                {
-                    Sent::Taken => Ok(()),
-                    other => Err(format!("{other:?}")),
-                }
+                gated(&gate, async move { peer.notify_progress(n).await }).await
             }
         };
-        let task = tokio::spawn(forward(
-            slot.clone(),
-            stopped,
-            PROGRESS_INTERVAL,
-            PROGRESS_SEND_LIMIT,
-            send,
-        ));
+        let task = tokio::spawn(forward(slot.clone(), stopped, PROGRESS_INTERVAL, send));
         let sink: ProgressSink = Arc::new(move |p: &Progress| slot.put(p.clone()));
         (
             sink,
@@ -113,10 +95,11 @@ impl ProgressForwarder {
 
     /// Ends forwarding: sends the last report not sent yet, then returns.
     /// After this, nothing more is sent for the call, so the call's
-    /// response follows every notification of it, unless a send took
-    /// longer than [`PROGRESS_SEND_LIMIT`]: that one is abandoned (and may
+    /// response follows every notification of it, unless the session did
+    /// not take one in time ([`SendGate`]): that one is abandoned (and may
     /// still be written after the response, should the session ever take
-    /// it) rather than hold the call.
+    /// it) rather than hold the call, its slot among the calls in flight
+    /// included.
     pub(super) async fn finish(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -134,30 +117,32 @@ impl Drop for ProgressForwarder {
     }
 }
 
+/// One notification sent through the session's `gate`: an error unless
+/// the session took it.
+async fn gated<F, E>(gate: &SendGate, sending: F) -> Result<(), String>
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    match gate.send(sending).await {
+        Sent::Taken => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
 /// Sends what `slot` holds through `send`, at most once per `interval`,
 /// until `stop` fires; then sends the slot's last report, if any. Stops
-/// early when a send fails (the client is gone) or takes longer than
-/// `limit`.
+/// early when a send fails (the client is gone, or its session did not take
+/// the notification in time).
 async fn forward<S, F>(
     slot: Arc<LatestProgress>,
     mut stop: oneshot::Receiver<()>,
     interval: Duration,
-    limit: Duration,
     mut send: S,
 ) where
     S: FnMut(Progress) -> F,
     F: Future<Output = Result<(), String>>,
 {
-    let mut send = move |report| {
-        let sending = send(report);
-        async move {
-            tokio::time::timeout(limit, sending)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(format!("the client's session did not take it in {limit:?}"))
-                })
-        }
-    };
     loop {
         tokio::select! {
             biased;
@@ -189,6 +174,7 @@ async fn forward<S, F>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::logging::LOG_FORWARD_LIMIT;
 
     fn report(done: u64) -> Progress {
         Progress {
@@ -198,11 +184,8 @@ mod tests {
         }
     }
 
-    /// A send no test waits for.
-    const WAIT: Duration = Duration::from_secs(3600);
-
     /// A session that never takes a notification holds the forwarder, and
-    /// so the call's end, for [`PROGRESS_SEND_LIMIT`] at most.
+    /// so the call's end, for [`LOG_FORWARD_LIMIT`] at most.
     #[tokio::test(start_paused = true)]
     async fn a_send_the_session_never_takes_is_given_up() {
         let slot = Arc::new(LatestProgress::default());
@@ -210,25 +193,26 @@ mod tests {
         let started = Instant::now();
         let sends = Arc::new(Mutex::new(0));
         let counted = sends.clone();
+        let gate = SendGate::default();
         let task = tokio::spawn(forward(
             slot.clone(),
             stopped,
             PROGRESS_INTERVAL,
-            PROGRESS_SEND_LIMIT,
             move |_| {
                 if let Ok(mut n) = counted.lock() {
                     *n += 1;
                 }
-                std::future::pending::<Result<(), String>>()
+                let gate = gate.clone();
+                async move { gated(&gate, std::future::pending::<Result<(), ()>>()).await }
             },
         ));
         slot.put(report(1));
         tokio::task::yield_now().await;
         slot.put(report(2));
         let _ = stop.send(());
-        let ended = tokio::time::timeout(PROGRESS_SEND_LIMIT * 10, task).await;
+        let ended = tokio::time::timeout(LOG_FORWARD_LIMIT * 10, task).await;
         assert!(ended.is_ok(), "the forwarder still waits for the session");
-        assert_eq!(started.elapsed(), PROGRESS_SEND_LIMIT);
+        assert_eq!(started.elapsed(), LOG_FORWARD_LIMIT);
         // Given up, it sends nothing more, the last report included.
         assert_eq!(sends.lock().map(|n| *n).unwrap_or_default(), 1);
     }
@@ -254,7 +238,7 @@ mod tests {
         let (stop, stopped) = oneshot::channel();
         let record = sent.clone();
         let started = Instant::now();
-        let task = tokio::spawn(forward(slot.clone(), stopped, interval, WAIT, move |p| {
+        let task = tokio::spawn(forward(slot.clone(), stopped, interval, move |p| {
             if let Ok(mut s) = record.lock() {
                 s.push(p.done);
             }
