@@ -325,6 +325,27 @@ fn echo_heads(n: usize) -> u16 {
     port
 }
 
+/// The egress probe's GET of `path` on the echo server at `port`, passing
+/// the body on (`echo`); its result and the messages of its progress
+/// reports.
+async fn echoed(host: &Host, port: u16, path: &str) -> (toolhost::CallResult, Vec<String>) {
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let mut request = toolhost::CallRequest::new(
+        "egress",
+        json!({"http": [format!("http://127.0.0.1:{port}{path}")], "echo": true}),
+    )
+    .mode(SandboxMode::None);
+    let seen = reports.clone();
+    request.progress = Some(Arc::new(move |p: &toolhost::Progress| {
+        seen.lock()
+            .unwrap()
+            .push(p.message.clone().unwrap_or_default());
+    }));
+    let r = host.call(request).await;
+    let reports = reports.lock().unwrap().clone();
+    (r, reports)
+}
+
 /// A tool that passes on what a server echoed, the credential the host
 /// attached among it, never gets the secret out: not in its progress
 /// reports (which leave the host while the body runs, as MCP progress
@@ -343,21 +364,8 @@ async fn egress_an_echoed_credential_never_leaves_through_progress_or_logs() {
         f = secret.display().to_string(),
     );
     let (_ws, host) = egress_host(&policy, None).await;
-    let reports = Arc::new(Mutex::new(Vec::new()));
-    let mut request = toolhost::CallRequest::new(
-        "egress",
-        json!({"http": [format!("http://127.0.0.1:{port}/echo")], "echo": true}),
-    )
-    .mode(SandboxMode::None);
-    let seen = reports.clone();
-    request.progress = Some(Arc::new(move |p: &toolhost::Progress| {
-        seen.lock()
-            .unwrap()
-            .push(p.message.clone().unwrap_or_default());
-    }));
-    let r = host.call(request).await;
+    let (r, reports) = echoed(&host, port, "/echo").await;
     assert!(r.is_ok(), "{r:?}");
-    let reports = reports.lock().unwrap().clone();
     assert_eq!(reports.len(), 1, "{reports:?}");
     // The server did echo the header, and the report carries it redacted.
     assert!(
@@ -389,25 +397,8 @@ async fn egress_post_execute_rules_screen_progress_and_logs() {
          [post_execute]\nredact = [\"sk-[a-z]{{6,}}\"]\nblock_matching = \"BEGIN-PRIVATE-KEY\"\n"
     );
     let (_ws, host) = egress_host(&policy, None).await;
-    let fetch = |query: &str| {
-        let reports = Arc::new(Mutex::new(Vec::new()));
-        let mut request = toolhost::CallRequest::new(
-            "egress",
-            json!({"http": [format!("http://127.0.0.1:{port}/echo?{query}")], "echo": true}),
-        )
-        .mode(SandboxMode::None);
-        let seen = reports.clone();
-        request.progress = Some(Arc::new(move |p: &toolhost::Progress| {
-            seen.lock()
-                .unwrap()
-                .push(p.message.clone().unwrap_or_default());
-        }));
-        (request, reports)
-    };
-    let (request, reports) = fetch("key=sk-abcdefgh");
-    let r = host.call(request).await;
+    let (r, reports) = echoed(&host, port, "/echo?key=sk-abcdefgh").await;
     assert!(r.is_ok(), "{r:?}");
-    let reports = reports.lock().unwrap().clone();
     let logs: Vec<String> = r.receipt.logs.iter().map(|l| l.message.clone()).collect();
     for text in [&reports, &logs] {
         assert_eq!(text.len(), 1, "{text:?}");
@@ -417,14 +408,12 @@ async fn egress_post_execute_rules_screen_progress_and_logs() {
         );
     }
 
-    let (request, reports) = fetch("BEGIN-PRIVATE-KEY");
-    let r = host.call(request).await;
+    let (r, reports) = echoed(&host, port, "/echo?BEGIN-PRIVATE-KEY").await;
     assert_eq!(
         r.error.as_ref().map(|e| e.code.to_string()).as_deref(),
         Some("POST_EXECUTE_BLOCKED"),
         "{r:?}"
     );
-    let reports = reports.lock().unwrap().clone();
     let logs: Vec<String> = r.receipt.logs.iter().map(|l| l.message.clone()).collect();
     for text in [&reports, &logs] {
         assert_eq!(text.len(), 1, "{text:?}");
