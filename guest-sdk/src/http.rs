@@ -127,6 +127,7 @@ mod imp {
             ErrorCode::HttpRequestDenied => "HTTP-request-denied",
             ErrorCode::HttpRequestUriInvalid => "HTTP-request-URI-invalid",
             ErrorCode::HttpRequestMethodInvalid => "HTTP-request-method-invalid",
+            ErrorCode::HttpRequestBodySize(_) => "HTTP-request-body-size",
             ErrorCode::HttpResponseBodySize(_) => "HTTP-response-body-size",
             ErrorCode::HttpResponseTimeout => "HTTP-response-timeout",
             ErrorCode::HttpProtocolError => "HTTP-protocol-error",
@@ -182,24 +183,30 @@ mod imp {
             .map_err(|()| bad("authority"))?;
         req.set_path_with_query(Some(path))
             .map_err(|()| bad("path"))?;
-        let body = req
-            .body()
-            .map_err(|()| failure("internal-error", "no request body"))?;
-        let pending = outgoing_handler::handle(req, None).map_err(http_failure)?;
-        if let Some(bytes) = &request.body {
-            let out = body
-                .write()
-                .map_err(|()| failure("internal-error", "no body stream"))?;
-            for chunk in bytes.chunks(4096) {
-                if let Err(e) = out.blocking_write_and_flush(chunk) {
-                    // The request failed; its error comes with the response.
-                    let _ = e;
-                    break;
+        // A request without a body asks for none: the host can then send it
+        // whole, and answer `handle` with the response's head.
+        let pending = match &request.body {
+            None => outgoing_handler::handle(req, None).map_err(http_failure)?,
+            Some(bytes) => {
+                let body = req
+                    .body()
+                    .map_err(|()| failure("internal-error", "no request body"))?;
+                let pending = outgoing_handler::handle(req, None).map_err(http_failure)?;
+                let out = body
+                    .write()
+                    .map_err(|()| failure("internal-error", "no body stream"))?;
+                for chunk in bytes.chunks(4096) {
+                    if let Err(e) = out.blocking_write_and_flush(chunk) {
+                        // The request failed; its error comes with the response.
+                        let _ = e;
+                        break;
+                    }
                 }
+                drop(out);
+                let _ = OutgoingBody::finish(body, None);
+                pending
             }
-            drop(out);
-        }
-        let _ = OutgoingBody::finish(body, None);
+        };
         pending.subscribe().block();
         let response = match pending.get() {
             Some(Ok(Ok(r))) => r,

@@ -27,10 +27,11 @@ pub(crate) enum InterfaceSet {
     /// the call's network grant.
     WasiP2,
     /// `wasi:http/outgoing-handler` and `wasi:http/types`, so that a
-    /// component built by componentize-js (which imports them) loads. Every
-    /// outgoing request is decided against the call's network grant by the
-    /// store's hooks (`runtime::net`); without a grant it fails inside the
-    /// guest with `HTTP-request-denied`.
+    /// component built by componentize-js (which imports them) loads. The
+    /// types are wasmtime-wasi-http's; `handle` is the host's own
+    /// (`runtime::outgoing`), which decides every outgoing request against
+    /// the call's network grant (`runtime::net`); without a grant it fails
+    /// inside the guest with `HTTP-request-denied`.
     WasiHttp,
     /// `toolhost:tool/host` (structured logs and progress reports) and
     /// `toolhost:tool/content` (content beyond text).
@@ -65,7 +66,7 @@ impl InterfaceSet {
     fn add_to(self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         match self {
             InterfaceSet::WasiP2 => wasmtime_wasi::p2::add_to_linker_async(linker),
-            InterfaceSet::WasiHttp => wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker),
+            InterfaceSet::WasiHttp => crate::runtime::outgoing::add_to_linker(linker),
             InterfaceSet::ToolhostHost => {
                 ToolProvider::add_to_linker::<_, HasSelf<_>>(linker, |s: &mut CallState| {
                     &mut s.host

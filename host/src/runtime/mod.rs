@@ -17,7 +17,8 @@
 //!   program needs that the engine does not enable;
 //! - `store`: the store of one call and every limit it runs under
 //!   ([`Receipt`]), with `wasi`, the call's WASI context per mode, and
-//!   `net`, its network grant enforced (wasi:http hook, socket check),
+//!   `net`, its network grant enforced (HTTP requests, socket check),
+//!   with `outgoing`, the host's `wasi:http/outgoing-handler`,
 //!   and `scratch`, the scratch directories of `workspace-write` (an
 //!   untouched one is kept for a later call);
 //! - `invoke`: running a body, the thread hand-off, the deadline and
@@ -30,6 +31,7 @@ mod invoke;
 mod link;
 mod load;
 mod net;
+mod outgoing;
 mod program;
 mod scratch;
 mod store;

@@ -1,5 +1,6 @@
-//! Network egress of one call, enforced (DESIGN.md §2b): the wasi:http
-//! outgoing-request hook and the wasi:sockets address check, both against
+//! Network egress of one call, enforced (DESIGN.md §2b): outgoing HTTP
+//! requests (sent by the host's `wasi:http/outgoing-handler`,
+//! `runtime::outgoing`) and the wasi:sockets address check, both against
 //! the call's [`NetworkGrant`].
 //!
 //! For every outgoing HTTP request:
@@ -46,6 +47,7 @@ use toolhost_egress::{
     Decision, EgressOutcome, EgressRecord, GrantRef, Host, Refusal, Request, Scheme, check_addr,
     connect_plan_approved,
 };
+use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
@@ -58,7 +60,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// traffic that did happen out of the receipt.
 const MAX_REFUSED_RECORDS: usize = 256;
 
-/// What the hook's future resolves to.
+/// What a wasi:http hook's future resolves to.
 type SendResult = Result<
     (
         http::Response<WasiBody>,
@@ -67,7 +69,7 @@ type SendResult = Result<
     HttpError,
 >;
 
-/// The network state of one call, shared by its HTTP hook and its socket
+/// The network state of one call, shared by its HTTP requests and its socket
 /// address check, and read for its receipt.
 pub(crate) struct CallNet {
     grant: NetworkGrant,
@@ -111,7 +113,7 @@ impl NetLog {
 }
 
 /// An HTTP request that passed the policy, to be planned and sent.
-struct Admitted {
+pub(crate) struct Admitted {
     request: Request,
     path: String,
     rule: GrantRef,
@@ -263,7 +265,7 @@ impl CallNet {
 
     /// Step 1 of an HTTP request: the policy's decision and the request
     /// limit. Pure apart from the records.
-    fn admit_http(&self, req: &http::Request<WasiBody>) -> Result<Admitted, HttpError> {
+    pub(crate) fn admit_http(&self, req: &http::Request<WasiBody>) -> Result<Admitted, HttpError> {
         let uri = req.uri();
         let method = req.method().as_str();
         let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
@@ -346,13 +348,15 @@ impl CallNet {
         })
     }
 
-    /// Steps 2 to 5 of an HTTP request that was admitted.
-    async fn send(
+    /// Steps 2 to 5 of an HTTP request that was admitted: the response's
+    /// head, and the task that drives its connection (the response's body
+    /// reads through it; dropping the handle ends the connection).
+    pub(crate) async fn send(
         self: Arc<Self>,
         admitted: Admitted,
         mut req: http::Request<WasiBody>,
         options: Option<RequestOptions>,
-    ) -> SendResult {
+    ) -> Result<(http::Response<WasiBody>, AbortOnDropJoinHandle<()>), HttpError> {
         let Some(egress) = self.egress().cloned() else {
             return Err(HttpError::HttpRequestDenied);
         };
@@ -464,11 +468,10 @@ impl CallNet {
             // The connection lives at most until the request's time is up
             // (a request body the guest streams slowly, a response body it
             // reads slowly: neither outlasts it).
+            // A connection that fails after the response's head fails its
+            // body, which is where the guest sees it.
             let conn = wasmtime_wasi::runtime::spawn(async move {
-                match tokio::time::timeout_at(until, conn).await {
-                    Ok(r) => r.map_err(HttpError::Hyper),
-                    Err(_) => Err(HttpError::ConnectionReadTimeout),
-                }
+                let _ = tokio::time::timeout_at(until, conn).await;
             });
             let response = sender.send_request(req).await.map_err(HttpError::Hyper)?;
             Ok::<_, HttpError>((response, conn))
@@ -502,8 +505,7 @@ impl CallNet {
             }
             .boxed_unsync()
         });
-        let io = Box::new(conn);
-        Ok((response, io as Box<dyn Future<Output = _> + Send>))
+        Ok((response, conn))
     }
 
     /// The socket address check: decides one use of `addr` by the guest.
@@ -729,23 +731,20 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
     }
 }
 
-/// The wasi:http hooks of one call: every outgoing request goes through
-/// [`CallNet`].
-pub(crate) struct HttpHooks(pub(crate) Arc<CallNet>);
+/// The wasi:http hooks of every call. Requests are sent by the host's own
+/// `wasi:http/outgoing-handler` (`runtime::outgoing`), through
+/// [`CallNet`]; nothing the host links sends through this hook, and a
+/// request that reached it anyway would be refused, never sent ungoverned.
+pub(crate) struct HttpHooks;
 
 impl WasiHttpHooks for HttpHooks {
     fn send_request(
         &mut self,
-        request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+        _request: http::Request<WasiBody>,
+        _options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
-        drop(fut);
-        let net = self.0.clone();
-        match net.admit_http(&request) {
-            Err(e) => Box::new(async move { Err(e) }),
-            Ok(admitted) => Box::new(net.send(admitted, request, options)),
-        }
+        Box::new(async { Err(HttpError::HttpRequestDenied) })
     }
 }
 

@@ -362,7 +362,7 @@ impl<'a> StoreBuilder<'a> {
         let state = CallState {
             wasi,
             http,
-            http_hooks: HttpHooks(net.clone()),
+            http_hooks: HttpHooks,
             limiter: Limiter::new(limits),
             host: HostCalls {
                 progress_sink: self.progress.clone(),

@@ -603,6 +603,113 @@ async fn the_response_byte_limit_and_the_request_timeout_hold() {
     drop(hold);
 }
 
+/// A server that tells the test each request it read (through `seen`),
+/// then never answers, until `held` is let go. It serves one connection at
+/// a time, so it reads one request only while it holds one.
+fn silent_server(
+    seen: tokio::sync::mpsc::UnboundedSender<()>,
+    held: Arc<Mutex<std::sync::mpsc::Receiver<()>>>,
+) -> Server {
+    let seen = Mutex::new(seen);
+    Server::start(
+        "127.0.0.1",
+        Box::new(move |_| {
+            let _ = seen.lock().unwrap().send(());
+            let _ = held.lock().unwrap().recv();
+            Vec::new()
+        }),
+    )
+}
+
+/// A guest waiting for a response's head, with a request time far longer
+/// than the call's, ends at the call's deadline (`TIMEOUT`), and on
+/// cancellation once the server holds its request (`CANCELLED`); in mode
+/// `none` (the body on the caller's thread) and with a workspace (on a
+/// thread of its own).
+#[tokio::test]
+async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
+    let (seen, mut requests) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    let held = Arc::new(Mutex::new(held));
+    // One server per call: each holds the request it read.
+    let servers: Vec<Server> = (0..4)
+        .map(|_| silent_server(seen.clone(), held.clone()))
+        .collect();
+    let grants: Vec<String> = servers
+        .iter()
+        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
+        .collect();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\nrequest_timeout_ms = 600000\n",
+        grants.join(", ")
+    );
+    let deadline = std::time::Duration::from_millis(500);
+    let (_ws, host) = host_with(&policy, |b| {
+        b.limits(toolhost::Limits {
+            deadline,
+            ..toolhost::Limits::default()
+        });
+    })
+    .await;
+    let get = |server: &Server, mode| {
+        CallRequest::new("http_fetch", json!({"url": server.url("/")})).mode(mode)
+    };
+    let modes = [SandboxMode::None, SandboxMode::ReadOnly];
+    for (mode, pair) in modes.into_iter().zip(servers.chunks(2)) {
+        let started = std::time::Instant::now();
+        let r = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            host.call(get(&pair[0], mode)),
+        )
+        .await
+        .expect("the call outlived its deadline by 30 s");
+        assert_eq!(r.code(), Some(ErrorCode::Timeout), "{mode:?}: {r:?}");
+        assert!(started.elapsed() >= deadline, "{mode:?}");
+        requests.recv().await.unwrap();
+
+        let interrupt = toolhost::Interrupt::default();
+        let call = host.call(get(&pair[1], mode).interrupt(interrupt.clone()));
+        let cancel = async {
+            requests.recv().await.unwrap();
+            interrupt.cancel();
+        };
+        let (r, ()) = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            tokio::join!(call, cancel)
+        })
+        .await
+        .expect("the request never reached the server, or the call outlived its cancel");
+        assert_eq!(r.code(), Some(ErrorCode::Cancelled), "{mode:?}: {r:?}");
+    }
+    drop(hold);
+}
+
+/// A request without a body whose `content-length` promises one is refused
+/// inside the guest before anything is connected (a server would wait for
+/// bytes that never come).
+#[tokio::test]
+async fn a_length_without_a_body_is_refused_before_connecting() {
+    let server = Server::ok("127.0.0.1", "never");
+    let (_ws, host) = host(&grant_policy(&format!("\"{}\"", server.url("")))).await;
+    let r = fetch(
+        &host,
+        json!({"url": server.url("/"), "headers": {"content-length": "10"}}),
+    )
+    .await;
+    assert!(
+        tool_error(&r).starts_with("HTTP-request-body-size"),
+        "{r:?}"
+    );
+    assert_eq!(server.connections(), 0);
+    // A length of zero is no promise: the request goes.
+    let r = fetch(
+        &host,
+        json!({"url": server.url("/"), "headers": {"content-length": "0"}}),
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(server.connections(), 1);
+}
+
 /// A resolver whose every lookup hangs until the test lets it go (a
 /// name server that does not answer).
 struct HangingResolver(Mutex<std::sync::mpsc::Receiver<()>>);
