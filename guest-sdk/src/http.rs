@@ -183,8 +183,8 @@ mod imp {
             .map_err(|()| bad("authority"))?;
         req.set_path_with_query(Some(path))
             .map_err(|()| bad("path"))?;
-        // A request without a body asks for none: the host can then send it
-        // whole, and answer `handle` with the response's head.
+        // A request without a body asks for none (no body resource to make
+        // and finish).
         let pending = match &request.body {
             None => outgoing_handler::handle(req, None).map_err(http_failure)?,
             Some(bytes) => {

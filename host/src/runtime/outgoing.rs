@@ -1,17 +1,21 @@
 //! `wasi:http/outgoing-handler.handle`, the host's own.
 //!
-//! wasmtime-wasi-http's `handle` runs every request in a task of its own and
-//! the request's connection in a second one behind a third, whatever the
-//! request: a refused request, or a response the guest is about to wait
-//! for, still crosses those tasks (and the worker threads they land on)
-//! before the guest sees it. This one decides the request first
-//! (`CallNet::admit_http`): a refusal is the guest's answer at once. An
-//! admitted request without a body (the guest never asked for one, as for
-//! a `GET`) is exchanged inside the call itself, up to the response's head,
-//! with only its connection in a task; a request with a body, which the
-//! guest may still be writing after `handle` returns, runs in a task as
-//! before. Both take the same path through `CallNet::send`: the address
-//! checks, the credential, the limits and the records are the same.
+//! wasmtime-wasi-http's `handle` runs every request in a task of its own,
+//! with the end of its connection awaited by a second one, whatever the
+//! request: a refused request still crossed a task (and the worker thread
+//! it landed on) before the guest saw its refusal. This one decides the
+//! request first (`CallNet::admit_http`): a refusal is the guest's answer
+//! at once, and an admitted request runs in one task, which hands the
+//! guest the response's head and the handle of the task that drives the
+//! connection. Both go through `CallNet`: the address checks, the
+//! credential, the limits and the records are the same for every request.
+//!
+//! `handle` never waits for the network itself. Exchanging a request
+//! without a body inside the call, up to the response's head, measured
+//! about 25 µs less per GET from a runtime task (BENCHMARKS.md, section
+//! 10), but it made `handle` block the guest: concurrent requests (a
+//! JavaScript `Promise.all` of `fetch()`es) would run one after another,
+//! and a guest could no longer give up on a response with its own timeout.
 //!
 //! Everything else of `wasi:http` (fields, requests, bodies, responses) is
 //! wasmtime-wasi-http's.
@@ -39,13 +43,13 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
         &options.into(),
         |state: &mut CallState| state.http(),
     )?;
-    linker.instance(OUTGOING_HANDLER)?.func_wrap_async(
+    linker.instance(OUTGOING_HANDLER)?.func_wrap(
         "handle",
         |store,
          (request, options): (
             Resource<HostOutgoingRequest>,
             Option<Resource<RequestOptions>>,
-        )| Box::new(handle(store, request, options)),
+        )| handle(store, request, options),
     )
 }
 
@@ -53,7 +57,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
 /// the request failed with before it was sent.
 type Handled = (Result<Resource<HostFutureIncomingResponse>, ErrorCode>,);
 
-async fn handle(
+fn handle(
     mut store: StoreContextMut<'_, CallState>,
     request: Resource<HostOutgoingRequest>,
     options: Option<Resource<RequestOptions>>,
@@ -63,16 +67,12 @@ async fn handle(
     let view = state.http();
     let options = options.and_then(|o| view.table.get(&o).ok()).cloned();
     let outgoing = view.table.delete(request)?;
-    let streamed = outgoing.body.is_some();
     let request = match to_http(outgoing, view.hooks) {
         Ok(request) => request,
         Err(code) => return Ok((Err(code),)),
     };
     let response = match net.admit_http(&request) {
         Err(refused) => HostFutureIncomingResponse::Ready(Err(refused)),
-        Ok(admitted) if !streamed => {
-            HostFutureIncomingResponse::Ready(net.send(admitted, request, options).await)
-        }
         Ok(admitted) => HostFutureIncomingResponse::Pending(wasmtime_wasi::runtime::spawn(
             net.send(admitted, request, options),
         )),

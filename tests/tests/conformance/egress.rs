@@ -423,3 +423,47 @@ async fn egress_post_execute_rules_screen_progress_and_logs() {
         );
     }
 }
+
+/// `handle` never waits for the network: a guest that sends a request to a
+/// server that never answers, then one to a server that does, gets the
+/// second response while the first is still pending (a `handle` that waited
+/// for the first response would hold the guest until its deadline).
+#[tokio::test]
+async fn egress_concurrent() {
+    let silent = Counted::start("127.0.0.1");
+    let answering = echo_heads(1);
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{answering}\"]\nrequest_timeout_ms = 600000\n",
+        silent.port
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let mut b = builder(
+        probes::EGRESS_CONCURRENT,
+        ws.path(),
+        Limits {
+            deadline: Duration::from_secs(20),
+            ..Limits::default()
+        },
+        suite_options(),
+    );
+    b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
+    let host = b.build().await.unwrap();
+    let urls = [
+        format!("http://127.0.0.1:{}/never", silent.port),
+        format!("http://127.0.0.1:{answering}/now"),
+    ];
+    let r = call(
+        &host,
+        "concurrent",
+        json!({"http": urls}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(
+        r.canonical["outcomes"],
+        json!(["pending", "status 200"]),
+        "{r:?}"
+    );
+    assert_eq!(silent.count_reaching(1), 1);
+}
