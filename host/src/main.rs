@@ -584,7 +584,8 @@ async fn build_host_with(
 
 /// Refuses a policy file that a call could rewrite: one inside the
 /// workspace, by the path as given (a link inside the workspace can be
-/// re-pointed) or by the file it resolves to. The policy is the calls'
+/// re-pointed) or by the file it resolves to, and one with more than one
+/// hard link (the other name may be inside the workspace). The policy is the calls'
 /// grant: a tool that rewrote it would choose the grants of every later
 /// call, at the next run, restart or reload.
 fn refuse_inside_workspace(policy: &Path, state: &StateArgs, workspace: &Path) -> Result<()> {
@@ -618,6 +619,20 @@ fn refuse_inside_workspace(policy: &Path, state: &StateArgs, workspace: &Path) -
             policy.display(),
             workspace.display()
         );
+    }
+    // A second name of the same file may be inside the workspace, and
+    // nothing short of searching the workspace would tell.
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(policy) {
+        use std::os::unix::fs::MetadataExt;
+        if meta.nlink() > 1 {
+            bail!(
+                "policy {} has {} hard links; one could be inside the workspace {}, where tools could rewrite the grants of later calls; keep the policy file a file of its own",
+                policy.display(),
+                meta.nlink(),
+                workspace.display()
+            );
+        }
     }
     Ok(())
 }

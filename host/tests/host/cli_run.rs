@@ -193,4 +193,18 @@ fn a_policy_inside_the_workspace_is_refused() {
     );
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "A");
+    // A second name of the outside file, inside the workspace: a call
+    // writing `ws/linked.toml` would rewrite the policy.
+    std::fs::hard_link(
+        outside.path().join("policy.toml"),
+        ws.path().join("linked.toml"),
+    )
+    .unwrap();
+    let out = call(
+        outside.path(),
+        &["--workspace", ws_arg, "--policy", "policy.toml"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("has 2 hard links"), "{err}");
 }
