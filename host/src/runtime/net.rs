@@ -368,14 +368,25 @@ impl CallNet {
             approved,
         } = admitted;
         // The request's whole time, its name's lookup included: its own
-        // timeout, cut at the call's deadline and at the guest's connect
-        // timeout.
+        // timeout, cut at the call's deadline. The guest's own timeouts
+        // (wasi:http request options) each bound one phase within it: the
+        // connection (lookup, connect, TLS), the response's head, and each
+        // wait for more of its body.
         let limits = egress.policy.limits();
-        let mut budget = self.request_budget(limits.request_timeout());
-        if let Some(t) = options.and_then(|o| o.connect_timeout) {
-            budget = budget.min(t.max(Duration::from_millis(1)));
-        }
-        let until = tokio::time::Instant::now() + budget;
+        let now = tokio::time::Instant::now();
+        let until = now + self.request_budget(limits.request_timeout());
+        let option = |pick: fn(&RequestOptions) -> Option<Duration>| {
+            options
+                .as_ref()
+                .and_then(pick)
+                .map(|t| t.max(Duration::from_millis(1)))
+        };
+        let (connect_timeout, first_byte_timeout, between_bytes_timeout) = (
+            option(|o| o.connect_timeout),
+            option(|o| o.first_byte_timeout),
+            option(|o| o.between_bytes_timeout),
+        );
+        let connected_by = connect_timeout.map_or(until, |t| until.min(now + t));
         // Resolve once and check every address (a name's lookup blocks, so
         // it runs off the executor; a lookup that outlasts the request's
         // time is given up, its thread left to finish on its own).
@@ -386,7 +397,7 @@ impl CallNet {
                 let lookup = tokio::task::spawn_blocking(move || {
                     connect_plan_approved(&looked_up, &egress.policy, &rule, &*egress.resolver)
                 });
-                match tokio::time::timeout_at(until, lookup).await {
+                match tokio::time::timeout_at(connected_by, lookup).await {
                     Ok(joined) => {
                         joined.map_err(|e| HttpError::InternalError(Some(e.to_string())))?
                     }
@@ -448,7 +459,7 @@ impl CallNet {
             .boxed_unsync()
         });
 
-        let exchange = async {
+        let connection = async {
             let stream = connect(&plan.addrs).await?;
             let io: Box<dyn Stream> = if request.scheme == Scheme::Https {
                 let name = server_name(&request.host)?;
@@ -462,29 +473,44 @@ impl CallNet {
             } else {
                 Box::new(stream)
             };
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            hyper::client::conn::http1::handshake(TokioIo::new(io))
                 .await
-                .map_err(HttpError::Hyper)?;
-            // The connection lives at most until the request's time is up
-            // (a request body the guest streams slowly, a response body it
-            // reads slowly: neither outlasts it).
-            // A connection that fails after the response's head fails its
-            // body, which is where the guest sees it.
-            let conn = wasmtime_wasi::runtime::spawn(async move {
-                let _ = tokio::time::timeout_at(until, conn).await;
-            });
-            let response = sender.send_request(req).await.map_err(HttpError::Hyper)?;
-            Ok::<_, HttpError>((response, conn))
+                .map_err(HttpError::Hyper)
         };
-        let (response, conn) = match tokio::time::timeout_at(until, exchange).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
+        let connected = tokio::time::timeout_at(connected_by, connection)
+            .await
+            .unwrap_or(Err(HttpError::ConnectionTimeout));
+        let (mut sender, conn) = match connected {
+            Ok(c) => c,
+            Err(e) => {
                 self.update(index, |r| r.ms = elapsed_ms(started));
                 return Err(e);
             }
-            Err(_) => {
+        };
+        // The connection lives at most until the request's time is up (a
+        // request body the guest streams slowly, a response body it reads
+        // slowly: neither outlasts it). A connection that fails after the
+        // response's head fails its body, which is where the guest sees it.
+        let conn = wasmtime_wasi::runtime::spawn(async move {
+            let _ = tokio::time::timeout_at(until, conn).await;
+        });
+        // The head: by the request's time (`connection-timeout`, as before
+        // the connection), or by the guest's first-byte timeout
+        // (`connection-read-timeout`).
+        let sending = sender.send_request(req);
+        let head = match first_byte_timeout.map(|t| tokio::time::Instant::now() + t) {
+            Some(by) if by < until => tokio::time::timeout_at(by, sending)
+                .await
+                .map_err(|_| HttpError::ConnectionReadTimeout),
+            _ => tokio::time::timeout_at(until, sending)
+                .await
+                .map_err(|_| HttpError::ConnectionTimeout),
+        };
+        let response = match head.and_then(|r| r.map_err(HttpError::Hyper)) {
+            Ok(r) => r,
+            Err(e) => {
                 self.update(index, |r| r.ms = elapsed_ms(started));
-                return Err(HttpError::ConnectionTimeout);
+                return Err(e);
             }
         };
         let status = response.status().as_u16();
@@ -500,6 +526,7 @@ impl CallNet {
                 index,
                 max: limits.max_response_bytes,
                 until: Box::pin(tokio::time::sleep_until(until)),
+                between: between_bytes_timeout.map(|t| (t, Box::pin(tokio::time::sleep(t)))),
                 started,
                 done: false,
             }
@@ -670,6 +697,9 @@ struct LimitedBody<B = hyper::body::Incoming> {
     index: usize,
     max: u64,
     until: Pin<Box<tokio::time::Sleep>>,
+    /// The guest's between-bytes timeout and its timer, restarted at each
+    /// frame.
+    between: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
     started: Instant,
     done: bool,
 }
@@ -718,15 +748,22 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
                     this.finish();
                     return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(this.max)))));
                 }
+                if let Some((gap, timer)) = this.between.as_mut() {
+                    timer.as_mut().reset(tokio::time::Instant::now() + *gap);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Pending => match this.until.as_mut().poll(cx) {
-                Poll::Ready(()) => {
+            Poll::Pending => {
+                let waited_too_long = this
+                    .between
+                    .as_mut()
+                    .is_some_and(|(_, timer)| timer.as_mut().poll(cx).is_ready());
+                if waited_too_long || this.until.as_mut().poll(cx).is_ready() {
                     this.finish();
-                    Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))
+                    return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));
                 }
-                Poll::Pending => Poll::Pending,
-            },
+                Poll::Pending
+            }
         }
     }
 }
@@ -807,6 +844,7 @@ mod tests {
             index: usize::MAX,
             max: 1 << 20,
             until: Box::pin(tokio::time::sleep_until(until)),
+            between: None,
             started: Instant::now(),
             done: false,
         };

@@ -65,7 +65,10 @@ fn handle(
     let state = store.data_mut();
     let net = state.net.clone();
     let view = state.http();
-    let options = options.and_then(|o| view.table.get(&o).ok()).cloned();
+    // The options are the guest's to give away (an owned handle): taken out
+    // of the table, so that a guest passing them with every request does
+    // not fill it.
+    let options = options.and_then(|o| view.table.delete(o).ok());
     let outgoing = view.table.delete(request)?;
     let request = match to_http(outgoing, view.hooks) {
         Ok(request) => request,
@@ -135,7 +138,9 @@ fn to_http(
     if let Some(path) = path_with_query {
         uri = uri.path_and_query(path);
     }
-    let uri = uri.build().map_err(|_| ErrorCode::HttpRequestUriInvalid)?;
+    let uri = uri
+        .build()
+        .map_err(wasmtime_wasi_http::p2::http_request_error)?;
     let body = body.unwrap_or_else(|| {
         Empty::<Bytes>::new()
             .map_err(|never| match never {})

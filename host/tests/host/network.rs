@@ -665,7 +665,10 @@ async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
         .expect("the call outlived its deadline by 30 s");
         assert_eq!(r.code(), Some(ErrorCode::Timeout), "{mode:?}: {r:?}");
         assert!(started.elapsed() >= deadline, "{mode:?}");
-        requests.recv().await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(30), requests.recv())
+            .await
+            .expect("the timed-out call's request never reached the server")
+            .unwrap();
 
         let interrupt = toolhost::Interrupt::default();
         let call = host.call(get(&pair[1], mode).interrupt(interrupt.clone()));

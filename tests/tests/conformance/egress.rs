@@ -424,17 +424,16 @@ async fn egress_post_execute_rules_screen_progress_and_logs() {
     }
 }
 
-/// `handle` never waits for the network: a guest that sends a request to a
-/// server that never answers, then one to a server that does, gets the
-/// second response while the first is still pending (a `handle` that waited
-/// for the first response would hold the guest until its deadline).
-#[tokio::test]
-async fn egress_concurrent() {
-    let silent = Counted::start("127.0.0.1");
-    let answering = echo_heads(1);
+/// A host for the `concurrent` probe granting `ports` on 127.0.0.1, with
+/// a request time far beyond the call's 20 s deadline.
+async fn concurrent_host(ports: &[u16]) -> (tempfile::TempDir, Host) {
+    let grants: Vec<String> = ports
+        .iter()
+        .map(|p| format!("\"http://127.0.0.1:{p}\""))
+        .collect();
     let policy = format!(
-        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{}\", \"http://127.0.0.1:{answering}\"]\nrequest_timeout_ms = 600000\n",
-        silent.port
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\nrequest_timeout_ms = 600000\n",
+        grants.join(", ")
     );
     let ws = tempfile::tempdir().unwrap();
     let mut b = builder(
@@ -448,22 +447,105 @@ async fn egress_concurrent() {
     );
     b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
     let host = b.build().await.unwrap();
+    (ws, host)
+}
+
+/// The `concurrent` probe's outcomes for `args`.
+async fn outcomes(host: &Host, args: Value) -> Vec<String> {
+    let r = call(host, "concurrent", args, SandboxMode::None).await;
+    assert!(r.is_ok(), "{r:?}");
+    serde_json::from_value(r.canonical["outcomes"].clone()).unwrap()
+}
+
+/// `handle` never waits for the network: a guest that sends a request to a
+/// server that never answers, then one to a server that does, gets the
+/// second response while the first is still pending (a `handle` that waited
+/// for the first response would hold the guest until its deadline).
+#[tokio::test]
+async fn egress_concurrent() {
+    let silent = Counted::start("127.0.0.1");
+    let answering = echo_heads(1);
+    let (_ws, host) = concurrent_host(&[silent.port, answering]).await;
     let urls = [
         format!("http://127.0.0.1:{}/never", silent.port),
         format!("http://127.0.0.1:{answering}/now"),
     ];
-    let r = call(
+    let got = outcomes(&host, json!({"http": urls})).await;
+    assert_eq!(got, ["pending", "status 200"]);
+    assert_eq!(silent.count_reaching(1), 1);
+}
+
+/// Answers one request on 127.0.0.1 with `first`, then with `rest` after
+/// `pause` (or, without one, once the returned sender is dropped).
+fn staged(
+    first: &'static str,
+    pause: Option<Duration>,
+    rest: &'static str,
+) -> (u16, std::sync::mpsc::Sender<()>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let Some(Ok(mut stream)) = listener.incoming().next() else {
+            return;
+        };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+            line.clear();
+        }
+        let _ = stream.write_all(first.as_bytes());
+        let _ = match pause {
+            Some(p) => released.recv_timeout(p).ok(),
+            None => released.recv().ok(),
+        };
+        let _ = stream.write_all(rest.as_bytes());
+    });
+    (port, release)
+}
+
+/// The guest's request options hold as wasi:http defines them, each for
+/// its own phase and within the request's time: a first-byte timeout ends
+/// a wait for a head that never comes; a between-bytes timeout ends a body
+/// that stops; a connect timeout does not cut a body that takes longer.
+/// And options passed with every request do not fill the call's resource
+/// table (the guest gives them away with each request).
+#[tokio::test]
+async fn egress_concurrent_request_options() {
+    let silent = Counted::start("127.0.0.1");
+    let head = "HTTP/1.1 200 OK\r\ncontent-length: 10\r\nconnection: close\r\n\r\nhello";
+    let (stalls, _hold) = staged(head, None, "world");
+    let (slow, _release) = staged(head, Some(Duration::from_millis(1500)), "world");
+    let (_ws, host) = concurrent_host(&[silent.port, stalls, slow]).await;
+    let one = |port: u16, timeouts: Value| {
+        let mut args = json!({"http": [format!("http://127.0.0.1:{port}/")], "sequential": true, "read_body": true});
+        args.as_object_mut()
+            .unwrap()
+            .extend(timeouts.as_object().unwrap().clone());
+        args
+    };
+    let got = outcomes(
         &host,
-        "concurrent",
-        json!({"http": urls}),
-        SandboxMode::None,
+        one(silent.port, json!({"first_byte_timeout_ms": 300})),
     )
     .await;
-    assert!(r.is_ok(), "{r:?}");
-    assert_eq!(
-        r.canonical["outcomes"],
-        json!(["pending", "status 200"]),
-        "{r:?}"
-    );
-    assert_eq!(silent.count_reaching(1), 1);
+    assert_eq!(got, ["error ErrorCode::ConnectionReadTimeout"]);
+    let got = outcomes(&host, one(stalls, json!({"between_bytes_timeout_ms": 300}))).await;
+    assert_eq!(got, ["status 200, body error connection read timeout"]);
+    let got = outcomes(&host, one(slow, json!({"connect_timeout_ms": 1000}))).await;
+    assert_eq!(got, ["status 200, 10 bytes"]);
+    // 1100 refused requests, each with its options: more than the call's
+    // 1024 resources.
+    let refused = vec!["http://127.0.0.2:9/"; 1100];
+    let got = outcomes(
+        &host,
+        json!({"http": refused, "sequential": true, "connect_timeout_ms": 1000}),
+    )
+    .await;
+    let refused = got
+        .iter()
+        .filter(|o| *o == "error ErrorCode::DestinationIpProhibited")
+        .count();
+    assert_eq!((got.len(), refused), (1100, 1100), "{:?}", got.last());
 }
