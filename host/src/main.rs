@@ -549,7 +549,7 @@ async fn build_host_with(
     b.limits(Limits {
         deadline: Duration::from_millis(h.timeout_ms),
         fuel: h.fuel,
-        max_memory: h.memory_mb << 20,
+        max_memory: mebibytes(h.memory_mb)?,
         ..Limits::default()
     });
     let mut options = RuntimeOptions {
@@ -635,6 +635,13 @@ fn refuse_inside_workspace(policy: &Path, state: &StateArgs, workspace: &Path) -
         }
     }
     Ok(())
+}
+
+/// `--memory-mb` in bytes: a value whose bytes a `usize` cannot hold is
+/// refused, never wrapped to a smaller limit.
+fn mebibytes(mb: usize) -> Result<usize> {
+    mb.checked_mul(1 << 20)
+        .ok_or_else(|| anyhow!("--memory-mb {mb} is more than this machine can address"))
 }
 
 /// The policy file, or the built-in default without one.
@@ -1009,7 +1016,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         limits: Limits {
             deadline: Duration::from_millis(a.timeout_ms),
             fuel: a.fuel,
-            max_memory: a.memory_mb << 20,
+            max_memory: mebibytes(a.memory_mb)?,
             max_stdio: a.max_output,
             ..Limits::default()
         },

@@ -172,6 +172,11 @@ impl CommandSpec {
         if mount.contains('\0') || mount.split('/').any(|c| c == "." || c == "..") {
             return bad("a mount point has no `.` or `..` components and no NUL");
         }
+        // One spelling per directory, as for a manifest's guest paths:
+        // `//tmp` would otherwise pass for another path than `/tmp`.
+        if mount != "/" && mount.split('/').skip(1).any(str::is_empty) {
+            return bad("a mount point has no empty component and no trailing `/`");
+        }
         match mode {
             SandboxMode::None => bad(
                 "mode none mounts nothing; give --mode read-only (or wider) to mount the workspace",
@@ -179,7 +184,7 @@ impl CommandSpec {
             SandboxMode::DangerFullAccess => {
                 bad("danger-full-access mounts the host root at `/`, not the workspace")
             }
-            SandboxMode::WorkspaceWrite if mount.trim_end_matches('/') == GUEST_SCRATCH => {
+            SandboxMode::WorkspaceWrite if mount == GUEST_SCRATCH => {
                 bad("in workspace-write the per-call scratch directory is mounted at /tmp")
             }
             _ => Ok(()),
@@ -210,6 +215,28 @@ pub enum SandboxError {
         /// What failed.
         detail: String,
     },
+}
+
+/// `path` (made absolute, `.` and `..` applied as written, no link
+/// followed) when it is `workspace` or inside it: a path through a link
+/// inside the workspace, which a call could re-point, whatever the link
+/// names today.
+pub(crate) fn lexically_inside(path: &Path, workspace: &Path) -> Option<PathBuf> {
+    let abs = match std::env::current_dir() {
+        Ok(cwd) => cwd.join(path),
+        Err(_) => path.to_path_buf(),
+    };
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out.starts_with(workspace).then_some(out)
 }
 
 /// `dir` (made absolute, symlinks of its longest existing prefix resolved)

@@ -99,6 +99,14 @@ impl Resolver for StaticResolver {
 
 /// The C library's resolver, through [`std::net::ToSocketAddrs`].
 ///
+/// A name with a dot is looked up as an absolute name (a trailing dot is
+/// added): the resolver's search list never turns a granted
+/// `api.example.com` into `api.example.com.corp.example`, a host nobody
+/// granted, which would get the request and its credential. `/etc/hosts`
+/// then matches only single-label names, which keep the search list (a
+/// grant of `http://intranet` grants what the machine's resolver makes of
+/// `intranet`).
+///
 /// # Ambient Authority
 ///
 /// Reads the machine's resolver configuration (`/etc/hosts`,
@@ -109,10 +117,20 @@ pub struct SystemResolver;
 
 impl Resolver for SystemResolver {
     fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
-        (host, port)
+        (query_name(host).as_str(), port)
             .to_socket_addrs()
             .map(Iterator::collect)
             .map_err(|e| ResolveError::new(e.to_string()))
+    }
+}
+
+/// The name [`SystemResolver`] asks for: absolute when `host` has a dot.
+fn query_name(host: &str) -> String {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.contains('.') {
+        format!("{name}.")
+    } else {
+        name.to_string()
     }
 }
 
@@ -215,4 +233,27 @@ pub fn check_resolved(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name with a dot is asked for as an absolute name, so the search
+    /// list never applies to it; a single label keeps it.
+    #[test]
+    fn dotted_names_are_looked_up_as_absolute_names() {
+        assert_eq!(query_name("api.example.com"), "api.example.com.");
+        assert_eq!(query_name("api.example.com."), "api.example.com.");
+        assert_eq!(query_name("intranet"), "intranet");
+        assert_eq!(query_name("intranet."), "intranet");
+    }
+
+    /// A single-label name still reaches `/etc/hosts` (every machine maps
+    /// `localhost`).
+    #[test]
+    fn a_single_label_still_resolves_through_the_hosts_file() {
+        let addrs = SystemResolver.resolve("localhost", 80).unwrap_or_default();
+        assert!(addrs.iter().any(|a| a.ip().is_loopback()), "{addrs:?}");
+    }
 }

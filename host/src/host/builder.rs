@@ -316,7 +316,7 @@ impl HostBuilder {
         let (global, mut scoped): (Vec<_>, Vec<_>) =
             loaded.into_iter().partition(|(s, _)| s.is_none());
         for (_, component) in global {
-            register(&mut registry, None, component?)?;
+            register(&mut registry, None, component?, &workspace)?;
         }
         for (name, spec) in scopes {
             registry.add_scope(&name, spec)?;
@@ -325,7 +325,7 @@ impl HostBuilder {
                 .partition(|(s, _)| s.as_deref() == Some(name.as_str()));
             scoped = rest;
             for (_, component) in own {
-                register(&mut registry, Some(&name), component?)?;
+                register(&mut registry, Some(&name), component?, &workspace)?;
             }
         }
         let log = match (self.log.take(), self.state_dir.take()) {
@@ -446,12 +446,30 @@ async fn load_all(
     loaded
 }
 
-/// Registers the tools of one loaded source globally or in `scope`.
-fn register(registry: &mut Registry, scope: Option<&str>, loaded: Loaded) -> Result<(), HostError> {
+/// Registers the tools of one loaded source globally or in `scope`. A
+/// program tool whose program is inside the workspace is refused: calls
+/// could rewrite the code it runs from its next load on (its manifest's
+/// directory may be outside, and `wasm` may name any path).
+fn register(
+    registry: &mut Registry,
+    scope: Option<&str>,
+    loaded: Loaded,
+    workspace: &Path,
+) -> Result<(), HostError> {
     let (label, component, descriptors) = match loaded {
         Loaded::Component(label, component, descriptors) => (label, component, descriptors),
         Loaded::Program(program) => {
             let label = program.manifest.path.display().to_string();
+            let wasm = &program.manifest.wasm;
+            if let Some(inside) = crate::sandbox::lexically_inside(wasm, workspace)
+                .or_else(|| crate::sandbox::resolved_inside(wasm, workspace))
+            {
+                return Err(HostError::UnsafeState(format!(
+                    "the program {} of {label} is inside the workspace {}, where tools could rewrite the code it runs from its next load on; keep the program outside the workspace",
+                    inside.display(),
+                    workspace.display()
+                )));
+            }
             let tool = RegisteredTool::program(program)
                 .map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;
             match scope {

@@ -208,3 +208,22 @@ fn a_policy_inside_the_workspace_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("has 2 hard links"), "{err}");
 }
+
+/// A `--memory-mb` whose bytes do not fit a `usize` is refused, never
+/// wrapped to a smaller limit (2^44 MiB shifted by 20 bits was 0 bytes).
+#[test]
+fn a_memory_limit_past_the_address_space_is_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(crate::support::bin())
+        .current_dir(ws.path())
+        .args(["run", "read_file", "--args", r#"{"path":"a.txt"}"#])
+        .args(["--memory-mb", "17592186044416", "--state"])
+        .arg(state.path())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--memory-mb 17592186044416"), "{err}");
+}

@@ -618,6 +618,8 @@ fn exec_mount_errors_exit_2() {
         ("read-only", "data", "absolute guest path"),
         ("read-only", "/a/../b", "`..`"),
         ("workspace-write", "/tmp", "scratch"),
+        ("workspace-write", "//tmp", "empty component"),
+        ("read-only", "/data/", "trailing `/`"),
         ("danger-full-access", "/", "host root"),
     ] {
         let out = run(exec(p1::FS)

@@ -266,6 +266,47 @@ async fn program_tool_manifest_errors() {
     }
 }
 
+/// A program inside the workspace is refused, whatever path reaches it: a
+/// call that may write the workspace could rewrite the code the tool runs
+/// from its next load on (a reload, a restart). By the path as written
+/// (through a link in the workspace, which a call could re-point) and by
+/// the file it resolves to (a link beside the manifest).
+#[tokio::test]
+async fn program_tool_program_inside_the_workspace_is_refused() {
+    let tools = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let good = "description = \"d\"\nargv = [\"cat\"]\ninput_schema = '{\"type\":\"object\"}'\n";
+    std::fs::copy(p1::CAT, ws.path().join("cat.wasm")).unwrap();
+    std::fs::copy(p1::CAT, tools.path().join("real.wasm")).unwrap();
+    std::os::unix::fs::symlink(tools.path().join("real.wasm"), ws.path().join("link.wasm"))
+        .unwrap();
+    std::os::unix::fs::symlink(ws.path().join("cat.wasm"), tools.path().join("beside.wasm"))
+        .unwrap();
+    let manifest = |name: &str, wasm: &Path| {
+        let path = tools.path().join(format!("{name}.tool.toml"));
+        let text = format!(
+            "name = \"{name}\"\nwasm = {:?}\n{good}",
+            wasm.display().to_string()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    for (name, wasm) in [
+        ("inside", ws.path().join("cat.wasm")),
+        ("through_link", ws.path().join("link.wasm")),
+        ("link_beside", tools.path().join("beside.wasm")),
+    ] {
+        let m = manifest(name, &wasm);
+        match builder_of(&[&m], ws.path(), None).build().await {
+            Ok(_) => panic!("{name}: a program in the workspace loaded"),
+            Err(HostError::UnsafeState(e)) => assert!(e.contains("inside the workspace"), "{e}"),
+            Err(other) => panic!("{name}: {other}"),
+        }
+    }
+    let m = manifest("outside", &tools.path().join("real.wasm"));
+    host_of(&[&m], ws.path(), None).await;
+}
+
 const FS: &str = r#"
 description = "File operations."
 argv = ["fs", "{op}", "{path}", "{text}"]
