@@ -21,7 +21,7 @@ fn main() {
     let mut packages = TOOLS.to_vec();
     packages.push(BENCH_GUEST);
     packages.push(MCP_FIXTURES);
-    let built = toolhost_build_support::build(
+    let built = toolhost_build_support::build_shipped(
         &packages,
         "wasm-tools",
         &[

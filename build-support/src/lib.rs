@@ -80,11 +80,29 @@ pub fn build(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
     build_for(TARGET, packages, subdir, watch)
 }
 
+/// As [`build`], optimised as the tools users run are shipped: the whole
+/// program in one codegen unit with link-time optimisation (smaller
+/// components, which instantiate and run faster; slower to build, so only
+/// for the embedded example tools and what the benchmarks measure).
+pub fn build_shipped(packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
+    build_with(TARGET, packages, subdir, watch, true)
+}
+
 /// As [`build`], for `target` ([`TARGET`] or [`TARGET_P1`]): what it
 /// returns are components for `wasm32-wasip2` and core modules for
 /// `wasm32-wasip1`. Several targets may share one `subdir`: each builds
 /// under `target/<subdir>/<target>`.
 pub fn build_for(target: &str, packages: &[&str], subdir: &str, watch: &[&str]) -> Vec<Built> {
+    build_with(target, packages, subdir, watch, false)
+}
+
+fn build_with(
+    target: &str,
+    packages: &[&str],
+    subdir: &str,
+    watch: &[&str],
+    shipped: bool,
+) -> Vec<Built> {
     require(target);
     let root = workspace_root();
     for w in watch {
@@ -101,6 +119,10 @@ pub fn build_for(target: &str, packages: &[&str], subdir: &str, watch: &[&str]) 
         .arg("--target-dir")
         .arg(&target_dir)
         .arg("--message-format=short");
+    if shipped {
+        cmd.env("CARGO_PROFILE_RELEASE_LTO", "true")
+            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
+    }
     for p in packages {
         cmd.arg("-p").arg(p);
     }
