@@ -648,7 +648,7 @@ fn parse_template(s: &str) -> Result<ArgTemplate, String> {
 
 /// Checks a guest path: absolute without `.`/`..` components or NUL (or
 /// `.` when `dot` is allowed).
-fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
+pub(crate) fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
     if dot && p == "." {
         return Ok(());
     }

@@ -166,16 +166,12 @@ impl CommandSpec {
         if mount == GUEST_WORKSPACE {
             return Ok(());
         }
-        if !mount.starts_with('/') {
-            return bad("a mount point is `.` or an absolute guest path such as `/` or `/data`");
-        }
-        if mount.contains('\0') || mount.split('/').any(|c| c == "." || c == "..") {
-            return bad("a mount point has no `.` or `..` components and no NUL");
-        }
-        // One spelling per directory, as for a manifest's guest paths:
-        // `//tmp` would otherwise pass for another path than `/tmp`.
-        if mount != "/" && mount.split('/').skip(1).any(str::is_empty) {
-            return bad("a mount point has no empty component and no trailing `/`");
+        // An absolute guest path with one spelling, as a manifest's: `//tmp`
+        // would otherwise pass for another path than `/tmp`.
+        if let Err(why) = crate::manifest::check_guest_path(mount, false) {
+            return bad(&format!(
+                "a mount point is `.` or an absolute guest path such as `/` or `/data`: {why}"
+            ));
         }
         match mode {
             SandboxMode::None => bad(
@@ -217,26 +213,37 @@ pub enum SandboxError {
     },
 }
 
-/// `path` (made absolute, `.` and `..` applied as written, no link
-/// followed) when it is `workspace` or inside it: a path through a link
-/// inside the workspace, which a call could re-point, whatever the link
-/// names today.
-pub(crate) fn lexically_inside(path: &Path, workspace: &Path) -> Option<PathBuf> {
+/// The first name on the way to `path` that is in `workspace` (canonical),
+/// each looked up from its parent directory resolved, itself not followed:
+/// a link inside the workspace, which a call could re-point, is found
+/// whatever it names today and however the path spells the workspace.
+pub(crate) fn passes_through(path: &Path, workspace: &Path) -> Option<PathBuf> {
     let abs = match std::env::current_dir() {
         Ok(cwd) => cwd.join(path),
         Err(_) => path.to_path_buf(),
     };
-    let mut out = PathBuf::new();
+    let mut walked = PathBuf::new();
     for c in abs.components() {
         match c {
             std::path::Component::ParentDir => {
-                out.pop();
+                walked.pop();
+                continue;
             }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
+            std::path::Component::CurDir => continue,
+            other => walked.push(other),
+        }
+        let (Some(parent), Some(name)) = (walked.parent(), walked.file_name()) else {
+            continue;
+        };
+        let here = parent
+            .canonicalize()
+            .unwrap_or_else(|_| parent.to_path_buf())
+            .join(name);
+        if here.starts_with(workspace) {
+            return Some(here);
         }
     }
-    out.starts_with(workspace).then_some(out)
+    None
 }
 
 /// `dir` (made absolute, symlinks of its longest existing prefix resolved)

@@ -126,11 +126,10 @@ impl Resolver for SystemResolver {
 
 /// The name [`SystemResolver`] asks for: absolute when `host` has a dot.
 fn query_name(host: &str) -> String {
-    let name = host.strip_suffix('.').unwrap_or(host);
-    if name.contains('.') {
-        format!("{name}.")
+    if host.contains('.') && !host.ends_with('.') {
+        format!("{host}.")
     } else {
-        name.to_string()
+        host.to_string()
     }
 }
 
@@ -240,13 +239,14 @@ mod tests {
     use super::*;
 
     /// A name with a dot is asked for as an absolute name, so the search
-    /// list never applies to it; a single label keeps it.
+    /// list never applies to it; a single label keeps it (unless written
+    /// absolute).
     #[test]
     fn dotted_names_are_looked_up_as_absolute_names() {
         assert_eq!(query_name("api.example.com"), "api.example.com.");
         assert_eq!(query_name("api.example.com."), "api.example.com.");
         assert_eq!(query_name("intranet"), "intranet");
-        assert_eq!(query_name("intranet."), "intranet");
+        assert_eq!(query_name("intranet."), "intranet.");
     }
 
     /// A single-label name still reaches `/etc/hosts` (every machine maps

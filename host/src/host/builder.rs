@@ -447,9 +447,9 @@ async fn load_all(
 }
 
 /// Registers the tools of one loaded source globally or in `scope`. A
-/// program tool whose program is inside the workspace is refused: calls
-/// could rewrite the code it runs from its next load on (its manifest's
-/// directory may be outside, and `wasm` may name any path).
+/// program tool whose manifest or program is inside the workspace is
+/// refused: calls could rewrite the code it runs, and what it declares, from
+/// its next load on (`wasm` may name any path).
 fn register(
     registry: &mut Registry,
     scope: Option<&str>,
@@ -460,15 +460,19 @@ fn register(
         Loaded::Component(label, component, descriptors) => (label, component, descriptors),
         Loaded::Program(program) => {
             let label = program.manifest.path.display().to_string();
-            let wasm = &program.manifest.wasm;
-            if let Some(inside) = crate::sandbox::lexically_inside(wasm, workspace)
-                .or_else(|| crate::sandbox::resolved_inside(wasm, workspace))
-            {
-                return Err(HostError::UnsafeState(format!(
-                    "the program {} of {label} is inside the workspace {}, where tools could rewrite the code it runs from its next load on; keep the program outside the workspace",
-                    inside.display(),
-                    workspace.display()
-                )));
+            for (what, path) in [
+                ("manifest", &program.manifest.path),
+                ("program", &program.manifest.wasm),
+            ] {
+                if let Some(inside) = crate::sandbox::passes_through(path, workspace)
+                    .or_else(|| crate::sandbox::resolved_inside(path, workspace))
+                {
+                    return Err(HostError::UnsafeState(format!(
+                        "the {what} {} of {label} is inside the workspace {}, where tools could rewrite the code it runs and what it is granted from its next load on; keep program tools outside the workspace",
+                        inside.display(),
+                        workspace.display()
+                    )));
+                }
             }
             let tool = RegisteredTool::program(program)
                 .map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;

@@ -526,7 +526,7 @@ impl CallNet {
                 index,
                 max: limits.max_response_bytes,
                 until: Box::pin(tokio::time::sleep_until(until)),
-                between: between_bytes_timeout.map(|t| (t, Box::pin(tokio::time::sleep(t)))),
+                between: between_bytes_timeout.map(Between::new),
                 started,
                 done: false,
             }
@@ -689,6 +689,34 @@ fn server_name(host: &Host) -> Result<rustls_pki_types::ServerName<'static>, Htt
     }
 }
 
+/// The between-bytes timer of a response body.
+struct Between {
+    gap: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    running: bool,
+}
+
+impl Between {
+    fn new(gap: Duration) -> Between {
+        Between {
+            gap,
+            timer: Box::pin(tokio::time::sleep(gap)),
+            running: false,
+        }
+    }
+
+    /// Whether the server has been silent for the whole gap, the timer
+    /// started now if it was not running.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.running {
+            self.running = true;
+            let at = tokio::time::Instant::now() + self.gap;
+            self.timer.as_mut().reset(at);
+        }
+        self.timer.as_mut().poll(cx).is_ready()
+    }
+}
+
 /// A response body that counts its bytes into the call's records and
 /// stops at the call's response byte limit and the request's deadline.
 struct LimitedBody<B = hyper::body::Incoming> {
@@ -697,9 +725,10 @@ struct LimitedBody<B = hyper::body::Incoming> {
     index: usize,
     max: u64,
     until: Pin<Box<tokio::time::Sleep>>,
-    /// The guest's between-bytes timeout and its timer, restarted at each
-    /// frame.
-    between: Option<(Duration, Pin<Box<tokio::time::Sleep>>)>,
+    /// The guest's between-bytes timeout and its timer: started when a
+    /// read finds nothing yet (the server's gap, not the guest's own pause
+    /// between reads), stopped when a frame comes.
+    between: Option<Between>,
     started: Instant,
     done: bool,
 }
@@ -748,16 +777,13 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
                     this.finish();
                     return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(this.max)))));
                 }
-                if let Some((gap, timer)) = this.between.as_mut() {
-                    timer.as_mut().reset(tokio::time::Instant::now() + *gap);
+                if let Some(between) = this.between.as_mut() {
+                    between.running = false;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Pending => {
-                let waited_too_long = this
-                    .between
-                    .as_mut()
-                    .is_some_and(|(_, timer)| timer.as_mut().poll(cx).is_ready());
+                let waited_too_long = this.between.as_mut().is_some_and(|b| b.expired(cx));
                 if waited_too_long || this.until.as_mut().poll(cx).is_ready() {
                     this.finish();
                     return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));

@@ -5,9 +5,9 @@
 //! request: a refused request still crossed a task (and the worker thread
 //! it landed on) before the guest saw its refusal. This one decides the
 //! request first (`CallNet::admit_http`): a refusal is the guest's answer
-//! at once, and an admitted request runs in one task, which hands the
-//! guest the response's head and the handle of the task that drives the
-//! connection. Both go through `CallNet`: the address checks, the
+//! at once, and an admitted request runs in a task of its own, which hands
+//! the guest the response's head and the handle of the task that drives
+//! the connection (no third task awaiting that one). Both go through `CallNet`: the address checks, the
 //! credential, the limits and the records are the same for every request.
 //!
 //! `handle` never waits for the network itself. Exchanging a request

@@ -60,8 +60,9 @@ pub(crate) struct CallState {
     /// context serves both kinds of program. wasi:http shares its table.
     pub wasi: WasiP1Ctx,
     pub http: WasiHttpCtx,
-    /// The wasi:http hooks: every outgoing request is decided against the
-    /// call's network grant (`runtime::net`).
+    /// The wasi:http hooks (header filters, schemes); requests are sent by
+    /// the host's own `handle` (`runtime::outgoing`), and the hooks' own
+    /// send refuses everything.
     pub http_hooks: HttpHooks,
     pub limiter: Limiter,
     pub host: HostCalls,

@@ -643,7 +643,7 @@ async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
         "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\nrequest_timeout_ms = 600000\n",
         grants.join(", ")
     );
-    let deadline = std::time::Duration::from_millis(500);
+    let deadline = std::time::Duration::from_secs(3);
     let (_ws, host) = host_with(&policy, |b| {
         b.limits(toolhost::Limits {
             deadline,

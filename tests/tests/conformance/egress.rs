@@ -517,7 +517,8 @@ async fn egress_concurrent_request_options() {
     let head = "HTTP/1.1 200 OK\r\ncontent-length: 10\r\nconnection: close\r\n\r\nhello";
     let (stalls, _hold) = staged(head, None, "world");
     let (slow, _release) = staged(head, Some(Duration::from_millis(1500)), "world");
-    let (_ws, host) = concurrent_host(&[silent.port, stalls, slow]).await;
+    let (paused, _later) = staged(head, Some(Duration::from_millis(100)), "world");
+    let (_ws, host) = concurrent_host(&[silent.port, stalls, slow, paused]).await;
     let one = |port: u16, timeouts: Value| {
         let mut args = json!({"http": [format!("http://127.0.0.1:{port}/")], "sequential": true, "read_body": true});
         args.as_object_mut()
@@ -531,8 +532,26 @@ async fn egress_concurrent_request_options() {
     )
     .await;
     assert_eq!(got, ["error ErrorCode::ConnectionReadTimeout"]);
+    // Ended by the gap, long before the request's time (the call's 20 s).
+    let started = std::time::Instant::now();
     let got = outcomes(&host, one(stalls, json!({"between_bytes_timeout_ms": 300}))).await;
     assert_eq!(got, ["status 200, body error connection read timeout"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The guest's own pause between reads is not the server's gap: the
+    // rest came 100 ms after the first part, while the guest paused 800 ms.
+    let got = outcomes(
+        &host,
+        one(
+            paused,
+            json!({"between_bytes_timeout_ms": 300, "pause_ms": 800}),
+        ),
+    )
+    .await;
+    assert_eq!(got, ["status 200, 10 bytes"]);
     let got = outcomes(&host, one(slow, json!({"connect_timeout_ms": 1000}))).await;
     assert_eq!(got, ["status 200, 10 bytes"]);
     // 1100 refused requests, each with its options: more than the call's

@@ -266,11 +266,12 @@ async fn program_tool_manifest_errors() {
     }
 }
 
-/// A program inside the workspace is refused, whatever path reaches it: a
-/// call that may write the workspace could rewrite the code the tool runs
-/// from its next load on (a reload, a restart). By the path as written
-/// (through a link in the workspace, which a call could re-point) and by
-/// the file it resolves to (a link beside the manifest).
+/// A program or manifest inside the workspace is refused, whatever path
+/// reaches it: a call that may write the workspace could rewrite the code
+/// the tool runs, or what it declares, from its next load on (a reload, a
+/// restart). By the path as written (through a link in the workspace,
+/// which a call could re-point) and by the file it resolves to (a link
+/// beside the manifest).
 #[tokio::test]
 async fn program_tool_program_inside_the_workspace_is_refused() {
     let tools = tempfile::tempdir().unwrap();
@@ -302,6 +303,19 @@ async fn program_tool_program_inside_the_workspace_is_refused() {
             Err(HostError::UnsafeState(e)) => assert!(e.contains("inside the workspace"), "{e}"),
             Err(other) => panic!("{name}: {other}"),
         }
+    }
+    // A manifest inside the workspace, its program outside: a call could
+    // rewrite what the tool declares and is granted.
+    let inside = ws.path().join("m.tool.toml");
+    let text = format!(
+        "name = \"m\"\nwasm = {:?}\n{good}",
+        tools.path().join("real.wasm").display().to_string()
+    );
+    std::fs::write(&inside, text).unwrap();
+    match builder_of(&[&inside], ws.path(), None).build().await {
+        Ok(_) => panic!("a manifest in the workspace loaded"),
+        Err(HostError::UnsafeState(e)) => assert!(e.contains("the manifest"), "{e}"),
+        Err(other) => panic!("manifest inside: {other}"),
     }
     let m = manifest("outside", &tools.path().join("real.wasm"));
     host_of(&[&m], ws.path(), None).await;

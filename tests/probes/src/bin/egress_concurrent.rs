@@ -31,6 +31,9 @@ struct Args {
     /// Read each response's body to its end (sequential only).
     #[serde(default)]
     read_body: bool,
+    /// A pause after each part of a body read, in milliseconds (a guest
+    /// that works between reads).
+    pause_ms: Option<u64>,
     /// The request options' timeouts, in milliseconds.
     connect_timeout_ms: Option<u64>,
     first_byte_timeout_ms: Option<u64>,
@@ -110,7 +113,7 @@ mod http {
         outgoing_handler::handle(request, options(args)?).map_err(|e| format!("handle: {e:?}"))
     }
 
-    fn outcome(f: &FutureIncomingResponse, read_body: bool) -> String {
+    fn outcome(f: &FutureIncomingResponse, read_body: bool, pause_ms: Option<u64>) -> String {
         let response = match f.get() {
             Some(Ok(Ok(response))) => response,
             Some(Ok(Err(e))) => return format!("error {e:?}"),
@@ -130,7 +133,12 @@ mod http {
         let mut bytes = 0;
         loop {
             match stream.blocking_read(64 * 1024) {
-                Ok(chunk) => bytes += chunk.len(),
+                Ok(chunk) => {
+                    bytes += chunk.len();
+                    if let Some(ms) = pause_ms.filter(|_| !chunk.is_empty()) {
+                        monotonic_clock::subscribe_duration(ms * MS).block();
+                    }
+                }
                 Err(StreamError::Closed) => return format!("status {status}, {bytes} bytes"),
                 Err(StreamError::LastOperationFailed(e)) => {
                     return format!("status {status}, body error {}", e.to_debug_string());
@@ -147,7 +155,7 @@ mod http {
                 .map(|url| {
                     let f = send(url, args)?;
                     f.subscribe().block();
-                    Ok(outcome(&f, args.read_body))
+                    Ok(outcome(&f, args.read_body, args.pause_ms))
                 })
                 .collect();
         }
@@ -166,7 +174,7 @@ mod http {
         // answers).
         let linger = monotonic_clock::subscribe_duration(300 * MS);
         wasip2::io::poll::poll(&[&first.subscribe(), &linger]);
-        Ok(sent.iter().map(|f| outcome(f, false)).collect())
+        Ok(sent.iter().map(|f| outcome(f, false, None)).collect())
     }
 }
 
