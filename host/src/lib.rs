@@ -92,7 +92,8 @@ pub use crate::runtime::{
     DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, Receipt, Runtime, RuntimeOptions, STUCK_GRACE,
 };
 pub use crate::sandbox::{
-    GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, needs_durable_intent, writable_preopens,
+    GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, inside_workspace, needs_durable_intent,
+    writable_preopens,
 };
 pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink, printable};
 pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};

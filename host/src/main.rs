@@ -542,7 +542,7 @@ async fn build_host_with(
         }
     }
     if let Some(policy) = &h.policy {
-        refuse_inside_workspace(policy, &h.state, &workspace)?;
+        refuse_inside_workspace(policy, &workspace)?;
     }
     b.policy(load_policy(h.policy.as_deref())?);
     b.approver(approver_of(h)?);
@@ -583,37 +583,13 @@ async fn build_host_with(
 }
 
 /// Refuses a policy file that a call could rewrite: one inside the
-/// workspace, by the path as given (a link inside the workspace can be
-/// re-pointed) or by the file it resolves to, and one with more than one
-/// hard link (the other name may be inside the workspace). The policy is the calls'
+/// workspace ([`toolhost::inside_workspace`]: through a link there, which
+/// can be re-pointed, or by the file it resolves to), and one with more
+/// than one hard link (the other name may be inside the workspace). The policy is the calls'
 /// grant: a tool that rewrote it would choose the grants of every later
 /// call, at the next run, restart or reload.
-fn refuse_inside_workspace(policy: &Path, state: &StateArgs, workspace: &Path) -> Result<()> {
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let lexical = |p: &Path| -> PathBuf {
-        let mut out = PathBuf::new();
-        for c in cwd.join(p).components() {
-            match c {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::CurDir => {}
-                other => out.push(other),
-            }
-        }
-        out
-    };
-    let given = lexical(policy);
-    let workspaces = [
-        Some(workspace.to_path_buf()),
-        state.workspace.as_deref().map(lexical),
-    ];
-    let resolved = policy.canonicalize().ok();
-    let inside = workspaces
-        .iter()
-        .flatten()
-        .any(|ws| given.starts_with(ws) || resolved.as_ref().is_some_and(|r| r.starts_with(ws)));
-    if inside {
+fn refuse_inside_workspace(policy: &Path, workspace: &Path) -> Result<()> {
+    if toolhost::inside_workspace(policy, workspace).is_some() {
         bail!(
             "policy {} is inside the workspace {}, where tools could rewrite the grants of later calls; keep the policy file outside the workspace",
             policy.display(),

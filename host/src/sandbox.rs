@@ -213,11 +213,23 @@ pub enum SandboxError {
     },
 }
 
+/// Where a file the host reads (a policy, a tool's manifest or program)
+/// is one that calls could rewrite: `path`, or a name on the way to it,
+/// inside `workspace`. Looked at name by name, each from its parent
+/// directory resolved (a link inside the workspace can be re-pointed,
+/// whatever it names today), and by the file `path` resolves to.
+pub fn inside_workspace(path: &Path, workspace: &Path) -> Option<PathBuf> {
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    passes_through(path, &workspace).or_else(|| resolved_inside(path, &workspace))
+}
+
 /// The first name on the way to `path` that is in `workspace` (canonical),
 /// each looked up from its parent directory resolved, itself not followed:
 /// a link inside the workspace, which a call could re-point, is found
 /// whatever it names today and however the path spells the workspace.
-pub(crate) fn passes_through(path: &Path, workspace: &Path) -> Option<PathBuf> {
+fn passes_through(path: &Path, workspace: &Path) -> Option<PathBuf> {
     let abs = match std::env::current_dir() {
         Ok(cwd) => cwd.join(path),
         Err(_) => path.to_path_buf(),

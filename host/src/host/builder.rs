@@ -464,9 +464,7 @@ fn register(
                 ("manifest", &program.manifest.path),
                 ("program", &program.manifest.wasm),
             ] {
-                if let Some(inside) = crate::sandbox::passes_through(path, workspace)
-                    .or_else(|| crate::sandbox::resolved_inside(path, workspace))
-                {
+                if let Some(inside) = crate::sandbox::inside_workspace(path, workspace) {
                     return Err(HostError::UnsafeState(format!(
                         "the {what} {} of {label} is inside the workspace {}, where tools could rewrite the code it runs and what it is granted from its next load on; keep program tools outside the workspace",
                         inside.display(),
