@@ -60,7 +60,9 @@ impl Default for RuntimeOptions {
 }
 
 /// WebAssembly proposals this runtime does not enable, each with the name a
-/// user knows it by. wasmtime 48 leaves them off by default; [`config`]
+/// user knows it by. wasmtime 48 leaves them off by default (the component
+/// model's async ABI because toolhost builds wasmtime without its
+/// `component-model-async` feature: see the workspace's Cargo.toml); [`config`]
 /// turns each off explicitly as well, so that a module that needs one is
 /// known to be refused for it, and loading can name it (see
 /// `runtime::program`). Every proposal of WebAssembly 3.0 (exception
@@ -80,6 +82,15 @@ pub(crate) const PROPOSALS_OFF: &[(WasmFeatures, &str)] = &[
     (WasmFeatures::CUSTOM_PAGE_SIZES, "custom page sizes"),
     (WasmFeatures::WIDE_ARITHMETIC, "wide arithmetic"),
     (WasmFeatures::MEMORY_CONTROL, "memory control"),
+    (
+        WasmFeatures::CM_ASYNC
+            .union(WasmFeatures::CM_ASYNC_STACKFUL)
+            .union(WasmFeatures::CM_MORE_ASYNC_BUILTINS)
+            .union(WasmFeatures::CM_THREADING)
+            .union(WasmFeatures::CM_ERROR_CONTEXT),
+        "the component model's async ABI (`async` lifts and lowers, streams and futures, \
+         as WASI 0.3 uses them; WASI 0.2 components do not need it)",
+    ),
 ];
 
 /// The engine configuration for `options`: component model, epoch

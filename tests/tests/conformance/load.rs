@@ -73,6 +73,29 @@ async fn load_invalid_component() {
     assert_mentions(&e, &["is not a valid component"]);
 }
 
+/// A component that uses the component model's async ABI (an `async` lift,
+/// as WASI 0.3 components have), which this runtime is built without:
+/// refused at load, naming it.
+#[tokio::test]
+async fn load_async_abi_component() {
+    let bytes = wat::parse_str(
+        r#"(component
+            (core module $m
+                (func (export "f") (result i32) i32.const 0)
+                (func (export "cb") (param i32 i32 i32) (result i32) i32.const 0))
+            (core instance $i (instantiate $m))
+            (type $t (func async))
+            (func (export "f") (type $t) (canon lift (core func $i "f") async (callback (core func $i "cb")))))"#,
+    )
+    .unwrap();
+    let (e, path) = load_bytes_error(&bytes).await;
+    assert!(
+        matches!(e, HostError::Load(LoadError::Unsupported { .. })),
+        "{e:?}"
+    );
+    assert_mentions(&e, &[&path, "async ABI", "does not support"]);
+}
+
 /// A WASI command that exports no tool interface.
 #[tokio::test]
 async fn load_no_exports() {
