@@ -473,7 +473,7 @@ impl CallNet {
             } else {
                 Box::new(stream)
             };
-            hyper::client::conn::http1::handshake(TokioIo::new(io))
+            hyper::client::conn::http1::handshake(TokioIo::new(CloseAfterYield::new(io)))
                 .await
                 .map_err(HttpError::Hyper)
         };
@@ -667,6 +667,72 @@ fn elapsed_ms(started: Instant) -> u64 {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
 
+/// A connection whose shutdown first lets the tasks it woke run.
+///
+/// hyper shuts a connection down (and then closes it) in the same poll
+/// that hands the response body's end to the guest's task. Yielding once
+/// before the shutdown lets that task run first (or another worker take
+/// this one): the guest has its response without waiting for the
+/// connection's close.
+struct CloseAfterYield<S> {
+    inner: S,
+    yielded: bool,
+}
+
+impl<S> CloseAfterYield<S> {
+    fn new(inner: S) -> Self {
+        CloseAfterYield {
+            inner,
+            yielded: false,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CloseAfterYield<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CloseAfterYield<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Connects to the first of `addrs` that accepts.
 async fn connect(addrs: &[SocketAddr]) -> Result<tokio::net::TcpStream, HttpError> {
     let mut last = None;
@@ -850,6 +916,31 @@ mod tests {
         assert_eq!(log.records[index].url, "http://127.0.0.1:1/9999");
         assert_eq!(log.dropped, 44);
         assert_eq!(log.records.len(), MAX_REFUSED_RECORDS + 1);
+    }
+
+    /// A connection's shutdown first yields (waking its task, so that the
+    /// tasks it woke run before it), then shuts the stream down.
+    #[tokio::test]
+    async fn a_shutdown_yields_once_then_shuts_the_stream_down() {
+        use tokio::io::{AsyncReadExt, AsyncWrite};
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut stream = CloseAfterYield::new(near);
+        let count = Arc::new(Count(Default::default()));
+        let waker = std::task::Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let first = Pin::new(&mut stream).poll_shutdown(&mut cx);
+        assert!(first.is_pending());
+        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let second = Pin::new(&mut stream).poll_shutdown(&mut cx);
+        assert!(matches!(second, Poll::Ready(Ok(()))), "{second:?}");
+        let mut rest = Vec::new();
+        assert_eq!(far.read_to_end(&mut rest).await.ok(), Some(0));
     }
 
     /// A response body whose request time is up ends with a read timeout
