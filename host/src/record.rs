@@ -75,14 +75,18 @@ impl Recorder {
 
     /// Tells the waiters of `events`' calls that they were written.
     fn written(&self, events: &[NewEvent]) {
+        self.written_ids(events.iter().map(|e| e.call_id.as_str()));
+    }
+
+    fn written_ids<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
         let Ok(mut w) = self.first_write.lock() else {
             return;
         };
         if w.is_empty() {
             return;
         }
-        for e in events {
-            if let Some(tx) = w.remove(&e.call_id) {
+        for id in ids {
+            if let Some(tx) = w.remove(id) {
                 let _ = tx.send(());
             }
         }
@@ -130,9 +134,11 @@ impl Recorder {
     ) -> Result<(), String> {
         let mut events = self.take(&[call_id]);
         events.push(NewEvent::new(call_id, kind, payload));
+        // Every event here is of this call (its held `tool/call`, then this
+        // one); the log takes them without copying their payloads.
         self.log
-            .append(&events, Durability::Lazy)
-            .map(|_| self.written(&events))
+            .append_owned(events, Durability::Lazy)
+            .map(|_| self.written_ids([call_id]))
             .map_err(|e| e.to_string())
     }
 

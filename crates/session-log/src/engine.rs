@@ -51,6 +51,21 @@ pub trait LogEngine: Send + Sync + Debug {
     /// number space is exhausted.
     fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError>;
 
+    /// [`LogEngine::append`] of events the caller gives up. The default
+    /// appends them by reference; an engine that keeps the events themselves
+    /// (the in-memory one) takes them instead of copying each payload.
+    ///
+    /// # Errors
+    ///
+    /// As [`LogEngine::append`].
+    fn append_owned(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<Vec<u64>, LogError> {
+        self.append(&events, durability)
+    }
+
     /// Appends `before` and then `intents` (only `tool/intent` events: the caller has
     /// checked) in one durable commit, and returns their sequence numbers.
     ///

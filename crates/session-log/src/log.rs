@@ -199,6 +199,20 @@ impl SessionLog {
         self.engine.append(events, durability)
     }
 
+    /// [`SessionLog::append`] of events the caller gives up: the in-memory
+    /// engine keeps them as they are instead of copying them.
+    ///
+    /// # Errors
+    ///
+    /// As [`SessionLog::append`].
+    pub fn append_owned(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<Vec<u64>, LogError> {
+        self.engine.append_owned(events, durability)
+    }
+
     /// Appends a batch of `tool/intent` events in one durable commit (group commit: one
     /// `fdatasync` for the batch) and returns their sequence numbers.
     ///

@@ -31,6 +31,14 @@ impl MemoryEngine {
 
 impl LogEngine for MemoryEngine {
     fn append(&self, events: &[NewEvent], _durability: Durability) -> Result<Vec<u64>, LogError> {
+        Ok(self.lock()?.append(events.to_vec()))
+    }
+
+    fn append_owned(
+        &self,
+        events: Vec<NewEvent>,
+        _durability: Durability,
+    ) -> Result<Vec<u64>, LogError> {
         Ok(self.lock()?.append(events))
     }
 
@@ -60,7 +68,7 @@ impl LogEngine for MemoryEngine {
         if recovered.is_empty() {
             return Ok(Recovery::default());
         }
-        log.append(&recovery_events(&recovered));
+        log.append(recovery_events(&recovered));
         Ok(Recovery { recovered })
     }
 }
@@ -74,7 +82,7 @@ struct MemLog {
 }
 
 impl MemLog {
-    fn append(&mut self, events: &[NewEvent]) -> Vec<u64> {
+    fn append(&mut self, events: Vec<NewEvent>) -> Vec<u64> {
         let at_unix_ms = now_unix_ms();
         let mut seqs = Vec::with_capacity(events.len());
         for e in events {
@@ -94,10 +102,10 @@ impl MemLog {
                 .push(self.events.len());
             self.events.push(Event {
                 seq,
-                call_id: e.call_id.clone(),
+                call_id: e.call_id,
                 kind: e.kind,
                 at_unix_ms,
-                payload: e.payload.clone(),
+                payload: e.payload,
             });
             seqs.push(seq);
         }
