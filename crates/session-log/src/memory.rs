@@ -31,7 +31,8 @@ impl MemoryEngine {
 
 impl LogEngine for MemoryEngine {
     fn append(&self, events: &[NewEvent], _durability: Durability) -> Result<Vec<u64>, LogError> {
-        Ok(self.lock()?.append(events.to_vec()))
+        let events = events.to_vec();
+        Ok(self.lock()?.append(events))
     }
 
     fn append_owned(

@@ -102,6 +102,10 @@ pub(crate) fn config(options: &RuntimeOptions) -> Config {
     config.epoch_interruption(!options.unmetered_for_benchmarks);
     config.consume_fuel(options.fuel);
     config.wasm_component_model(true);
+    // Off whatever features the build turns on: with concurrency support,
+    // every call into and out of a guest keeps a task record (see the
+    // workspace's Cargo.toml), and no toolhost guest uses the async ABI.
+    config.concurrency_support(false);
     for (feature, _) in PROPOSALS_OFF {
         config.wasm_features(*feature, false);
     }

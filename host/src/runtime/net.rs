@@ -471,9 +471,9 @@ impl CallNet {
                         .map_err(HttpError::Tls)?,
                 )
             } else {
-                Box::new(stream)
+                Box::new(CloseAfterYield::new(stream))
             };
-            hyper::client::conn::http1::handshake(TokioIo::new(CloseAfterYield::new(io)))
+            hyper::client::conn::http1::handshake(TokioIo::new(io))
                 .await
                 .map_err(HttpError::Hyper)
         };
@@ -667,13 +667,17 @@ fn elapsed_ms(started: Instant) -> u64 {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
 
-/// A connection whose shutdown first lets the tasks it woke run.
+/// A plain TCP connection whose shutdown first lets the tasks it woke run.
 ///
 /// hyper shuts a connection down (and then closes it) in the same poll
-/// that hands the response body's end to the guest's task. Yielding once
-/// before the shutdown lets that task run first (or another worker take
-/// this one): the guest has its response without waiting for the
-/// connection's close.
+/// that hands the response body's end to the guest's task, so on one
+/// worker the guest waited for both system calls. Yielding once before the
+/// shutdown lets that task run first (or another worker take this one).
+/// The guest, having the whole body, then usually drops it, which aborts
+/// the connection's task before the shutdown: the socket is closed when
+/// the task is dropped, a FIN as the shutdown would have sent. A TLS
+/// connection is not wrapped: its shutdown sends TLS's `close_notify`
+/// first, which a close alone would leave out.
 struct CloseAfterYield<S> {
     inner: S,
     yielded: bool,
