@@ -16,10 +16,12 @@
 //! `::1`, `fc00::/7` (with `fd00:ec2::254`), `fe80::/10`, `fec0::/10`,
 //! `ff00::/8` and `100::/64`; inside it, `2001::/23` (IETF special purpose,
 //! with Teredo), `2001:db8::/32` and `3fff::/20` (documentation). IPv6 forms
-//! that embed an IPv4 address are judged by that address: IPv4-mapped
-//! (`::ffff:a.b.c.d`), NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`);
-//! IPv4-compatible (`::a.b.c.d`, deprecated) is always refused, and the
-//! local-use NAT64 prefix `64:ff9b:1::/48` too.
+//! that embed an IPv4 address are judged by that address: NAT64
+//! (`64:ff9b::/96`) and 6to4 (`2002::/16`). IPv4-mapped (`::ffff:a.b.c.d`)
+//! and IPv4-compatible (`::a.b.c.d`, deprecated) forms are always refused,
+//! whatever they embed (named by what they embed when that is refused too):
+//! an IPv4 destination is reached, and granted, as IPv4. The local-use
+//! NAT64 prefix `64:ff9b:1::/48` is refused too.
 
 use crate::decision::Refusal;
 use crate::grant::{Grant, HostPattern};
@@ -56,8 +58,8 @@ pub enum AddrClass {
     /// `100.100.100.200`, `168.63.129.16`.
     CloudMetadata,
     /// Reserved or special-purpose: `192.0.0/24`, `192.88.99/24`, `240/4`,
-    /// IPv6 outside `2000::/3`, `2001::/23`, IPv4-compatible IPv6, local-use
-    /// NAT64.
+    /// IPv6 outside `2000::/3`, `2001::/23`, IPv4-mapped and -compatible
+    /// IPv6 (of a public IPv4 address), local-use NAT64.
     Reserved,
 }
 
@@ -120,6 +122,12 @@ impl fmt::Display for AddrRisk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.embedded {
             None => f.write_str(self.class.describe()),
+            // The form is refused, not what it embeds.
+            Some((form, v4)) if classify_v4(v4).is_none() => write!(
+                f,
+                "{} form of {v4}, refused whatever it embeds",
+                form.describe()
+            ),
             Some((form, v4)) => write!(
                 f,
                 "{} form of {v4}, {}",
@@ -219,7 +227,12 @@ fn classify_v6(a: Ipv6Addr) -> Option<AddrRisk> {
         return plain(AddrClass::CloudMetadata);
     }
     if in_v6(n, Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96) {
-        return embedded(Embedding::Ipv4Mapped, low32);
+        // Refused even when what it embeds is public (only a grant of this
+        // exact form unlocks it).
+        return embedded(Embedding::Ipv4Mapped, low32).or(Some(AddrRisk {
+            class: AddrClass::Reserved,
+            embedded: Some((Embedding::Ipv4Mapped, low32)),
+        }));
     }
     if in_v6(n, Ipv6Addr::UNSPECIFIED, 96) {
         // Deprecated: refused even when what it embeds is public.
@@ -343,7 +356,6 @@ mod tests {
             "223.255.255.255",
             "2606:4700:4700::1111",
             "2a00:1450:4001::200e",
-            "::ffff:8.8.8.8",
             "64:ff9b::808:808",
             "2002:808:808::1",
         ] {
@@ -381,6 +393,13 @@ mod tests {
         );
         let r = classify("::8.8.8.8".parse().unwrap()).unwrap();
         assert_eq!(r.class, AddrClass::Reserved);
+        // A mapped public address is refused too, as a mapped form.
+        let r = classify("::ffff:8.8.8.8".parse().unwrap()).unwrap();
+        assert_eq!(r.class, AddrClass::Reserved);
+        assert_eq!(
+            r.to_string(),
+            "IPv4-mapped form of 8.8.8.8, refused whatever it embeds"
+        );
         let r = classify("2002:7f00:1::".parse().unwrap()).unwrap();
         assert_eq!(
             r.embedded,

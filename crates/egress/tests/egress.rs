@@ -224,7 +224,7 @@ const CORPUS: &[(&str, &str, Expect)] = &[
     ("http://10.1.2.3:80/", "GET", Connect(&["10.1.2.3:80"])),
     ("https://public.test.example.com/", "GET", Connect(&["93.184.216.34:443"])),
     ("https://nat64ok.test.example.com/", "GET", Connect(&["[64:ff9b::5db8:d822]:443"])),
-    ("https://mappedok.test.example.com/", "GET", Connect(&["[::ffff:93.184.216.34]:443"])),
+    ("https://mappedok.test.example.com/", "GET", Refused("address_refused")),
     ("https://dual.test.example.com/", "GET", Connect(&["93.184.216.34:443", "[2606:2800:220:1:248:1893:25c8:1946]:443"])),
     ("https://dup.test.example.com/", "GET", Connect(&["93.184.216.34:443"])),
     ("https://a.example.org/", "GET", Connect(&["93.184.216.35:443"])),
@@ -469,6 +469,11 @@ fn check_addr_unlocks_only_an_exact_address_grant_for_that_literal() {
     // Public addresses pass whatever the grants.
     let public = ip("93.184.216.34");
     assert!(check_addr(public, &name, &[]).is_ok());
+    // Not in their IPv4-mapped form, unless a grant names that form.
+    let mapped = ip("::ffff:93.184.216.34");
+    assert!(check_addr(mapped, &Host::Ip(mapped), &[]).is_err());
+    let by_mapped = Grant::parse("http://[::ffff:93.184.216.34]").unwrap();
+    assert!(check_addr(mapped, &Host::Ip(mapped), std::slice::from_ref(&by_mapped)).is_ok());
 }
 
 #[test]
@@ -690,10 +695,11 @@ fn the_address_checks_cover_the_standard_predicates() {
         if std_refuses {
             assert!(classify(IpAddr::V4(v4)).is_some(), "{v4}");
         }
-        // Every IPv6 form embedding it agrees with it.
+        // Its NAT64 form agrees with it; the IPv4-mapped and
+        // -compatible forms are refused whatever it is.
         let refused = classify(IpAddr::V4(v4)).is_some();
         let mapped = v4.to_ipv6_mapped();
-        assert_eq!(classify(IpAddr::V6(mapped)).is_some(), refused, "{mapped}");
+        assert!(classify(IpAddr::V6(mapped)).is_some(), "{mapped}");
         let nat64 = Ipv6Addr::from((0x0064_ff9b_u128 << 96) | u128::from(u32::from(v4)));
         assert_eq!(classify(IpAddr::V6(nat64)).is_some(), refused, "{nat64}");
         let compat = v4.to_ipv6_compatible();
