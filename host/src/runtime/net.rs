@@ -87,8 +87,10 @@ struct NetLog {
     requests: u32,
     /// Response body bytes received, all requests summed.
     bytes_in: u64,
-    /// UDP destinations already allowed (a datagram stream is one record).
-    udp_peers: Vec<SocketAddr>,
+    /// UDP destinations already allowed (a datagram stream is one record),
+    /// by address and port: an IPv6 reply's flow label or scope is not the
+    /// peer's identity.
+    udp_peers: Vec<(std::net::IpAddr, u16)>,
     /// Refusal records kept (at most [`MAX_REFUSED_RECORDS`]).
     refused: usize,
     /// Refusal records not kept (over [`MAX_REFUSED_RECORDS`]).
@@ -598,7 +600,7 @@ impl CallNet {
             && self
                 .log
                 .lock()
-                .map(|l| l.udp_peers.contains(&addr))
+                .map(|l| l.udp_peers.contains(&(addr.ip(), addr.port())))
                 .unwrap_or(false);
         if seen {
             return true;
@@ -620,7 +622,7 @@ impl CallNet {
         if let Ok(mut l) = self.log.lock()
             && scheme == Scheme::Udp
         {
-            l.udp_peers.push(addr);
+            l.udp_peers.push((addr.ip(), addr.port()));
         }
         let approved = self.grant.ask_approved && rule.list == toolhost_egress::GrantList::Ask;
         self.push(EgressRecord::allowed(&request, "", &rule, approved));
@@ -920,6 +922,38 @@ mod tests {
         assert_eq!(log.records[index].url, "http://127.0.0.1:1/9999");
         assert_eq!(log.dropped, 44);
         assert_eq!(log.records.len(), MAX_REFUSED_RECORDS + 1);
+    }
+
+    /// A UDP reply is taken from the peer the guest sent to, whatever the
+    /// flow label or scope its IPv6 address arrives with; replies from
+    /// another port, or before any send, are refused.
+    #[test]
+    fn a_udp_reply_is_matched_to_its_peer_by_address_and_port() {
+        let grant = match NetworkGrant::from_patterns(&["udp://[::1]:5353".to_string()], None, None)
+        {
+            Ok(grant) => grant,
+            Err(e) => panic!("{e}"),
+        };
+        let net = CallNet::new(
+            grant,
+            Instant::now() + Duration::from_secs(60),
+            Arc::default(),
+        );
+        let peer = std::net::SocketAddrV6::new(std::net::Ipv6Addr::LOCALHOST, 5353, 0, 0);
+        let reply = std::net::SocketAddrV6::new(std::net::Ipv6Addr::LOCALHOST, 5353, 7, 0);
+        assert!(!net.check_socket(SocketAddr::V6(reply), SocketAddrUse::UdpReceive));
+        assert!(net.check_socket(SocketAddr::V6(peer), SocketAddrUse::UdpSend));
+        assert!(net.check_socket(SocketAddr::V6(reply), SocketAddrUse::UdpReceive));
+        let other = std::net::SocketAddrV6::new(std::net::Ipv6Addr::LOCALHOST, 5354, 0, 0);
+        assert!(!net.check_socket(SocketAddr::V6(other), SocketAddrUse::UdpReceive));
+        // One allowed record for the stream of datagrams (the other port
+        // is a refusal).
+        let allowed = net
+            .records()
+            .iter()
+            .filter(|r| matches!(r.outcome, EgressOutcome::Allowed { .. }))
+            .count();
+        assert_eq!(allowed, 1);
     }
 
     /// A connection's shutdown first yields (waking its task, so that the
