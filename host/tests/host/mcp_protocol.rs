@@ -506,7 +506,13 @@ fn a_repeated_initialize_is_refused_and_notices_come_once() {
         }
         seen.push(v);
     }
-    // Notices travel apart from the response: collect what is still coming.
+    // Notices travel apart from the response: wait for the two this call
+    // makes (however loaded the machine), then for a while longer, in
+    // which a duplicate would arrive.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.iter().filter_map(approval_state).count() < 2 && Instant::now() < deadline {
+        seen.extend(s.next(Duration::from_millis(200)));
+    }
     seen.extend(s.drain(Duration::from_secs(1)));
     let states: Vec<&str> = seen.iter().filter_map(approval_state).collect();
     assert_eq!(states, ["pending", "decided"], "{seen:?}");
