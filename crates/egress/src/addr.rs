@@ -109,10 +109,13 @@ impl Embedding {
 }
 
 /// What is risky about an address: its class, and the IPv4 address it
-/// embeds when the class comes from that.
+/// embeds, if any (an IPv4-mapped or -compatible form of a public address
+/// is refused for its form: its class is then
+/// [`AddrClass::Reserved`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct AddrRisk {
-    /// The class of the address (of the embedded IPv4 address, if any).
+    /// The class of the address: of the embedded IPv4 address when that
+    /// is refused, else of the address itself.
     pub class: AddrClass,
     /// The embedded IPv4 address and how it is embedded.
     pub embedded: Option<(Embedding, Ipv4Addr)>,

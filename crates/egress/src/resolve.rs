@@ -213,6 +213,11 @@ fn plan<R: Resolver + ?Sized>(
 /// request is refused; an empty list is [`Refusal::NoAddress`]. Returns the
 /// addresses with the request's port (whatever port the resolver put),
 /// duplicates removed, order kept.
+///
+/// An IPv4-mapped address a resolver gives for a name (a dual-stack
+/// resolver may) is that IPv4 address: it is checked, and connected, as
+/// IPv4. Written by the guest as a literal, a mapped form stays refused
+/// unless a grant names it.
 pub fn check_resolved(
     request: &Request,
     grant: &Grant,
@@ -225,8 +230,12 @@ pub fn check_resolved(
     }
     let mut out: Vec<SocketAddr> = Vec::with_capacity(resolved.len());
     for addr in resolved {
-        check_addr(addr.ip(), &request.host, std::slice::from_ref(grant))?;
-        let addr = SocketAddr::new(addr.ip(), request.port);
+        let ip = match (&request.host, addr.ip()) {
+            (Host::Name(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map_or(addr.ip(), IpAddr::V4),
+            (_, ip) => ip,
+        };
+        check_addr(ip, &request.host, std::slice::from_ref(grant))?;
+        let addr = SocketAddr::new(ip, request.port);
         if !out.contains(&addr) {
             out.push(addr);
         }

@@ -224,7 +224,7 @@ const CORPUS: &[(&str, &str, Expect)] = &[
     ("http://10.1.2.3:80/", "GET", Connect(&["10.1.2.3:80"])),
     ("https://public.test.example.com/", "GET", Connect(&["93.184.216.34:443"])),
     ("https://nat64ok.test.example.com/", "GET", Connect(&["[64:ff9b::5db8:d822]:443"])),
-    ("https://mappedok.test.example.com/", "GET", Refused("address_refused")),
+    ("https://mappedok.test.example.com/", "GET", Connect(&["93.184.216.34:443"])),
     ("https://dual.test.example.com/", "GET", Connect(&["93.184.216.34:443", "[2606:2800:220:1:248:1893:25c8:1946]:443"])),
     ("https://dup.test.example.com/", "GET", Connect(&["93.184.216.34:443"])),
     ("https://a.example.org/", "GET", Connect(&["93.184.216.35:443"])),
