@@ -30,9 +30,9 @@ impl MemoryEngine {
 }
 
 impl LogEngine for MemoryEngine {
-    fn append(&self, events: &[NewEvent], _durability: Durability) -> Result<Vec<u64>, LogError> {
-        let events = events.to_vec();
-        Ok(self.lock()?.append(events))
+    fn append(&self, events: &[NewEvent], durability: Durability) -> Result<Vec<u64>, LogError> {
+        // Copied before the lock is taken.
+        self.append_owned(events.to_vec(), durability)
     }
 
     fn append_owned(

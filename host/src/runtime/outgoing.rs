@@ -7,8 +7,9 @@
 //! request first (`CallNet::admit_http`): a refusal is the guest's answer
 //! at once, and an admitted request runs in a task of its own, which hands
 //! the guest the response's head and the handle of the task that drives
-//! the connection (no third task awaiting that one). Both go through `CallNet`: the address checks, the
-//! credential, the limits and the records are the same for every request.
+//! the connection (no third task awaiting that one). Both go through
+//! `CallNet`: the address checks, the credential, the limits and the
+//! records are the same for every request.
 //!
 //! `handle` never waits for the network itself. Exchanging a request
 //! without a body inside the call, up to the response's head, measured
