@@ -554,8 +554,14 @@ impl CallNet {
         match use_ {
             SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
                 // Port 0 only (a connect's implicit bind, or a client's
-                // explicit one), and only with a grant of this protocol.
-                let ok = addr.port() == 0 && egress.policy.grants().any(|g| g.scheme() == scheme);
+                // explicit one), and only with a grant of this protocol the
+                // call may use: an `allow` one, or an `ask` one when this
+                // call's ask was approved.
+                let usable =
+                    |grants: &[toolhost_egress::Grant]| grants.iter().any(|g| g.scheme() == scheme);
+                let ok = addr.port() == 0
+                    && (usable(egress.policy.allow())
+                        || (self.grant.ask_approved && usable(egress.policy.ask())));
                 if !ok {
                     self.deny(refuse_line("bind_refused"));
                 }

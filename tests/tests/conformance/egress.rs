@@ -249,6 +249,44 @@ allow = [
     assert_eq!(codes.last(), Some(&json!("limit_reached")), "{codes:?}");
 }
 
+/// A bind to port 0 (what a UDP client does before its first datagram)
+/// needs a grant of its protocol that the call may use. With only an `ask`
+/// grant that this call was not approved for (`approval = "never"`), the
+/// bind itself is refused (`bind_refused`), not only the datagram after it;
+/// with an `allow` grant the datagram arrives.
+#[tokio::test]
+async fn egress_a_bind_needs_a_grant_the_call_may_use() {
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let u = udp.local_addr().unwrap().port();
+    let target = format!("127.0.0.1:{u}");
+    for (list, approval, sent) in [("ask", "never", false), ("allow", "never", true)] {
+        let policy = format!(
+            "version = 1\ndefault = \"allow\"\napproval = \"{approval}\"\n\n[network]\n{list} = [\"udp://{target}\"]\n"
+        );
+        let (_ws, host) = egress_host(&policy, None).await;
+        let r = call(&host, "egress", json!({"udp": [target]}), SandboxMode::None).await;
+        assert!(r.is_ok(), "{r:?}");
+        let attempt = &r.canonical["attempts"][0];
+        let detail = attempt["detail"].as_str().unwrap();
+        let bind_refused = r.receipt.denied.iter().any(|d| d.contains("bind_refused"));
+        if sent {
+            assert_eq!(attempt["ok"], true, "{list}: {detail}");
+            assert!(!bind_refused, "{:?}", r.receipt.denied);
+            let mut buf = [0u8; 64];
+            let (n, _) = udp.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"escaped");
+        } else {
+            assert_eq!(attempt["ok"], false, "{list}: {detail}");
+            assert!(
+                detail.starts_with("start-bind") || detail.starts_with("finish-bind"),
+                "the bind itself is refused: {detail}"
+            );
+            assert!(bind_refused, "{:?}", r.receipt.denied);
+        }
+    }
+}
+
 /// TRACE echoes a request back, headers included, so a guest could read
 /// the credential the host attaches to its origin; CONNECT would make the
 /// host a tunnel. Granted origin and credential or not, neither is sent:
