@@ -89,7 +89,8 @@ pub use crate::result::{CallError, CallResult, Status};
 #[doc(hidden)]
 pub use crate::runtime::{BodyOutcome, LoadedComponent};
 pub use crate::runtime::{
-    DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, Receipt, Runtime, RuntimeOptions, STUCK_GRACE,
+    DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, MAX_WASM_FILE_BYTES, Receipt, Runtime,
+    RuntimeOptions, STUCK_GRACE, WasmFileError, read_wasm_file,
 };
 pub use crate::sandbox::{
     GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, inside_workspace, needs_durable_intent,

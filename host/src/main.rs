@@ -943,8 +943,8 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
 }
 
 async fn exec(a: ExecArgs) -> Result<ExitCode> {
-    let bytes = std::fs::read(&a.program)
-        .with_context(|| format!("cannot read {}", a.program.display()))?;
+    let bytes = toolhost::read_wasm_file(&a.program)
+        .map_err(|e| anyhow!("cannot read {}: {e}", a.program.display()))?;
     let workspace = match &a.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir()?,
@@ -1463,8 +1463,8 @@ fn recover(a: StateArgs) -> Result<ExitCode> {
 }
 
 async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
-    let bytes =
-        std::fs::read(&a.tool).with_context(|| format!("cannot read {}", a.tool.display()))?;
+    let bytes = toolhost::read_wasm_file(&a.tool)
+        .map_err(|e| anyhow!("cannot read {}: {e}", a.tool.display()))?;
     let runtime = toolhost::conformance::runtime_for_checks().map_err(|e| anyhow!("{e}"))?;
     let report =
         toolhost::conformance::check_component(runtime, &a.tool.display().to_string(), &bytes)

@@ -18,7 +18,7 @@
 //! content), not a failure of the host.
 
 use crate::manifest::{Manifest, ManifestCode, ManifestError};
-use crate::runtime::{BodyOutcome, Program, Receipt, Runtime, StoreBuilder, race};
+use crate::runtime::{BodyOutcome, Program, Receipt, Runtime, StoreBuilder, WasmFileError, race};
 use crate::sandbox::{CommandSpec, GUEST_WORKSPACE, SandboxSpec};
 use crate::state::Interrupt;
 use crate::tool::ContentItem;
@@ -62,11 +62,12 @@ impl ProgramTool {
             detail,
         };
         let source = manifest.wasm.display().to_string();
-        let bytes = std::fs::read(&manifest.wasm).map_err(|e| {
-            error(
-                ManifestCode::WasmMissing,
-                format!("cannot read {source}: {e}"),
-            )
+        let bytes = crate::runtime::read_wasm_file(&manifest.wasm).map_err(|e| {
+            let code = match e {
+                WasmFileError::Io(_) => ManifestCode::WasmMissing,
+                WasmFileError::NotAFile | WasmFileError::TooLarge => ManifestCode::NotProgram,
+            };
+            error(code, format!("cannot read {source}: {e}"))
         })?;
         let program = runtime
             .link_tool_program(&source, &bytes)

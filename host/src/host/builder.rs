@@ -408,9 +408,11 @@ async fn load_all(
             let task = tokio::spawn(async move {
                 let (label, bytes) = match source {
                     Source::Path(p) => {
-                        let bytes = std::fs::read(&p).map_err(|e| LoadError::Read {
-                            path: p.display().to_string(),
-                            detail: e.to_string(),
+                        let bytes = crate::runtime::read_wasm_file(&p).map_err(|detail| {
+                            LoadError::Read {
+                                path: p.display().to_string(),
+                                detail: detail.to_string(),
+                            }
                         })?;
                         (p.display().to_string(), bytes)
                     }

@@ -99,6 +99,51 @@ pub enum LoadError {
     Runtime(String),
 }
 
+/// The largest WebAssembly file the host reads (512 MiB): five times
+/// CPython compiled to WASI. A larger file is refused before it is read.
+pub const MAX_WASM_FILE_BYTES: u64 = 512 << 20;
+
+/// Why a WebAssembly file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmFileError {
+    /// The file could not be opened or read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The path names a directory, a device, a pipe or a socket.
+    #[error("not a regular file")]
+    NotAFile,
+    /// The file is larger than [`MAX_WASM_FILE_BYTES`].
+    #[error("larger than {MAX_WASM_FILE_BYTES} bytes, the most the host reads")]
+    TooLarge,
+}
+
+/// Reads the component or module at `path`: a regular file (a link to one
+/// is followed) of at most [`MAX_WASM_FILE_BYTES`]. A device, a pipe or a
+/// file that is too large (or grows past the limit while it is read) is
+/// refused, never read without end.
+///
+/// # Errors
+///
+/// Why the file was not read.
+pub fn read_wasm_file(path: &std::path::Path) -> Result<Vec<u8>, WasmFileError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(WasmFileError::NotAFile);
+    }
+    if meta.len() > MAX_WASM_FILE_BYTES {
+        return Err(WasmFileError::TooLarge);
+    }
+    // The size is known: one allocation. The limit holds while reading too.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_WASM_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_WASM_FILE_BYTES {
+        return Err(WasmFileError::TooLarge);
+    }
+    Ok(bytes)
+}
+
 /// A component compiled and linked, ready to instantiate per call.
 pub struct LoadedComponent {
     /// Where it came from (a path or `embedded:NAME`).

@@ -39,7 +39,10 @@ mod wasi;
 
 pub use self::engine::{EPOCH_TICK, RuntimeOptions};
 pub use self::invoke::{BodyOutcome, STUCK_GRACE};
-pub use self::load::{DESCRIBE_DEADLINE, LoadError, LoadedComponent};
+pub use self::load::{
+    DESCRIBE_DEADLINE, LoadError, LoadedComponent, MAX_WASM_FILE_BYTES, WasmFileError,
+    read_wasm_file,
+};
 pub use self::store::Receipt;
 
 pub(crate) use self::invoke::{OnAbandon, Watch, race};

@@ -49,6 +49,29 @@ async fn load_missing_file() {
     assert_mentions(&e, &["cannot read", &path]);
 }
 
+/// A component file larger than the host reads (a sparse file: no disk
+/// used) and a device are refused before they are read: a device would
+/// never end, a large file would be held in memory whole.
+#[tokio::test]
+async fn load_too_large_or_not_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.wasm");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(toolhost::MAX_WASM_FILE_BYTES + 1).unwrap();
+    drop(f);
+    for (path, why) in [
+        (big.display().to_string(), "larger than"),
+        ("/dev/zero".to_string(), "not a regular file"),
+    ] {
+        let e = build_error(&path).await;
+        assert!(
+            matches!(e, HostError::Load(LoadError::Read { .. })),
+            "{e:?}"
+        );
+        assert_mentions(&e, &["cannot read", &path, why]);
+    }
+}
+
 #[tokio::test]
 async fn load_core_module() {
     let (e, _) = load_bytes_error(b"\0asm\x01\0\0\0").await;

@@ -249,6 +249,14 @@ async fn program_tool_manifest_errors() {
             std::fs::write(dir.join("text.wasm"), "not a program").unwrap();
             (p, ManifestCode::NotProgram, "not a WebAssembly file")
         },
+        {
+            // Larger than the host reads (sparse: no disk used): refused
+            // before it is read.
+            let p = install(dir, "huge", p1::CAT, good);
+            let f = std::fs::File::create(dir.join("huge.wasm")).unwrap();
+            f.set_len(toolhost::MAX_WASM_FILE_BYTES + 1).unwrap();
+            (p, ManifestCode::NotProgram, "larger than")
+        },
     ];
     for (path, code, detail) in cases {
         let e = match builder_of(&[&path], ws.path(), None).build().await {
