@@ -39,6 +39,9 @@ use crate::recovery::Recovery;
 ///   writers that are gone (their lease expired): never a live writer's running call.
 /// - **Failure:** after a storage error on a write, an engine may refuse further use
 ///   ([`LogError::Storage`]); reopening continues from the last durable state.
+/// - **Retention:** the engines that store the log keep every event. The in-memory one
+///   forgets the oldest finished calls whole past its byte budget, never a pending call
+///   ([`SessionLog::in_memory_with_budget`](crate::SessionLog::in_memory_with_budget)).
 ///
 /// An engine is shared between threads (`Send + Sync`); concurrent appends are
 /// serialised by the engine.

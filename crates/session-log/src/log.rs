@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::engine::LogEngine;
 use crate::error::LogError;
 use crate::event::{Event, EventKind, NewEvent};
-use crate::memory::MemoryEngine;
+use crate::memory::{DEFAULT_MEMORY_BUDGET, MemoryEngine};
 use crate::reader::ReadOnlyLog;
 use crate::recovery::Recovery;
 use crate::redb_engine::RedbLog;
@@ -166,13 +166,28 @@ impl SessionLog {
 
     /// A log in memory: nothing survives the process, and nothing is ever synced (both
     /// durabilities cost the same). For hosts that need no durability, benchmarks and
-    /// tests. Events, the call index, pending calls and recovery behave as in a file.
+    /// tests. Events, the call index, pending calls and recovery behave as in a file,
+    /// except that the log keeps about 64 MiB of events
+    /// ([`SessionLog::in_memory_with_budget`]).
     ///
     /// # Errors
     ///
     /// None today; the `Result` keeps the signature of the other constructors.
     pub fn in_memory() -> Result<SessionLog, LogError> {
-        Ok(SessionLog::from_engine(MemoryEngine::default()))
+        SessionLog::in_memory_with_budget(DEFAULT_MEMORY_BUDGET)
+    }
+
+    /// A log in memory that keeps about `budget` bytes of events (their strings, and a
+    /// few words per value). Past it, the oldest calls that are not pending are forgotten
+    /// whole, never the calls of the append that went over: a call's result can be read
+    /// back at least until the next append. A forgotten call reads as unknown
+    /// ([`SessionLog::events_for_call`] is empty); sequence numbers keep increasing.
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` keeps the signature of the other constructors.
+    pub fn in_memory_with_budget(budget: usize) -> Result<SessionLog, LogError> {
+        Ok(SessionLog::from_engine(MemoryEngine::new(budget)))
     }
 
     /// A log stored by `engine`: any implementation of [`LogEngine`], such as an engine of

@@ -1,12 +1,18 @@
 //! The in-memory engine ([`SessionLog::in_memory`](crate::SessionLog::in_memory)): the
-//! same events, call index and pending set as the redb tables, in a `Vec` and two maps.
+//! same events, call index and pending set as the redb tables, in maps.
 //!
 //! This module owns nothing durable: nothing survives the process and nothing is ever
 //! synced, so both durabilities cost the same. It must keep the rules of
 //! [`LogEngine`] that do not concern durability exactly as the redb engine does, so that
 //! tests and benchmarks on it say something about the real log.
+//!
+//! Unlike a file, memory is not the place for a record kept forever: a long-running host
+//! would grow with every call. The log keeps about a byte budget of events; past it, the
+//! oldest finished calls are forgotten whole (every event of the call), never a pending
+//! one. Sequence numbers still increase by one per event; a reader sees gaps where
+//! forgotten calls were.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::engine::LogEngine;
@@ -15,13 +21,23 @@ use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
 use crate::log::Durability;
 use crate::recovery::{Recovery, recovery_events};
 
+/// How much the in-memory log keeps by default: 64 MiB of events, estimated.
+pub(crate) const DEFAULT_MEMORY_BUDGET: usize = 64 << 20;
+
 /// The in-memory engine.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MemoryEngine {
     log: Mutex<MemLog>,
 }
 
 impl MemoryEngine {
+    /// An empty log that keeps about `budget` bytes of events (see [`MemLog`]).
+    pub(crate) fn new(budget: usize) -> MemoryEngine {
+        MemoryEngine {
+            log: Mutex::new(MemLog::new(budget)),
+        }
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, MemLog>, LogError> {
         self.log
             .lock()
@@ -52,7 +68,7 @@ impl LogEngine for MemoryEngine {
     }
 
     fn events(&self) -> Result<Vec<Event>, LogError> {
-        Ok(self.lock()?.events.clone())
+        Ok(self.lock()?.events())
     }
 
     fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
@@ -74,20 +90,51 @@ impl LogEngine for MemoryEngine {
     }
 }
 
-/// The in-memory log: the same events, index and pending set as the redb tables.
-#[derive(Debug, Default)]
+/// The in-memory log: the same events, index and pending set as the redb tables, with
+/// the oldest finished calls forgotten once their events exceed the byte budget.
+#[derive(Debug)]
 struct MemLog {
-    events: Vec<Event>,
-    by_call: HashMap<String, Vec<usize>>,
+    /// The events kept, by sequence number.
+    events: BTreeMap<u64, Event>,
+    /// Each call's events (sequence numbers, in order) and their estimated size.
+    by_call: HashMap<String, CallEvents>,
+    /// Call ids in the order of their first kept event: the order they are forgotten in.
+    order: VecDeque<String>,
     pending: HashMap<String, u64>,
+    /// The sequence number of the next event.
+    next_seq: u64,
+    /// The estimated size of the events kept.
+    bytes: usize,
+    /// The most the kept events may take before the oldest finished calls go.
+    budget: usize,
+}
+
+#[derive(Debug, Default)]
+struct CallEvents {
+    seqs: Vec<u64>,
+    bytes: usize,
 }
 
 impl MemLog {
+    fn new(budget: usize) -> MemLog {
+        MemLog {
+            events: BTreeMap::new(),
+            by_call: HashMap::new(),
+            order: VecDeque::new(),
+            pending: HashMap::new(),
+            next_seq: 1,
+            bytes: 0,
+            budget,
+        }
+    }
+
     fn append(&mut self, events: Vec<NewEvent>) -> Vec<u64> {
         let at_unix_ms = now_unix_ms();
         let mut seqs = Vec::with_capacity(events.len());
+        let mut appended = Vec::with_capacity(events.len());
         for e in events {
-            let seq = self.events.len() as u64 + 1;
+            let seq = self.next_seq;
+            self.next_seq += 1;
             match e.kind {
                 EventKind::ToolIntent => {
                     self.pending.insert(e.call_id.clone(), seq);
@@ -97,28 +144,75 @@ impl MemLog {
                 }
                 _ => {}
             }
-            self.by_call
-                .entry(e.call_id.clone())
-                .or_default()
-                .push(self.events.len());
-            self.events.push(Event {
+            let size = estimated_size(&e);
+            let call = match self.by_call.get_mut(&e.call_id) {
+                Some(call) => call,
+                None => {
+                    self.order.push_back(e.call_id.clone());
+                    self.by_call.entry(e.call_id.clone()).or_default()
+                }
+            };
+            call.seqs.push(seq);
+            call.bytes += size;
+            self.bytes += size;
+            appended.push(e.call_id.clone());
+            self.events.insert(
                 seq,
-                call_id: e.call_id,
-                kind: e.kind,
-                at_unix_ms,
-                payload: e.payload,
-            });
+                Event {
+                    seq,
+                    call_id: e.call_id,
+                    kind: e.kind,
+                    at_unix_ms,
+                    payload: e.payload,
+                },
+            );
             seqs.push(seq);
         }
+        let keep: Vec<&str> = appended.iter().map(String::as_str).collect();
+        self.forget_beyond_budget(&keep);
         seqs
+    }
+
+    /// Forgets the oldest calls, whole, until the events kept fit the budget: never a
+    /// pending call (recovery needs its intent) and never one of `keep` (the calls of
+    /// the append that went over, so that a call's result can always be read back at
+    /// least once after it is written).
+    fn forget_beyond_budget(&mut self, keep: &[&str]) {
+        if self.bytes <= self.budget {
+            return;
+        }
+        let mut held = Vec::new();
+        while self.bytes > self.budget {
+            let Some(call_id) = self.order.pop_front() else {
+                break;
+            };
+            if self.pending.contains_key(&call_id) || keep.contains(&call_id.as_str()) {
+                held.push(call_id);
+                continue;
+            }
+            if let Some(call) = self.by_call.remove(&call_id) {
+                for seq in call.seqs {
+                    self.events.remove(&seq);
+                }
+                self.bytes -= call.bytes;
+            }
+        }
+        for call_id in held.into_iter().rev() {
+            self.order.push_front(call_id);
+        }
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.events.values().cloned().collect()
     }
 
     fn events_for_call(&self, call_id: &str) -> Vec<Event> {
         self.by_call
             .get(call_id)
-            .map(|ix| {
-                ix.iter()
-                    .filter_map(|&i| self.events.get(i).cloned())
+            .map(|call| {
+                call.seqs
+                    .iter()
+                    .filter_map(|seq| self.events.get(seq).cloned())
                     .collect()
             })
             .unwrap_or_default()
@@ -129,4 +223,22 @@ impl MemLog {
         p.sort();
         p.into_iter().map(|(_, c)| c).collect()
     }
+}
+
+/// About how many bytes an event takes in memory: its strings' lengths, and a word or
+/// so per value. Counted once, when the event is appended.
+fn estimated_size(e: &NewEvent) -> usize {
+    const EVENT: usize = 96;
+    EVENT + e.call_id.len() + value_size(&e.payload)
+}
+
+fn value_size(v: &serde_json::Value) -> usize {
+    const VALUE: usize = 32;
+    VALUE
+        + match v {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(a) => a.iter().map(value_size).sum(),
+            serde_json::Value::Object(o) => o.iter().map(|(k, v)| k.len() + value_size(v)).sum(),
+            _ => 0,
+        }
 }

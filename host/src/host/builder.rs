@@ -187,6 +187,9 @@ impl HostBuilder {
     }
 
     /// Uses a durable session log in `dir` (a redb file and its intent journal).
+    /// Without a state directory or a [`session_log`](Self::session_log), the log is
+    /// kept in memory ([`SessionLog::in_memory`]): nothing survives the process, and the
+    /// oldest finished calls are forgotten past about 64 MiB of events.
     pub fn state_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.state_dir = Some(dir.into());
         self

@@ -196,3 +196,105 @@ fn an_engine_from_outside_the_crate_plugs_in_through_from_engine() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<SessionLog>();
 }
+
+/// A result event of `id` carrying `n` bytes of output.
+fn big_result(id: &str, n: usize) -> NewEvent {
+    NewEvent::new(
+        id,
+        EventKind::ToolResult,
+        json!({ "status": "ok", "canonical": { "body": "x".repeat(n) } }),
+    )
+}
+
+/// The in-memory log keeps about its byte budget: the oldest finished calls are
+/// forgotten whole, a pending call never is (recovery still resolves it), the last
+/// call appended can always be read back, and sequence numbers keep increasing.
+#[test]
+fn the_in_memory_log_forgets_the_oldest_finished_calls_past_its_budget() {
+    let log = SessionLog::in_memory_with_budget(16 << 10).unwrap();
+    // A call that never finishes, appended first: the oldest of all.
+    log.record_intents_after(&[call("stuck")], &[intent("stuck")])
+        .unwrap();
+    let mut last_seq = 0;
+    for i in 0..200 {
+        let id = format!("c{i}");
+        let seqs = log
+            .record_intents_after(&[call(&id)], &[intent(&id)])
+            .unwrap();
+        assert!(seqs[0] > last_seq, "sequence numbers keep increasing");
+        let seq = log
+            .append(&[big_result(&id, 1000)], Durability::Lazy)
+            .unwrap();
+        last_seq = seq[0];
+        // The call just finished is always there, whole.
+        let kinds: Vec<EventKind> = log
+            .events_for_call(&id)
+            .unwrap()
+            .iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                EventKind::ToolCall,
+                EventKind::ToolIntent,
+                EventKind::ToolResult
+            ],
+            "{id}"
+        );
+    }
+    let events = log.events().unwrap();
+    let kept_calls: std::collections::BTreeSet<&str> =
+        events.iter().map(|e| e.call_id.as_str()).collect();
+    // About 1.1 KiB per call against 16 KiB: far fewer than the 201 appended.
+    assert!(
+        kept_calls.len() < 20,
+        "{} calls kept: {kept_calls:?}",
+        kept_calls.len()
+    );
+    assert!(
+        log.events_for_call("c0").unwrap().is_empty(),
+        "the oldest went"
+    );
+    assert!(
+        kept_calls.contains("c199") && kept_calls.contains("c198"),
+        "{kept_calls:?}"
+    );
+    // Forgotten whole: a kept finished call has all three of its events.
+    for id in kept_calls.iter().filter(|id| **id != "stuck") {
+        assert_eq!(log.events_for_call(id).unwrap().len(), 3, "{id}");
+    }
+    // In sequence order, strictly increasing.
+    assert!(seqs(&events).windows(2).all(|w| w[0] < w[1]));
+    // The pending call outlived every finished one and recovers as before.
+    assert_eq!(
+        shape(&log.events_for_call("stuck").unwrap()),
+        [call("stuck"), intent("stuck")]
+    );
+    assert_eq!(log.pending_calls().unwrap(), ["stuck"]);
+    assert_eq!(log.recover().unwrap().recovered, ["stuck"]);
+    assert!(log.pending_calls().unwrap().is_empty());
+}
+
+/// The default in-memory log is bounded too: 100 results of 1 MiB each (100 MiB
+/// appended) leave fewer than 100 calls kept.
+#[test]
+fn the_default_in_memory_log_does_not_keep_every_result() {
+    let log = SessionLog::in_memory().unwrap();
+    for i in 0..100 {
+        let id = format!("c{i}");
+        log.append(&[call(&id), big_result(&id, 1 << 20)], Durability::Lazy)
+            .unwrap();
+    }
+    let events = log.events().unwrap();
+    let kept = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .count();
+    assert!((1..100).contains(&kept), "{kept} of 100 results kept");
+    assert_eq!(
+        log.events_for_call("c99").unwrap().len(),
+        2,
+        "the newest call is kept"
+    );
+}
