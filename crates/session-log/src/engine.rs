@@ -40,7 +40,7 @@ use crate::recovery::Recovery;
 /// - **Failure:** after a storage error on a write, an engine may refuse further use
 ///   ([`LogError::Storage`]); reopening continues from the last durable state.
 /// - **Retention:** the engines that store the log keep every event. The in-memory one
-///   forgets the oldest finished calls whole past its byte budget, never a pending call
+///   forgets the oldest finished calls whole past its byte budget, never an unfinished one
 ///   ([`SessionLog::in_memory_with_budget`](crate::SessionLog::in_memory_with_budget)).
 ///
 /// An engine is shared between threads (`Send + Sync`); concurrent appends are

@@ -178,9 +178,10 @@ impl SessionLog {
     }
 
     /// A log in memory that keeps about `budget` bytes of events (their strings, and a
-    /// few words per value). Past it, the oldest calls that are not pending are forgotten
-    /// whole, never the calls of the append that went over: a call's result can be read
-    /// back at least until the next append. A forgotten call reads as unknown
+    /// few words per value). Past it, the oldest finished calls (those with their
+    /// `tool/result`) are forgotten whole; never an unfinished one (running, or waiting
+    /// for an approval), and never the calls of the append that went over: a call's
+    /// result can be read back at least until the next append. A forgotten call reads as unknown
     /// ([`SessionLog::events_for_call`] is empty); sequence numbers keep increasing.
     ///
     /// # Errors

@@ -8,9 +8,11 @@
 //!
 //! Unlike a file, memory is not the place for a record kept forever: a long-running host
 //! would grow with every call. The log keeps about a byte budget of events; past it, the
-//! oldest finished calls are forgotten whole (every event of the call), never a pending
-//! one. Sequence numbers still increase by one per event; a reader sees gaps where
-//! forgotten calls were.
+//! oldest finished calls (those with their `tool/result`) are forgotten whole, every
+//! event of the call; never an unfinished one (running, or waiting for an approval).
+//! Sequence numbers still increase by one per event; a reader sees gaps where forgotten
+//! calls were. Every call the host makes ends with its result, so what is unfinished is
+//! bounded by the calls in flight.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -18,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::engine::LogEngine;
 use crate::error::LogError;
 use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
-use crate::log::Durability;
+use crate::log::{Durability, SESSION_CALL_ID};
 use crate::recovery::{Recovery, recovery_events};
 
 /// How much the in-memory log keeps by default: 64 MiB of events, estimated.
@@ -56,7 +58,15 @@ impl LogEngine for MemoryEngine {
         events: Vec<NewEvent>,
         _durability: Durability,
     ) -> Result<Vec<u64>, LogError> {
-        Ok(self.lock()?.append(events))
+        // Sized before the lock is taken.
+        let sized = events
+            .into_iter()
+            .map(|e| {
+                let size = estimated_size(&e);
+                (e, size)
+            })
+            .collect();
+        Ok(self.lock()?.append(sized))
     }
 
     fn durable_commit_blocks(&self) -> bool {
@@ -85,7 +95,15 @@ impl LogEngine for MemoryEngine {
         if recovered.is_empty() {
             return Ok(Recovery::default());
         }
-        log.append(recovery_events(&recovered));
+        log.append(
+            recovery_events(&recovered)
+                .into_iter()
+                .map(|e| {
+                    let size = estimated_size(&e);
+                    (e, size)
+                })
+                .collect(),
+        );
         Ok(Recovery { recovered })
     }
 }
@@ -113,6 +131,9 @@ struct MemLog {
 struct CallEvents {
     seqs: Vec<u64>,
     bytes: usize,
+    /// The call has its `tool/result` (or its events belong to the session): it may
+    /// be forgotten. A call without one is still running, or waits for an approval.
+    finished: bool,
 }
 
 impl MemLog {
@@ -128,11 +149,12 @@ impl MemLog {
         }
     }
 
-    fn append(&mut self, events: Vec<NewEvent>) -> Vec<u64> {
+    /// Appends `events`, each with its [`estimated_size`].
+    fn append(&mut self, events: Vec<(NewEvent, usize)>) -> Vec<u64> {
         let at_unix_ms = now_unix_ms();
         let mut seqs = Vec::with_capacity(events.len());
-        let mut appended = Vec::with_capacity(events.len());
-        for e in events {
+        let first = self.next_seq;
+        for (e, size) in events {
             let seq = self.next_seq;
             self.next_seq += 1;
             match e.kind {
@@ -144,7 +166,6 @@ impl MemLog {
                 }
                 _ => {}
             }
-            let size = estimated_size(&e);
             let call = match self.by_call.get_mut(&e.call_id) {
                 Some(call) => call,
                 None => {
@@ -154,8 +175,8 @@ impl MemLog {
             };
             call.seqs.push(seq);
             call.bytes += size;
+            call.finished |= e.kind == EventKind::ToolResult || e.call_id == SESSION_CALL_ID;
             self.bytes += size;
-            appended.push(e.call_id.clone());
             self.events.insert(
                 seq,
                 Event {
@@ -168,16 +189,16 @@ impl MemLog {
             );
             seqs.push(seq);
         }
-        let keep: Vec<&str> = appended.iter().map(String::as_str).collect();
-        self.forget_beyond_budget(&keep);
+        self.forget_beyond_budget(first);
         seqs
     }
 
-    /// Forgets the oldest calls, whole, until the events kept fit the budget: never a
-    /// pending call (recovery needs its intent) and never one of `keep` (the calls of
-    /// the append that went over, so that a call's result can always be read back at
-    /// least once after it is written).
-    fn forget_beyond_budget(&mut self, keep: &[&str]) {
+    /// Forgets the oldest finished calls, whole, until the events kept fit the budget:
+    /// never an unfinished one (one that runs, whose intent recovery needs, or one that
+    /// waits for an approval, whose events must stay together), and never one with an
+    /// event from `first` on (the calls of the append that went over, so that a call's
+    /// result can be read back at least until the next append).
+    fn forget_beyond_budget(&mut self, first: u64) {
         if self.bytes <= self.budget {
             return;
         }
@@ -186,7 +207,11 @@ impl MemLog {
             let Some(call_id) = self.order.pop_front() else {
                 break;
             };
-            if self.pending.contains_key(&call_id) || keep.contains(&call_id.as_str()) {
+            let forgettable = self
+                .by_call
+                .get(&call_id)
+                .is_some_and(|c| c.finished && c.seqs.last().is_some_and(|&s| s < first));
+            if !forgettable {
                 held.push(call_id);
                 continue;
             }

@@ -411,13 +411,18 @@ async fn load_all(
             let task = tokio::spawn(async move {
                 let (label, bytes) = match source {
                     Source::Path(p) => {
-                        let bytes = crate::runtime::read_wasm_file(&p).map_err(|detail| {
-                            LoadError::Read {
-                                path: p.display().to_string(),
-                                detail: detail.to_string(),
-                            }
+                        // Up to `MAX_WASM_FILE_BYTES`: off the async workers.
+                        let path = p.display().to_string();
+                        let read =
+                            tokio::task::spawn_blocking(move || crate::runtime::read_wasm_file(&p))
+                                .await
+                                .map_err(|e| e.to_string())
+                                .and_then(|r| r.map_err(|e| e.to_string()));
+                        let bytes = read.map_err(|detail| LoadError::Read {
+                            path: path.clone(),
+                            detail,
                         })?;
-                        (p.display().to_string(), bytes)
+                        (path, bytes)
                     }
                     Source::Bytes(label, bytes) => (label, bytes),
                     Source::Manifest(p) => {

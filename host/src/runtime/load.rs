@@ -127,7 +127,17 @@ pub enum WasmFileError {
 /// Why the file was not read.
 pub fn read_wasm_file(path: &std::path::Path) -> Result<Vec<u8>, WasmFileError> {
     use std::io::Read;
-    let file = std::fs::File::open(path)?;
+    // Opened without waiting: opening a named pipe for reading would wait for
+    // a writer. The handle's own type is checked, not the path's (which could
+    // be swapped in between); reads of a regular file never wait anyway.
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+    }
+    let file = options.open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(WasmFileError::NotAFile);

@@ -50,8 +50,9 @@ async fn load_missing_file() {
 }
 
 /// A component file larger than the host reads (a sparse file: no disk
-/// used) and a device are refused before they are read: a device would
-/// never end, a large file would be held in memory whole.
+/// used), a device and a named pipe are refused before they are read: a
+/// device would never end, a pipe would wait for a writer, a large file
+/// would be held in memory whole.
 #[tokio::test]
 async fn load_too_large_or_not_a_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -59,9 +60,17 @@ async fn load_too_large_or_not_a_file() {
     let f = std::fs::File::create(&big).unwrap();
     f.set_len(toolhost::MAX_WASM_FILE_BYTES + 1).unwrap();
     drop(f);
+    // A named pipe: opening it for reading would wait for a writer.
+    let fifo = dir.path().join("pipe.wasm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
     for (path, why) in [
         (big.display().to_string(), "larger than"),
         ("/dev/zero".to_string(), "not a regular file"),
+        (fifo.display().to_string(), "not a regular file"),
     ] {
         let e = build_error(&path).await;
         assert!(

@@ -212,8 +212,17 @@ fn big_result(id: &str, n: usize) -> NewEvent {
 #[test]
 fn the_in_memory_log_forgets_the_oldest_finished_calls_past_its_budget() {
     let log = SessionLog::in_memory_with_budget(16 << 10).unwrap();
-    // A call that never finishes, appended first: the oldest of all.
+    // A recovery's session event: the session's, forgettable like a finished call.
+    log.record_intents_after(&[call("early")], &[intent("early")])
+        .unwrap();
+    assert_eq!(log.recover().unwrap().recovered, ["early"]);
+    // A call that never finishes: older than every finished one below.
     log.record_intents_after(&[call("stuck")], &[intent("stuck")])
+        .unwrap();
+    // A call asked about and not yet decided: no intent, not finished either.
+    let asked = |id: &str| NewEvent::new(id, EventKind::ApprovalAsked, json!({"tool": "t"}));
+    let decided = |id: &str| NewEvent::new(id, EventKind::ApprovalDecided, json!({"d": "allow"}));
+    log.append(&[call("waiting"), asked("waiting")], Durability::Lazy)
         .unwrap();
     let mut last_seq = 0;
     for i in 0..200 {
@@ -261,11 +270,41 @@ fn the_in_memory_log_forgets_the_oldest_finished_calls_past_its_budget() {
         "{kept_calls:?}"
     );
     // Forgotten whole: a kept finished call has all three of its events.
-    for id in kept_calls.iter().filter(|id| **id != "stuck") {
+    for id in kept_calls
+        .iter()
+        .filter(|id| !["stuck", "waiting"].contains(*id))
+    {
         assert_eq!(log.events_for_call(id).unwrap().len(), 3, "{id}");
     }
     // In sequence order, strictly increasing.
     assert!(seqs(&events).windows(2).all(|w| w[0] < w[1]));
+    // The early recovery is forgotten, its session event with it.
+    assert!(log.events_for_call("early").unwrap().is_empty());
+    assert!(
+        !events.iter().any(|e| e.kind == EventKind::SessionRecovered),
+        "{kept_calls:?}"
+    );
+    // The call waiting for its approval kept its events together, and when it goes
+    // on, its record is whole.
+    log.append(&[decided("waiting")], Durability::Lazy).unwrap();
+    log.record_intents_after(&[], &[intent("waiting")]).unwrap();
+    log.append(&[result("waiting")], Durability::Lazy).unwrap();
+    let kinds: Vec<EventKind> = log
+        .events_for_call("waiting")
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::ToolCall,
+            EventKind::ApprovalAsked,
+            EventKind::ApprovalDecided,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
     // The pending call outlived every finished one and recovers as before.
     assert_eq!(
         shape(&log.events_for_call("stuck").unwrap()),
