@@ -10,7 +10,7 @@ use toolhost_log::{
     SESSION_CALL_ID, SessionLog, recovery_events,
 };
 
-use crate::{call, intent, result, seqs, shape};
+use crate::{call, intent, kinds_of, result, seqs, shape};
 
 /// What every engine must do, seen through `SessionLog`.
 pub fn behaves_as_a_session_log(log: &SessionLog, what: &str) {
@@ -236,14 +236,8 @@ fn the_in_memory_log_forgets_the_oldest_finished_calls_past_its_budget() {
             .unwrap();
         last_seq = seq[0];
         // The call just finished is always there, whole.
-        let kinds: Vec<EventKind> = log
-            .events_for_call(&id)
-            .unwrap()
-            .iter()
-            .map(|e| e.kind)
-            .collect();
         assert_eq!(
-            kinds,
+            kinds_of(&log, &id),
             [
                 EventKind::ToolCall,
                 EventKind::ToolIntent,
@@ -289,14 +283,8 @@ fn the_in_memory_log_forgets_the_oldest_finished_calls_past_its_budget() {
     log.append(&[decided("waiting")], Durability::Lazy).unwrap();
     log.record_intents_after(&[], &[intent("waiting")]).unwrap();
     log.append(&[result("waiting")], Durability::Lazy).unwrap();
-    let kinds: Vec<EventKind> = log
-        .events_for_call("waiting")
-        .unwrap()
-        .iter()
-        .map(|e| e.kind)
-        .collect();
     assert_eq!(
-        kinds,
+        kinds_of(&log, "waiting"),
         [
             EventKind::ToolCall,
             EventKind::ApprovalAsked,

@@ -107,3 +107,12 @@ pub fn shape(events: &[Event]) -> Vec<NewEvent> {
 pub fn seqs(events: &[Event]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
 }
+
+/// The kinds of the events of `call_id` in `log`, in order.
+pub fn kinds_of(log: &toolhost_log::SessionLog, call_id: &str) -> Vec<EventKind> {
+    log.events_for_call(call_id)
+        .unwrap()
+        .iter()
+        .map(|e| e.kind)
+        .collect()
+}

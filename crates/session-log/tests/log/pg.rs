@@ -9,7 +9,7 @@ use toolhost_log::{
 };
 
 use crate::engines::{TEST_SCHEMA, pg_options, pg_url, sql, sql_value, unique};
-use crate::{call, intent, result, seqs, shape};
+use crate::{call, intent, kinds_of, result, seqs, shape};
 
 /// Opens `log` as `replica`; returns the log and its engine's counters.
 fn open(
@@ -379,14 +379,8 @@ fn a_restarted_replica_with_the_same_identity_recovers_its_calls_once() {
     drop(first);
     let (third, _) = open(&url, &name, "r1", Duration::from_secs(600));
     assert_eq!(third.recover().unwrap(), Recovery::default());
-    let kinds: Vec<_> = third
-        .events_for_call("c1")
-        .unwrap()
-        .iter()
-        .map(|e| e.kind)
-        .collect();
     assert_eq!(
-        kinds,
+        kinds_of(&third, "c1"),
         [
             EventKind::ToolCall,
             EventKind::ToolIntent,
@@ -895,14 +889,8 @@ fn an_intent_whose_commit_answer_is_lost_is_recovered_as_unknown_never_also_fini
     // Recovery resolves it once; no other result can follow.
     assert_eq!(log.recover().unwrap().recovered, ["c1"]);
     assert_eq!(log.recover().unwrap(), Recovery::default());
-    let kinds: Vec<_> = log
-        .events_for_call("c1")
-        .unwrap()
-        .iter()
-        .map(|e| e.kind)
-        .collect();
     assert_eq!(
-        kinds,
+        kinds_of(&log, "c1"),
         [
             EventKind::ToolCall,
             EventKind::ToolIntent,
