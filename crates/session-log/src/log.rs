@@ -181,8 +181,9 @@ impl SessionLog {
     /// few words per value). Past it, the oldest finished calls (those with their
     /// `tool/result`) are forgotten whole; never an unfinished one (running, or waiting
     /// for an approval), and never the calls of the append that went over: a call's
-    /// result can be read back at least until the next append. A forgotten call reads as unknown
-    /// ([`SessionLog::events_for_call`] is empty); sequence numbers keep increasing.
+    /// result can be read back at least until the next append. A forgotten call reads
+    /// as unknown ([`SessionLog::events_for_call`] is empty); sequence numbers keep
+    /// increasing.
     ///
     /// # Errors
     ///
