@@ -57,6 +57,7 @@ pub use crate::error::LogError;
 pub use crate::event::{Event, EventKind, NewEvent, UnknownEventKind};
 pub use crate::holder::Holder;
 pub use crate::log::{DEFAULT_OPEN_WAIT, Durability, SESSION_CALL_ID, SessionLog};
+pub use crate::memory::DEFAULT_MEMORY_BUDGET;
 #[cfg(feature = "postgres")]
 pub use crate::pg_approvals::{Decided, KEEP_DECIDED, PgApprovals};
 #[cfg(feature = "postgres")]

@@ -167,7 +167,7 @@ impl SessionLog {
     /// A log in memory: nothing survives the process, and nothing is ever synced (both
     /// durabilities cost the same). For hosts that need no durability, benchmarks and
     /// tests. Events, the call index, pending calls and recovery behave as in a file,
-    /// except that the log keeps about 64 MiB of events
+    /// except that the log keeps about [`DEFAULT_MEMORY_BUDGET`] (64 MiB) of events
     /// ([`SessionLog::in_memory_with_budget`]).
     ///
     /// # Errors
@@ -179,8 +179,9 @@ impl SessionLog {
 
     /// A log in memory that keeps about `budget` bytes of events (their strings, and a
     /// few words per value). Past it, the oldest finished calls (those with their
-    /// `tool/result`) are forgotten whole; never an unfinished one (running, or waiting
-    /// for an approval), and never the calls of the append that went over: a call's
+    /// `tool/result`, or given up on by their caller and idle for ten minutes) are
+    /// forgotten whole; never a running one or one waiting for an approval, and never
+    /// the calls of the append that went over: a call's
     /// result can be read back at least until the next append. A forgotten call reads
     /// as unknown ([`SessionLog::events_for_call`] is empty); sequence numbers keep
     /// increasing.

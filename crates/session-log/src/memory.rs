@@ -9,10 +9,11 @@
 //! Unlike a file, memory is not the place for a record kept forever: a long-running host
 //! would grow with every call. The log keeps about a byte budget of events; past it, the
 //! oldest finished calls (those with their `tool/result`) are forgotten whole, every
-//! event of the call; never an unfinished one (running, or waiting for an approval).
-//! Sequence numbers still increase by one per event; a reader sees gaps where forgotten
-//! calls were. Every call the host makes ends with its result, so what is unfinished is
-//! bounded by the calls in flight.
+//! event of the call; never a running one or one waiting for an approval. A call its
+//! caller gave up on before it ran (asked, then decided `cancelled` when the wait was
+//! dropped, and never a result) is forgotten too once it has been idle for ten
+//! minutes. Sequence numbers still increase by one per event; a reader sees gaps where
+//! forgotten calls were.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -23,8 +24,15 @@ use crate::event::{Event, EventKind, NewEvent, now_unix_ms};
 use crate::log::{Durability, SESSION_CALL_ID};
 use crate::recovery::{Recovery, recovery_events};
 
-/// How much the in-memory log keeps by default: 64 MiB of events, estimated.
-pub(crate) const DEFAULT_MEMORY_BUDGET: usize = 64 << 20;
+/// How much the in-memory log ([`SessionLog::in_memory`](crate::SessionLog::in_memory))
+/// keeps by default: 64 MiB of events, estimated.
+pub const DEFAULT_MEMORY_BUDGET: usize = 64 << 20;
+
+/// How long a call that has no result, no intent and no open question may sit idle
+/// before the in-memory log may forget it: one whose caller gave up on it before it
+/// ran (dropped while it waited for its approval, which the log records as decided
+/// `cancelled`). A call that goes on from there does so within moments.
+const ABANDONED_AFTER_MS: u64 = 10 * 60 * 1000;
 
 /// The in-memory engine.
 #[derive(Debug)]
@@ -59,13 +67,7 @@ impl LogEngine for MemoryEngine {
         _durability: Durability,
     ) -> Result<Vec<u64>, LogError> {
         // Sized before the lock is taken.
-        let sized = events
-            .into_iter()
-            .map(|e| {
-                let size = estimated_size(&e);
-                (e, size)
-            })
-            .collect();
+        let sized = sized(events);
         Ok(self.lock()?.append(sized))
     }
 
@@ -95,15 +97,7 @@ impl LogEngine for MemoryEngine {
         if recovered.is_empty() {
             return Ok(Recovery::default());
         }
-        log.append(
-            recovery_events(&recovered)
-                .into_iter()
-                .map(|e| {
-                    let size = estimated_size(&e);
-                    (e, size)
-                })
-                .collect(),
-        );
+        log.append(sized(recovery_events(&recovered)));
         Ok(Recovery { recovered })
     }
 }
@@ -131,9 +125,25 @@ struct MemLog {
 struct CallEvents {
     seqs: Vec<u64>,
     bytes: usize,
-    /// The call has its `tool/result` (or its events belong to the session): it may
-    /// be forgotten. A call without one is still running, or waits for an approval.
+    /// The call has its `tool/result` (or its events belong to the session).
     finished: bool,
+    /// `approval/asked` events less `approval/decided` ones: questions still open.
+    open_questions: i64,
+    /// When its last event was appended.
+    last_ms: u64,
+}
+
+impl CallEvents {
+    /// Whether the call may be forgotten at `now_ms`: finished, or abandoned (no
+    /// intent, no open question, idle for [`ABANDONED_AFTER_MS`]). `pending` says
+    /// whether its intent waits for a result: such a call never is (recovery needs
+    /// it), even with a result from an earlier use of its id.
+    fn forgettable(&self, pending: bool, now_ms: u64) -> bool {
+        !pending
+            && (self.finished
+                || (self.open_questions <= 0
+                    && now_ms.saturating_sub(self.last_ms) >= ABANDONED_AFTER_MS))
+    }
 }
 
 impl MemLog {
@@ -167,7 +177,16 @@ impl MemLog {
                 _ => {}
             }
             let call = match self.by_call.get_mut(&e.call_id) {
-                Some(call) => call,
+                Some(call) => {
+                    if e.call_id == SESSION_CALL_ID {
+                        // The session's events are one entry: it goes to the back
+                        // with each new one, so that a new event is not forgotten
+                        // first for an old one's age (rare: recoveries).
+                        self.order.retain(|c| c != SESSION_CALL_ID);
+                        self.order.push_back(e.call_id.clone());
+                    }
+                    call
+                }
                 None => {
                     self.order.push_back(e.call_id.clone());
                     self.by_call.entry(e.call_id.clone()).or_default()
@@ -175,7 +194,14 @@ impl MemLog {
             };
             call.seqs.push(seq);
             call.bytes += size;
-            call.finished |= e.kind == EventKind::ToolResult || e.call_id == SESSION_CALL_ID;
+            call.last_ms = at_unix_ms;
+            match e.kind {
+                EventKind::ToolResult => call.finished = true,
+                EventKind::ApprovalAsked => call.open_questions += 1,
+                EventKind::ApprovalDecided => call.open_questions -= 1,
+                _ => {}
+            }
+            call.finished |= e.call_id == SESSION_CALL_ID;
             self.bytes += size;
             self.events.insert(
                 seq,
@@ -193,24 +219,25 @@ impl MemLog {
         seqs
     }
 
-    /// Forgets the oldest finished calls, whole, until the events kept fit the budget:
-    /// never an unfinished one (one that runs, whose intent recovery needs, or one that
-    /// waits for an approval, whose events must stay together), and never one with an
+    /// Forgets the oldest finished (or abandoned) calls, whole, until the events kept
+    /// fit the budget: never a pending one (recovery needs its intent), never one that
+    /// waits for an approval (its events must stay together), and never one with an
     /// event from `first` on (the calls of the append that went over, so that a call's
     /// result can be read back at least until the next append).
     fn forget_beyond_budget(&mut self, first: u64) {
         if self.bytes <= self.budget {
             return;
         }
+        let now_ms = now_unix_ms();
         let mut held = Vec::new();
         while self.bytes > self.budget {
             let Some(call_id) = self.order.pop_front() else {
                 break;
             };
-            let forgettable = self
-                .by_call
-                .get(&call_id)
-                .is_some_and(|c| c.finished && c.seqs.last().is_some_and(|&s| s < first));
+            let pending = self.pending.contains_key(&call_id);
+            let forgettable = self.by_call.get(&call_id).is_some_and(|c| {
+                c.forgettable(pending, now_ms) && c.seqs.last().is_some_and(|&s| s < first)
+            });
             if !forgettable {
                 held.push(call_id);
                 continue;
@@ -250,6 +277,17 @@ impl MemLog {
     }
 }
 
+/// `events`, each with its [`estimated_size`].
+fn sized(events: Vec<NewEvent>) -> Vec<(NewEvent, usize)> {
+    events
+        .into_iter()
+        .map(|e| {
+            let size = estimated_size(&e);
+            (e, size)
+        })
+        .collect()
+}
+
 /// About how many bytes an event takes in memory: its strings' lengths, and a word or
 /// so per value. Counted once, when the event is appended.
 fn estimated_size(e: &NewEvent) -> usize {
@@ -266,4 +304,75 @@ fn value_size(v: &serde_json::Value) -> usize {
             serde_json::Value::Object(o) => o.iter().map(|(k, v)| k.len() + value_size(v)).sum(),
             _ => 0,
         }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(id: &str, kind: EventKind) -> NewEvent {
+        NewEvent::new(id, kind, json!({}))
+    }
+
+    /// Ages a call's last event past [`ABANDONED_AFTER_MS`].
+    fn age(log: &mut MemLog, id: &str) {
+        match log.by_call.get_mut(id) {
+            Some(call) => call.last_ms = call.last_ms.saturating_sub(ABANDONED_AFTER_MS + 1),
+            None => panic!("no call {id}"),
+        }
+    }
+
+    /// Past the budget, a call its caller gave up on before it ran (asked, then
+    /// decided, never a result) goes once it has been idle long enough, like a
+    /// finished one; a call still waiting for its decision, a pending one (even with a
+    /// result from an earlier use of its id) and a fresh abandoned one stay.
+    #[test]
+    fn only_finished_or_long_abandoned_calls_are_forgotten() {
+        use EventKind::{ApprovalAsked, ApprovalDecided, ToolCall, ToolIntent, ToolResult};
+        let mut log = MemLog::new(0);
+        let gone = [ToolCall, ApprovalAsked, ApprovalDecided];
+        log.append(sized(gone.iter().map(|&k| event("gone", k)).collect()));
+        log.append(sized(gone.iter().map(|&k| event("fresh", k)).collect()));
+        let waiting = [ToolCall, ApprovalAsked];
+        log.append(sized(
+            waiting.iter().map(|&k| event("waiting", k)).collect(),
+        ));
+        let reused = [ToolCall, ToolIntent, ToolResult, ToolIntent];
+        log.append(sized(reused.iter().map(|&k| event("reused", k)).collect()));
+        for id in ["gone", "waiting", "reused"] {
+            age(&mut log, id);
+        }
+        // Any append goes over a budget of zero.
+        log.append(sized(vec![event("next", ToolCall)]));
+        assert!(log.events_for_call("gone").is_empty());
+        assert_eq!(log.events_for_call("fresh").len(), 3);
+        assert_eq!(log.events_for_call("waiting").len(), 2);
+        assert_eq!(log.events_for_call("reused").len(), 4);
+        assert_eq!(log.pending_calls(), ["reused"]);
+        assert_eq!(
+            log.events_for_call("next").len(),
+            1,
+            "the append's own call"
+        );
+        // The kept calls keep their order: the oldest is still considered first.
+        assert_eq!(log.order, ["fresh", "waiting", "reused", "next"]);
+    }
+
+    /// The session's events are one entry that moves to the back with each new
+    /// event, so an old recovery's entry does not make a new one go first.
+    #[test]
+    fn a_new_session_event_moves_the_session_entry_to_the_back() {
+        let mut log = MemLog::new(usize::MAX);
+        log.append(sized(vec![event(
+            SESSION_CALL_ID,
+            EventKind::SessionRecovered,
+        )]));
+        log.append(sized(vec![event("a", EventKind::ToolCall)]));
+        log.append(sized(vec![event(
+            SESSION_CALL_ID,
+            EventKind::SessionRecovered,
+        )]));
+        assert_eq!(log.order, ["a", SESSION_CALL_ID]);
+    }
 }

@@ -413,15 +413,16 @@ async fn load_all(
                     Source::Path(p) => {
                         // Up to `MAX_WASM_FILE_BYTES`: off the async workers.
                         let path = p.display().to_string();
-                        let read =
+                        let bytes =
                             tokio::task::spawn_blocking(move || crate::runtime::read_wasm_file(&p))
                                 .await
-                                .map_err(|e| e.to_string())
-                                .and_then(|r| r.map_err(|e| e.to_string()));
-                        let bytes = read.map_err(|detail| LoadError::Read {
-                            path: path.clone(),
-                            detail,
-                        })?;
+                                .map_err(|e| {
+                                    LoadError::Runtime(format!("reading a component failed: {e}"))
+                                })?
+                                .map_err(|e| LoadError::Read {
+                                    path: path.clone(),
+                                    detail: e.to_string(),
+                                })?;
                         (path, bytes)
                     }
                     Source::Bytes(label, bytes) => (label, bytes),

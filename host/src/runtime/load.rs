@@ -105,6 +105,7 @@ pub const MAX_WASM_FILE_BYTES: u64 = 512 << 20;
 
 /// Why a WebAssembly file was not read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WasmFileError {
     /// The file could not be opened or read.
     #[error("{0}")]

@@ -563,7 +563,13 @@ impl CallNet {
                     && (usable(egress.policy.allow())
                         || (self.grant.ask_approved && usable(egress.policy.ask())));
                 if !ok {
-                    self.deny(refuse_line("bind_refused"));
+                    // Named when only an unapproved `ask` grant would have let it.
+                    let unapproved = addr.port() == 0 && usable(egress.policy.ask());
+                    self.deny(refuse_line(if unapproved {
+                        "bind_refused (approval_required: the call's `ask` grants were not approved)"
+                    } else {
+                        "bind_refused"
+                    }));
                 }
                 return ok;
             }

@@ -283,6 +283,14 @@ async fn egress_a_bind_needs_a_grant_the_call_may_use() {
                 "the bind itself is refused: {detail}"
             );
             assert!(bind_refused, "{:?}", r.receipt.denied);
+            assert!(
+                r.receipt
+                    .denied
+                    .iter()
+                    .any(|d| d.contains("approval_required")),
+                "the refusal names the approval it lacked: {:?}",
+                r.receipt.denied
+            );
         }
     }
 }

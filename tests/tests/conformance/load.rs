@@ -72,7 +72,10 @@ async fn load_too_large_or_not_a_file() {
         ("/dev/zero".to_string(), "not a regular file"),
         (fifo.display().to_string(), "not a regular file"),
     ] {
-        let e = build_error(&path).await;
+        // Bounded: a pipe opened the blocking way would wait here for good.
+        let e = tokio::time::timeout(Duration::from_secs(60), build_error(&path))
+            .await
+            .unwrap_or_else(|_| panic!("{path}: still reading after 60 s"));
         assert!(
             matches!(e, HostError::Load(LoadError::Read { .. })),
             "{e:?}"
