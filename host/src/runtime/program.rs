@@ -80,6 +80,7 @@ impl Program {
             Program::Reactor { pre, needs } => {
                 store.data().admit(needs.as_ref())?;
                 let instance = pre.instantiate_async(&mut *store).await?;
+                // Checked at load: absent, or `() -> ()`.
                 if let Ok(init) = instance.get_typed_func::<(), ()>(&mut *store, INITIALIZE) {
                     init.call_async(&mut *store, ()).await?;
                 }
@@ -168,6 +169,18 @@ impl Loader {
                     _ => {
                         return Err(not_command(format!(
                             "its `{RUN}` export is not a function `() -> i32`"
+                        )));
+                    }
+                }
+                // A reactor's initialiser must run before `run`: one that
+                // cannot be called as such is refused, never skipped.
+                match module.get_export(INITIALIZE) {
+                    None => {}
+                    Some(ExternType::Func(f))
+                        if f.params().len() == 0 && f.results().len() == 0 => {}
+                    Some(_) => {
+                        return Err(not_command(format!(
+                            "its `{INITIALIZE}` export is not a function without parameters and results"
                         )));
                     }
                 }

@@ -250,6 +250,22 @@ async fn program_tool_manifest_errors() {
             (p, ManifestCode::NotProgram, "not a WebAssembly file")
         },
         {
+            // A reactor whose `_initialize` takes a parameter: it could not
+            // be initialised before `run`, so it is refused, not run
+            // uninitialised.
+            let p = install(dir, "badinit", p1::CAT, good);
+            let wat = r#"(module
+  (memory (export "memory") 1)
+  (func (export "_initialize") (param i32))
+  (func (export "run") (result i32) (i32.const 0)))"#;
+            std::fs::write(dir.join("badinit.wasm"), wat::parse_str(wat).unwrap()).unwrap();
+            (
+                p,
+                ManifestCode::NotProgram,
+                "`_initialize` export is not a function",
+            )
+        },
+        {
             // Larger than the host reads (sparse: no disk used): refused
             // before it is read.
             let p = install(dir, "huge", p1::CAT, good);
