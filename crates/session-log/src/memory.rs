@@ -9,11 +9,11 @@
 //! Unlike a file, memory is not the place for a record kept forever: a long-running host
 //! would grow with every call. The log keeps about a byte budget of events; past it, the
 //! oldest finished calls (those with their `tool/result`) are forgotten whole, every
-//! event of the call; never a running one or one waiting for an approval. A call its
-//! caller gave up on before it ran (asked, then decided `cancelled` when the wait was
-//! dropped, and never a result) is forgotten too once it has been idle for ten
-//! minutes. Sequence numbers still increase by one per event; a reader sees gaps where
-//! forgotten calls were.
+//! event of the call; never a running one or one waiting for an approval. A call whose
+//! last event is an approval it did not get (an `approval/decided` whose `outcome` is not
+//! `allowed-once`: a call dropped while it waited is recorded so, and never gets a
+//! result) is forgotten too once it has been idle for ten minutes. Sequence numbers
+//! still increase by one per event; a reader sees gaps where forgotten calls were.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -28,11 +28,15 @@ use crate::recovery::{Recovery, recovery_events};
 /// keeps by default: 64 MiB of events, estimated.
 pub const DEFAULT_MEMORY_BUDGET: usize = 64 << 20;
 
-/// How long a call that has no result, no intent and no open question may sit idle
-/// before the in-memory log may forget it: one whose caller gave up on it before it
-/// ran (dropped while it waited for its approval, which the log records as decided
-/// `cancelled`). A call that goes on from there does so within moments.
+/// How long a call whose last event is an approval it did not get may sit idle before
+/// the in-memory log may forget it. Such a call ends with its refusal's result within
+/// moments (in a batch, once the batch's other approvals are decided), unless its
+/// caller dropped it while it waited, which the log records as decided `cancelled`:
+/// then no result ever comes.
 const ABANDONED_AFTER_MS: u64 = 10 * 60 * 1000;
+
+/// The `outcome` of an `approval/decided` that lets the call go on.
+const ALLOWED: &str = "allowed-once";
 
 /// The in-memory engine.
 #[derive(Debug)]
@@ -129,19 +133,23 @@ struct CallEvents {
     finished: bool,
     /// `approval/asked` events less `approval/decided` ones: questions still open.
     open_questions: i64,
+    /// Its last event is an `approval/decided` that did not allow it.
+    declined: bool,
     /// When its last event was appended.
     last_ms: u64,
 }
 
 impl CallEvents {
-    /// Whether the call may be forgotten at `now_ms`: finished, or abandoned (no
-    /// intent, no open question, idle for [`ABANDONED_AFTER_MS`]). `pending` says
-    /// whether its intent waits for a result: such a call never is (recovery needs
-    /// it), even with a result from an earlier use of its id.
+    /// Whether the call may be forgotten at `now_ms`: finished, or abandoned (no open
+    /// question, its last event a decision that did not allow it, idle for
+    /// [`ABANDONED_AFTER_MS`]). `pending` says whether its intent waits for a result:
+    /// such a call never is (recovery needs it), even with a result from an earlier use
+    /// of its id.
     fn forgettable(&self, pending: bool, now_ms: u64) -> bool {
         !pending
             && (self.finished
                 || (self.open_questions <= 0
+                    && self.declined
                     && now_ms.saturating_sub(self.last_ms) >= ABANDONED_AFTER_MS))
     }
 }
@@ -195,6 +203,8 @@ impl MemLog {
             call.seqs.push(seq);
             call.bytes += size;
             call.last_ms = at_unix_ms;
+            call.declined = e.kind == EventKind::ApprovalDecided
+                && e.payload.get("outcome").and_then(|o| o.as_str()) != Some(ALLOWED);
             match e.kind {
                 EventKind::ToolResult => call.finished = true,
                 EventKind::ApprovalAsked => call.open_questions += 1,
@@ -312,7 +322,11 @@ mod tests {
     use serde_json::json;
 
     fn event(id: &str, kind: EventKind) -> NewEvent {
-        NewEvent::new(id, kind, json!({}))
+        let payload = match kind {
+            EventKind::ApprovalDecided => json!({"outcome": "cancelled"}),
+            _ => json!({}),
+        };
+        NewEvent::new(id, kind, payload)
     }
 
     /// Ages a call's last event past [`ABANDONED_AFTER_MS`].
@@ -324,9 +338,11 @@ mod tests {
     }
 
     /// Past the budget, a call its caller gave up on before it ran (asked, then
-    /// decided, never a result) goes once it has been idle long enough, like a
-    /// finished one; a call still waiting for its decision, a pending one (even with a
-    /// result from an earlier use of its id) and a fresh abandoned one stay.
+    /// decided `cancelled`, never a result) goes once it has been idle long enough,
+    /// like a finished one; a call still waiting for its decision, one allowed and
+    /// not yet at its intent (a batch waits for its other approvals), a pending one
+    /// (even with a result from an earlier use of its id) and a fresh abandoned one
+    /// stay.
     #[test]
     fn only_finished_or_long_abandoned_calls_are_forgotten() {
         use EventKind::{ApprovalAsked, ApprovalDecided, ToolCall, ToolIntent, ToolResult};
@@ -340,7 +356,17 @@ mod tests {
         ));
         let reused = [ToolCall, ToolIntent, ToolResult, ToolIntent];
         log.append(sized(reused.iter().map(|&k| event("reused", k)).collect()));
-        for id in ["gone", "waiting", "reused"] {
+        let mut allowed: Vec<NewEvent> = [ToolCall, ApprovalAsked]
+            .iter()
+            .map(|&k| event("allowed", k))
+            .collect();
+        allowed.push(NewEvent::new(
+            "allowed",
+            ApprovalDecided,
+            json!({"outcome": ALLOWED}),
+        ));
+        log.append(sized(allowed));
+        for id in ["gone", "waiting", "reused", "allowed"] {
             age(&mut log, id);
         }
         // Any append goes over a budget of zero.
@@ -349,6 +375,7 @@ mod tests {
         assert_eq!(log.events_for_call("fresh").len(), 3);
         assert_eq!(log.events_for_call("waiting").len(), 2);
         assert_eq!(log.events_for_call("reused").len(), 4);
+        assert_eq!(log.events_for_call("allowed").len(), 3);
         assert_eq!(log.pending_calls(), ["reused"]);
         assert_eq!(
             log.events_for_call("next").len(),
@@ -356,7 +383,7 @@ mod tests {
             "the append's own call"
         );
         // The kept calls keep their order: the oldest is still considered first.
-        assert_eq!(log.order, ["fresh", "waiting", "reused", "next"]);
+        assert_eq!(log.order, ["fresh", "waiting", "reused", "allowed", "next"]);
     }
 
     /// The session's events are one entry that moves to the back with each new
