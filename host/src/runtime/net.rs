@@ -557,15 +557,14 @@ impl CallNet {
                 // explicit one), and only with a grant of this protocol the
                 // call may use: an `allow` one, or an `ask` one when this
                 // call's ask was approved.
-                let usable =
-                    |grants: &[toolhost_egress::Grant]| grants.iter().any(|g| g.scheme() == scheme);
-                let ok = addr.port() == 0
-                    && (usable(egress.policy.allow())
-                        || (self.grant.ask_approved && usable(egress.policy.ask())));
+                let covers = |grants: &[toolhost_egress::Grant]| {
+                    addr.port() == 0 && grants.iter().any(|g| g.scheme() == scheme)
+                };
+                let (allowed, asked) = (covers(egress.policy.allow()), covers(egress.policy.ask()));
+                let ok = allowed || (self.grant.ask_approved && asked);
                 if !ok {
                     // Named when only an unapproved `ask` grant would have let it.
-                    let unapproved = addr.port() == 0 && usable(egress.policy.ask());
-                    self.deny(refuse_line(if unapproved {
+                    self.deny(refuse_line(if asked {
                         "bind_refused (approval_required: the call's `ask` grants were not approved)"
                     } else {
                         "bind_refused"

@@ -159,7 +159,7 @@ impl Loader {
         };
         let mut reactor = false;
         match module.get_export(START) {
-            Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => {}
+            Some(ty) if without_params_or_results(&ty) => {}
             None if reactors && module.get_export(RUN).is_some() => {
                 match module.get_export(RUN) {
                     Some(ExternType::Func(f))
@@ -174,15 +174,13 @@ impl Loader {
                 }
                 // A reactor's initialiser must run before `run`: one that
                 // cannot be called as such is refused, never skipped.
-                match module.get_export(INITIALIZE) {
-                    None => {}
-                    Some(ExternType::Func(f))
-                        if f.params().len() == 0 && f.results().len() == 0 => {}
-                    Some(_) => {
-                        return Err(not_command(format!(
-                            "its `{INITIALIZE}` export is not a function without parameters and results"
-                        )));
-                    }
+                if module
+                    .get_export(INITIALIZE)
+                    .is_some_and(|ty| !without_params_or_results(&ty))
+                {
+                    return Err(not_command(format!(
+                        "its `{INITIALIZE}` export is not a function without parameters and results"
+                    )));
                 }
                 reactor = true;
             }
@@ -216,6 +214,12 @@ impl Loader {
             Ok(Program::Module { pre, needs })
         }
     }
+}
+
+/// Whether an export is a function without parameters and results (what
+/// `_start` and `_initialize` must be).
+fn without_params_or_results(ty: &ExternType) -> bool {
+    matches!(ty, ExternType::Func(f) if f.params().len() == 0 && f.results().len() == 0)
 }
 
 /// Why linking a core module failed, in the terms of WASI preview 1.
