@@ -86,6 +86,16 @@ struct InterruptInner {
     /// Wakes [`Interrupt::cancelled`] futures (no timer polls the flag:
     /// a timer per call would wake an idle runtime thread per call).
     woken: tokio::sync::Notify,
+    /// The interrupt this one was made from ([`Interrupt::child`]):
+    /// cancelling it cancels this one too, never the other way round.
+    parent: Option<Arc<InterruptInner>>,
+}
+
+impl InterruptInner {
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+            || self.parent.as_ref().is_some_and(|p| p.is_cancelled())
+    }
 }
 
 impl Interrupt {
@@ -97,9 +107,22 @@ impl Interrupt {
         self.inner.woken.notify_waiters();
     }
 
-    /// True once cancellation was requested.
+    /// True once cancellation was requested (of this interrupt, or of the
+    /// one it was made from).
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst)
+        self.inner.is_cancelled()
+    }
+
+    /// An interrupt cancelled with this one, which can also be cancelled
+    /// alone: what the host cancels for one body without touching the
+    /// interrupt its caller gave (which may be shared by other calls).
+    pub(crate) fn child(&self) -> Interrupt {
+        Interrupt {
+            inner: Arc::new(InterruptInner {
+                parent: Some(self.inner.clone()),
+                ..InterruptInner::default()
+            }),
+        }
     }
 
     /// Resolves once cancellation is requested (at once if it was).
@@ -107,13 +130,29 @@ impl Interrupt {
         loop {
             let woken = self.inner.woken.notified();
             let mut woken = std::pin::pin!(woken);
-            // Registered before the flag is read: a `cancel` in between
+            // Registered before the flags are read: a `cancel` in between
             // wakes this future instead of being missed.
             woken.as_mut().enable();
+            if self.inner.parent.is_none() {
+                if self.is_cancelled() {
+                    return;
+                }
+                woken.await;
+                continue;
+            }
+            // A child waits on its own wake-up and on each ancestor's.
+            let mut ancestors = Vec::new();
+            let mut next = self.inner.parent.as_deref();
+            while let Some(inner) = next {
+                let mut notified = Box::pin(inner.woken.notified());
+                notified.as_mut().enable();
+                ancestors.push(notified);
+                next = inner.parent.as_deref();
+            }
             if self.is_cancelled() {
                 return;
             }
-            woken.await;
+            futures::future::select(woken, futures::future::select_all(ancestors)).await;
         }
     }
 }
@@ -122,6 +161,40 @@ impl Interrupt {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::Interrupt;
+
+    /// A child is cancelled with its parent (its waiters woken), and alone;
+    /// cancelling it never cancels the parent.
+    #[tokio::test]
+    async fn a_child_is_cancelled_with_its_parent_and_alone() {
+        let bound = std::time::Duration::from_secs(10);
+        let parent = Interrupt::default();
+        let (child, grandchild) = (parent.child(), parent.child().child());
+        child.cancel();
+        assert!(child.is_cancelled());
+        assert!(!parent.is_cancelled(), "a child cancelled its parent");
+        tokio::time::timeout(bound, child.cancelled())
+            .await
+            .unwrap();
+        let other = parent.child();
+        let (started, parked) = tokio::sync::oneshot::channel();
+        let waiting = {
+            let (other, grandchild) = (other.clone(), grandchild.clone());
+            tokio::spawn(async move {
+                let (a, b) = (other.cancelled(), grandchild.cancelled());
+                let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+                // Both parked (pending) before the parent is cancelled.
+                assert!(futures::poll!(a.as_mut()).is_pending());
+                assert!(futures::poll!(b.as_mut()).is_pending());
+                started.send(()).unwrap();
+                futures::join!(a, b);
+            })
+        };
+        parked.await.unwrap();
+        assert!(!other.is_cancelled() && !grandchild.is_cancelled());
+        parent.cancel();
+        assert!(other.is_cancelled() && grandchild.is_cancelled());
+        tokio::time::timeout(bound, waiting).await.unwrap().unwrap();
+    }
 
     /// Every waiter wakes on `cancel`, whether it started waiting before
     /// (it is parked: no timer polls the flag) or after.

@@ -8,7 +8,7 @@
 //! the calls were given, whatever order they finish. A result is committed
 //! as soon as every result before it is, so a crash loses as little as it can.
 
-use super::pipeline::{Admitted, aborted};
+use super::pipeline::{Admitted, Unresolved, aborted};
 use super::{CallRequest, Host};
 use crate::audit::CallStart;
 use crate::result::CallResult;
@@ -60,7 +60,19 @@ impl Host {
                 Slot::Done(..) => None,
             })
             .collect();
-        if let Err(e) = self.checkpoint(&ready) {
+        let checked = self.checkpoint(&ready);
+        drop(ready);
+        // The calls whose intents are written, in call order: each result is
+        // committed through its call's guard, and if this batch is dropped
+        // before that, the guard commits TOOL_OUTCOME_UNKNOWN.
+        let mut open: std::collections::VecDeque<Option<Unresolved<'_>>> = slots
+            .iter()
+            .map(|s| match s {
+                Slot::Ready(a) if checked.is_ok() => Some(Unresolved::new(self, a)),
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = checked {
             slots = slots
                 .into_iter()
                 .map(|s| match s {
@@ -94,7 +106,10 @@ impl Host {
             while let Some((r, start)) = done.next().await {
                 // Committed here, not in `finish`: a later call that ends
                 // first waits for the ones before it.
-                results.push(self.commit(r, &start));
+                results.push(match open.pop_front().flatten() {
+                    Some(call) => call.resolve(r),
+                    None => self.commit(r, &start),
+                });
             }
         }
         crate::crashpoint::reached("after-result");

@@ -629,9 +629,10 @@ impl Host {
 
     /// Phases 7-9 for a call whose intent is durable.
     pub(crate) async fn dispatch(&self, admitted: Admitted<'_>) -> CallResult {
+        let open = Unresolved::new(self, &admitted);
         let result = self.execute(&admitted).await;
         crate::crashpoint::reached("after-body");
-        let result = self.commit(result, &admitted.start);
+        let result = open.resolve(result);
         crate::crashpoint::reached("after-result");
         result
     }
@@ -1319,6 +1320,58 @@ fn redact_json(value: &mut serde_json::Value, fix: &impl Fn(&mut String)) {
             }
         }
         _ => {}
+    }
+}
+
+/// A call whose intent is written and whose result is not yet. Its future
+/// may be dropped before the result is committed (a caller's timeout
+/// around the call, a transport that drops its handler, a batch dropped
+/// with its calls); the guard then commits the result recovery would give
+/// the call after a crash, `TOOL_OUTCOME_UNKNOWN`, so that no intent stays
+/// pending in a log that lives on (the in-memory log never forgets a
+/// pending call) and no call ends without its result. A body still running
+/// then is stopped and abandoned by the runtime (`runtime::invoke`).
+pub(crate) struct Unresolved<'h> {
+    host: &'h Host,
+    call_id: String,
+    tool: String,
+    /// Taken when the result is committed.
+    start: Option<CallStart>,
+}
+
+impl<'h> Unresolved<'h> {
+    pub(crate) fn new(host: &'h Host, a: &Admitted<'_>) -> Unresolved<'h> {
+        Unresolved {
+            host,
+            call_id: a.call_id.clone(),
+            tool: a.tool.descriptor.name.clone(),
+            start: Some(a.start.clone()),
+        }
+    }
+
+    /// Phase 9: commits the call's result.
+    pub(crate) fn resolve(mut self, result: CallResult) -> CallResult {
+        match self.start.take() {
+            Some(start) => self.host.commit(result, &start),
+            None => result,
+        }
+    }
+}
+
+impl Drop for Unresolved<'_> {
+    fn drop(&mut self) {
+        let Some(start) = self.start.take() else {
+            return;
+        };
+        let unknown = CallResult::error(
+            std::mem::take(&mut self.call_id),
+            std::mem::take(&mut self.tool),
+            ErrorCode::ToolOutcomeUnknown,
+            "the call was dropped by its caller after its intent was written and before its \
+             result: whether its body ran, and what it did, is unknown",
+            Receipt::default(),
+        );
+        self.host.commit(unknown, &start);
     }
 }
 

@@ -196,7 +196,10 @@ impl Invoker {
         if let Some(why) = self.refuses_file_access() {
             return stuck(ErrorCode::SandboxUnavailable, &why);
         }
-        let (mut body_spec, body_interrupt) = (spec.clone(), interrupt.clone());
+        // The body's own interrupt: cancelled with the call's, and alone
+        // when the call is dropped while its body runs (below).
+        let (mut body_spec, body_interrupt) = (spec.clone(), interrupt.child());
+        let stop = body_interrupt.clone();
         let handle = tokio::runtime::Handle::current();
         // The call's deadline counts from now, not from when the pool gets
         // to the body: a body that starts late runs only for what is left,
@@ -207,7 +210,7 @@ impl Invoker {
         let given_up = Arc::new(AtomicBool::new(false));
         let too_late = given_up.clone();
         let mode = spec.mode;
-        let mut body = tokio::task::spawn_blocking(move || {
+        let body = tokio::task::spawn_blocking(move || {
             let left = call_deadline.saturating_duration_since(Instant::now());
             let not_run = |code: ErrorCode, message: &str| {
                 (
@@ -237,9 +240,23 @@ impl Invoker {
             handle.block_on(make(body_spec, body_interrupt))
         });
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
+        // From here until the body's result is taken, the body is abandoned
+        // if this future ends without it: given up at the backstop or after
+        // cancellation, or dropped by its caller (a timeout around the
+        // call, a transport that drops its handler). Either way the body's
+        // thread goes on until it returns, and what the call holds for it
+        // (its pass through the exclusivity gate) is kept until then.
+        let mut waiting = Abandon {
+            body: Some(body),
+            given_up,
+            abandoned: self.abandoned.clone(),
+            on_abandon,
+            stop,
+            handle: tokio::runtime::Handle::current(),
+        };
         let ended = tokio::select! {
             biased;
-            joined = &mut body => return joined.unwrap_or_else(|e| stuck(
+            joined = &mut waiting => return joined.unwrap_or_else(|e| stuck(
                 ErrorCode::Trap,
                 &format!("the thread running the tool failed: {e}"),
             )),
@@ -257,17 +274,7 @@ impl Invoker {
                  call; the call was abandoned",
             ),
         };
-        // Abandoned: counted, and what the call held for it kept, until its
-        // thread returns (at once, if it had not started: it will not).
-        given_up.store(true, Ordering::SeqCst);
-        let abandoned = self.abandoned.clone();
-        abandoned.fetch_add(1, Ordering::SeqCst);
-        let kept = on_abandon.map(|keep| keep());
-        tokio::spawn(async move {
-            let _ = body.await;
-            drop(kept);
-            abandoned.fetch_sub(1, Ordering::SeqCst);
-        });
+        drop(waiting);
         ended
     }
 
@@ -321,6 +328,58 @@ impl Invoker {
         let mut receipt = run.receipt();
         receipt.wall_us = started.elapsed().as_micros() as u64;
         (outcome, receipt)
+    }
+}
+
+/// A body on its own thread that its call waits for; dropped before the
+/// body's result was taken, it abandons the body: the body may not start
+/// any more, it is stopped (its own interrupt cancelled: a call dropped by
+/// its caller has nobody left to wait for it, and a body stuck in a host
+/// system call stops when that returns), it is counted among the abandoned
+/// bodies, and what `on_abandon` returns is kept until its thread returns.
+struct Abandon {
+    body: Option<tokio::task::JoinHandle<(BodyOutcome, Receipt)>>,
+    given_up: Arc<AtomicBool>,
+    abandoned: Arc<AtomicUsize>,
+    on_abandon: Option<OnAbandon>,
+    stop: Interrupt,
+    handle: tokio::runtime::Handle,
+}
+
+/// The body's result, once its thread returns (the body is then no longer
+/// this guard's to abandon).
+impl std::future::Future for Abandon {
+    type Output = Result<(BodyOutcome, Receipt), tokio::task::JoinError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(body) = this.body.as_mut() else {
+            return std::task::Poll::Pending;
+        };
+        let joined = std::task::ready!(std::pin::Pin::new(body).poll(cx));
+        this.body = None;
+        std::task::Poll::Ready(joined)
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let Some(body) = self.body.take() else {
+            return;
+        };
+        self.given_up.store(true, Ordering::SeqCst);
+        self.stop.cancel();
+        let abandoned = self.abandoned.clone();
+        abandoned.fetch_add(1, Ordering::SeqCst);
+        let kept = self.on_abandon.take().map(|keep| keep());
+        self.handle.spawn(async move {
+            let _ = body.await;
+            drop(kept);
+            abandoned.fetch_sub(1, Ordering::SeqCst);
+        });
     }
 }
 

@@ -819,3 +819,157 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
     assert_eq!(std::fs::read_to_string(sb.ws().join("b.txt")).unwrap(), "y");
     assert!(host.call(read("a.txt")).await.is_ok());
 }
+
+/// `request` with the call id `id`.
+fn with_id(mut request: CallRequest, id: &str) -> CallRequest {
+    request.call_id = Some(id.to_string());
+    request
+}
+
+/// Runs `request` (its call id `id`) on `host` until the log holds its
+/// intent (bounded), then drops the call with its body still running.
+/// Panics if the call ends first.
+async fn drop_once_its_intent_is_written(host: &Host, id: &str, request: CallRequest) {
+    let has_intent = || {
+        host.log()
+            .events_for_call(id)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == EventKind::ToolIntent)
+    };
+    let watched = async {
+        let waited = Instant::now();
+        while !has_intent() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(20),
+                "the call's intent was never written"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        r = host.call(with_id(request, id)) => panic!("the call ended before it could be dropped: {r:?}"),
+        () = watched => {}
+    }
+}
+
+/// The call `id` in `host`'s log ends with one `tool/result`, of
+/// TOOL_OUTCOME_UNKNOWN, and nothing is pending.
+fn assert_dropped_and_unknown(host: &Host, id: &str) {
+    let log = host.log();
+    assert_eq!(log.pending_calls().unwrap(), Vec::<String>::new());
+    let events = log.events_for_call(id).unwrap();
+    let results: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .collect();
+    assert_eq!(results.len(), 1, "{events:?}");
+    let result = &results[0].payload;
+    assert_eq!(result["status"], "error", "{result}");
+    assert_eq!(result["error"]["code"], "TOOL_OUTCOME_UNKNOWN", "{result}");
+    assert!(
+        result["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("dropped by its caller")),
+        "{result}"
+    );
+}
+
+/// A call whose future is dropped while its body runs (a caller's timeout,
+/// a transport that drops its handler) still ends in the log: its result
+/// is TOOL_OUTCOME_UNKNOWN, as recovery would say after a crash, and its
+/// intent does not stay pending (the in-memory log would keep it forever).
+#[tokio::test]
+async fn a_call_dropped_while_its_body_runs_is_recorded_unknown() {
+    let sb = Sandbox::new();
+    let host = builder(&sb.ws()).build().await.unwrap();
+    let sleep = CallRequest::new("sleep", json!({"ms": 60_000})).mode(SandboxMode::None);
+    drop_once_its_intent_is_written(&host, "dropped", sleep).await;
+    assert_dropped_and_unknown(&host, "dropped");
+    // The same for a batch dropped midway: every call whose intent was
+    // written ends TOOL_OUTCOME_UNKNOWN, none stays pending.
+    let batch = host.call_batch(vec![
+        CallRequest::new("sleep", json!({"ms": 60_000})).mode(SandboxMode::None),
+        CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None),
+    ]);
+    let before = host.log().events().unwrap().len();
+    tokio::select! {
+        r = batch => panic!("the batch ended: {r:?}"),
+        () = async {
+            let waited = Instant::now();
+            while host.log().events().unwrap().len() < before + 4 {
+                assert!(waited.elapsed() < Duration::from_secs(20), "no intents");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        } => {}
+    }
+    assert_eq!(host.log().pending_calls().unwrap(), Vec::<String>::new());
+    let events = host.log().events().unwrap();
+    let unknown = events[before..]
+        .iter()
+        .filter(|e| {
+            e.kind == EventKind::ToolResult && e.payload["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        })
+        .count();
+    assert_eq!(unknown, 2, "{:?}", &events[before..]);
+}
+
+/// A body on a thread of its own (it has file system access) whose call is
+/// dropped is stopped and abandoned, as one given up at its deadline is:
+/// it keeps its pass through the exclusivity gate until it returns, so no
+/// exclusive body overlaps it, and it is counted meanwhile.
+#[tokio::test]
+async fn a_dropped_call_keeps_the_gate_until_its_body_stops() {
+    let sb = Sandbox::new();
+    let pipe = fifo(&sb.ws());
+    let host = builder(&sb.ws()).build().await.unwrap();
+    let runtime = host.runtime().clone();
+    // write_file is not concurrency-safe; opening a FIFO for writing with
+    // no reader blocks its body in the host's `open`.
+    drop_once_its_intent_is_written(&host, "stuck", write("pipe", "x")).await;
+    assert_eq!(runtime.abandoned_bodies(), 1);
+    assert_dropped_and_unknown(&host, "stuck");
+    let r = tokio::time::timeout(Duration::from_secs(20), host.call(write("b.txt", "y")))
+        .await
+        .expect("an exclusive call waited for the dropped call's body instead of being refused");
+    assert_eq!(r.code(), Some(ErrorCode::SandboxUnavailable), "{r:?}");
+    assert!(
+        r.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("exclusivity gate"),
+        "{r:?}"
+    );
+    assert!(
+        !sb.ws().join("b.txt").exists(),
+        "an exclusive body ran beside the dropped call's"
+    );
+    // A reader opens the FIFO: the body returns, and the gate is free.
+    let reader = pipe.release_writers().expect("a reader opens the FIFO");
+    let waited = Instant::now();
+    while runtime.abandoned_bodies() > 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the released body was never counted back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(reader);
+    let r = host.call(write("b.txt", "y")).await;
+    assert!(r.is_ok(), "{r:?}");
+
+    // A body that is not stuck is stopped when its call is dropped: a
+    // 60 s sleep with file access is counted back long before its end.
+    let sleep = CallRequest::new("sleep", json!({"ms": 60_000})).mode(SandboxMode::ReadOnly);
+    drop_once_its_intent_is_written(&host, "sleeping", sleep).await;
+    assert_dropped_and_unknown(&host, "sleeping");
+    let waited = Instant::now();
+    while runtime.abandoned_bodies() > 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the dropped call's sleep was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
