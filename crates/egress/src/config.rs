@@ -566,6 +566,15 @@ prefix = "Bearer "
             ConfigProblem::Grant(crate::GrantError::UnknownScheme { .. })
         ));
 
+        let e = err("[network]\nask = [\n  \"https://*.github.io\",\n]\n");
+        assert_eq!(e.line(), 3, "{e}");
+        assert!(
+            e.message().starts_with(
+                "network.ask[0]: grant \"https://*.github.io\": \"github.io\" is a public suffix"
+            ),
+            "{e}"
+        );
+
         let e = err("[network]\nalow = []\n");
         assert_eq!(e.line(), 2, "{e}");
         assert!(e.message().contains("unknown key `alow`"), "{e}");

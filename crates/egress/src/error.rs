@@ -148,6 +148,18 @@ pub enum GrantError {
         /// The entry as written.
         entry: String,
     },
+    /// `*.co.uk`, `*.github.io`: a wildcard over a public suffix (a name
+    /// under which anyone may register their own), which would grant the
+    /// sites of unrelated owners.
+    #[error(
+        "grant {entry:?}: {suffix:?} is a public suffix (anyone can have a name under it), so a wildcard over it would grant the sites of unrelated owners; name each host, or a wildcard under a domain you trust (*.example.co.uk)"
+    )]
+    WildcardOverPublicSuffix {
+        /// The entry as written.
+        entry: String,
+        /// The public suffix the wildcard covers.
+        suffix: String,
+    },
     /// A port that is not a number from 1 to 65535.
     #[error("grant {entry:?}: invalid port {port:?} (expected 1 to 65535)")]
     InvalidPort {

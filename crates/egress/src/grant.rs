@@ -174,6 +174,10 @@ impl Grant {
             },
             PatternError::BadWildcard => GrantError::BadWildcard { entry: entry() },
             PatternError::TooBroad => GrantError::WildcardTooBroad { entry: entry() },
+            PatternError::PublicSuffix(suffix) => GrantError::WildcardOverPublicSuffix {
+                entry: entry(),
+                suffix,
+            },
         })?;
         let port = match port_text {
             Some(p) => {
@@ -406,6 +410,14 @@ enum PatternError {
     Host(HostError),
     BadWildcard,
     TooBroad,
+    PublicSuffix(String),
+}
+
+/// True when `name` is itself a public suffix of the Public Suffix List
+/// (`co.uk`, `github.io`, `s3.amazonaws.com`, each name a wildcard rule of
+/// the list makes one): names under it belong to whoever registered them.
+fn is_public_suffix(name: &DomainName) -> bool {
+    psl::suffix(name.as_str().as_bytes()).is_some_and(|s| s.as_bytes() == name.as_str().as_bytes())
 }
 
 fn host_pattern(s: &str) -> Result<HostPattern, PatternError> {
@@ -414,8 +426,11 @@ fn host_pattern(s: &str) -> Result<HostPattern, PatternError> {
             return Err(PatternError::BadWildcard);
         }
         return match parse_host(suffix).map_err(PatternError::Host)? {
-            Parsed::Name(n) if n.label_count() >= 2 => Ok(HostPattern::Wildcard(n)),
-            Parsed::Name(_) => Err(PatternError::TooBroad),
+            Parsed::Name(n) if n.label_count() < 2 => Err(PatternError::TooBroad),
+            Parsed::Name(n) if is_public_suffix(&n) => {
+                Err(PatternError::PublicSuffix(n.as_str().to_string()))
+            }
+            Parsed::Name(n) => Ok(HostPattern::Wildcard(n)),
             Parsed::Ipv4 { .. } | Parsed::Ipv6(_) => Err(PatternError::BadWildcard),
         };
     }
@@ -448,6 +463,18 @@ mod tests {
         assert_eq!(g.scheme(), Scheme::Tcp);
         let g = Grant::parse("http://*.example.com:8080").unwrap();
         assert_eq!(g.canonical(), "http://*.example.com:8080");
+        // Under a public suffix, one owner's name: a wildcard is accepted
+        // (`city.kawasaki.jp` is an exception of the list's rule
+        // `*.kawasaki.jp`; `local` is no listed suffix).
+        for ok in [
+            "https://*.example.co.uk",
+            "https://*.someone.github.io",
+            "https://*.city.kawasaki.jp",
+            "http://*.svc.cluster.local",
+        ] {
+            let g = Grant::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert!(g.canonical().starts_with(ok), "{ok}: {}", g.canonical());
+        }
     }
 
     #[test]
@@ -490,6 +517,25 @@ mod tests {
             }),
             ("https://a.*.com", |e| {
                 matches!(e, GrantError::BadWildcard { .. })
+            }),
+            (
+                "https://*.co.uk",
+                |e| matches!(e, GrantError::WildcardOverPublicSuffix { suffix, .. } if suffix == "co.uk"),
+            ),
+            (
+                "https://*.github.io",
+                |e| matches!(e, GrantError::WildcardOverPublicSuffix { suffix, .. } if suffix == "github.io"),
+            ),
+            (
+                "https://*.S3.AmazonAWS.com",
+                |e| matches!(e, GrantError::WildcardOverPublicSuffix { suffix, .. } if suffix == "s3.amazonaws.com"),
+            ),
+            // A name the list's wildcard rule `*.kawasaki.jp` makes a suffix.
+            ("https://*.foo.kawasaki.jp", |e| {
+                matches!(e, GrantError::WildcardOverPublicSuffix { .. })
+            }),
+            ("https://*.xn--55qx5d.cn", |e| {
+                matches!(e, GrantError::WildcardOverPublicSuffix { .. })
             }),
             ("https://*foo.example.com", |e| {
                 matches!(e, GrantError::BadWildcard { .. })

@@ -763,7 +763,13 @@ fn exec_network_only_through_allow_net() {
 /// runs.
 #[test]
 fn exec_allow_net_errors_exit_2() {
-    for bad in ["example.com", "ftp://example.com", "http://", "tcp://*"] {
+    for bad in [
+        "example.com",
+        "ftp://example.com",
+        "http://",
+        "tcp://*",
+        "https://*.github.io",
+    ] {
         let out = run(exec(p2::TCP_SEND)
             .args(["--allow-net", bad, "--"])
             .args(["127.0.0.1:1", "x"]));
@@ -774,6 +780,14 @@ fn exec_allow_net_errors_exit_2() {
             "{bad}: {}",
             stderr(&out)
         );
+        // A wildcard over a public suffix says why it is refused.
+        if bad.ends_with("github.io") {
+            assert!(
+                stderr(&out).contains("is a public suffix"),
+                "{}",
+                stderr(&out)
+            );
+        }
     }
 }
 
