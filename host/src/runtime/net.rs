@@ -351,14 +351,18 @@ impl CallNet {
     }
 
     /// Steps 2 to 5 of an HTTP request that was admitted: the response's
-    /// head, and the task that drives its connection (the response's body
-    /// reads through it; dropping the handle ends the connection).
+    /// head, and what drives its connection afterwards. `in_place`, the
+    /// response's body drives it as the guest reads (no task: the future
+    /// runs wherever it is polled, the guest's own thread); otherwise a task
+    /// of its own does, whose handle is returned (dropping it ends the
+    /// connection).
     pub(crate) async fn send(
         self: Arc<Self>,
         admitted: Admitted,
         mut req: http::Request<WasiBody>,
         options: Option<RequestOptions>,
-    ) -> Result<(http::Response<WasiBody>, AbortOnDropJoinHandle<()>), HttpError> {
+        in_place: bool,
+    ) -> Sent {
         let Some(egress) = self.egress().cloned() else {
             return Err(HttpError::HttpRequestDenied);
         };
@@ -489,17 +493,26 @@ impl CallNet {
                 return Err(e);
             }
         };
-        // The connection lives at most until the request's time is up (a
-        // request body the guest streams slowly, a response body it reads
-        // slowly: neither outlasts it). A connection that fails after the
-        // response's head fails its body, which is where the guest sees it.
-        let conn = wasmtime_wasi::runtime::spawn(async move {
-            let _ = tokio::time::timeout_at(until, conn).await;
-        });
         // The head: by the request's time (`connection-timeout`, as before
         // the connection), or by the guest's first-byte timeout
-        // (`connection-read-timeout`).
+        // (`connection-read-timeout`). The connection is driven here until
+        // then (it sends the request and reads the head); a connection that
+        // ends first (it failed) fails the request.
+        let mut conn = Some(Box::pin(conn));
         let sending = sender.send_request(req);
+        let mut sending = std::pin::pin!(sending);
+        let sending = std::future::poll_fn(|cx| {
+            if let Poll::Ready(head) = sending.as_mut().poll(cx) {
+                return Poll::Ready(head);
+            }
+            match conn.as_mut().map(|c| c.as_mut().poll(cx)) {
+                Some(Poll::Ready(_)) => {
+                    conn = None;
+                    sending.as_mut().poll(cx)
+                }
+                _ => Poll::Pending,
+            }
+        });
         let head = match first_byte_timeout.map(|t| tokio::time::Instant::now() + t) {
             Some(by) if by < until => tokio::time::timeout_at(by, sending)
                 .await
@@ -520,10 +533,25 @@ impl CallNet {
             r.status = Some(status);
             r.ms = elapsed_ms(started);
         });
+        // Then the connection lives at most until the request's time is up
+        // (a request body the guest streams slowly, a response body it
+        // reads slowly: neither outlasts it). A connection that fails after
+        // the response's head fails its body, which is where the guest sees
+        // it.
+        let conn = conn.map(|conn| -> Conn {
+            Box::pin(async move {
+                let _ = tokio::time::timeout_at(until, conn).await;
+            })
+        });
         let net = self.clone();
+        let (conn, worker) = match conn {
+            Some(conn) if !in_place => (None, Some(wasmtime_wasi::runtime::spawn(conn))),
+            conn => (conn, None),
+        };
         let response = response.map(move |incoming| {
             LimitedBody {
                 inner: Box::pin(incoming),
+                conn,
                 net,
                 index,
                 max: limits.max_response_bytes,
@@ -534,7 +562,7 @@ impl CallNet {
             }
             .boxed_unsync()
         });
-        Ok((response, conn))
+        Ok((response, worker))
     }
 
     /// The socket address check: decides one use of `addr` by the guest.
@@ -800,10 +828,23 @@ impl Between {
     }
 }
 
+/// What an HTTP request gives its guest: the response (its head; its body
+/// reads from the connection) and, when a task of its own drives the
+/// connection, that task's handle.
+pub(crate) type Sent =
+    Result<(http::Response<WasiBody>, Option<AbortOnDropJoinHandle<()>>), HttpError>;
+
+/// An HTTP/1 connection's own future: it sends the request and reads the
+/// response, and ends when the exchange is over or its time is up.
+type Conn = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// A response body that counts its bytes into the call's records and
 /// stops at the call's response byte limit and the request's deadline.
 struct LimitedBody<B = hyper::body::Incoming> {
     inner: Pin<Box<B>>,
+    /// The connection, when the body drives it (polled before each read;
+    /// dropped with the body, which closes it).
+    conn: Option<Conn>,
     net: Arc<CallNet>,
     index: usize,
     max: u64,
@@ -844,6 +885,11 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
         if tokio::time::Instant::now() >= this.until.deadline() {
             this.finish();
             return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));
+        }
+        if let Some(conn) = this.conn.as_mut()
+            && conn.as_mut().poll(cx).is_ready()
+        {
+            this.conn = None;
         }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(None) => {
@@ -1006,6 +1052,7 @@ mod tests {
             .map_err(|never: std::convert::Infallible| match never {});
         let body = |until| LimitedBody::<_> {
             inner: Box::pin(inner.clone()),
+            conn: None,
             net: net.clone(),
             index: usize::MAX,
             max: 1 << 20,

@@ -1,41 +1,65 @@
-//! `wasi:http/outgoing-handler.handle`, the host's own.
+//! `wasi:http/outgoing-handler.handle` and `wasi:http/types`'
+//! `future-incoming-response`, the host's own.
 //!
 //! wasmtime-wasi-http's `handle` runs every request in a task of its own,
 //! with the end of its connection awaited by a second one, whatever the
 //! request: a refused request still crossed a task (and the worker thread
 //! it landed on) before the guest saw its refusal. This one decides the
 //! request first (`CallNet::admit_http`): a refusal is the guest's answer
-//! at once, and an admitted request runs in a task of its own, which hands
-//! the guest the response's head and the handle of the task that drives
-//! the connection (no third task awaiting that one). Both go through
-//! `CallNet`: the address checks, the credential, the limits and the
-//! records are the same for every request.
+//! at once. An admitted request goes through `CallNet::send` (the address
+//! checks, the credential, the limits and the records are the same for
+//! every request), in one of two places:
 //!
-//! `handle` never waits for the network itself. Exchanging a request
-//! without a body inside the call, up to the response's head, measured
-//! about 25 µs less per GET from a runtime task (BENCHMARKS.md, section
-//! 10), but it made `handle` block the guest: concurrent requests (a
-//! JavaScript `Promise.all` of `fetch()`es) would run one after another,
-//! and a guest could no longer give up on a response with its own timeout.
+//! - **In place**, a request without a body whose call runs where the
+//!   runtime's I/O wake-ups reach it directly (a runtime task, as the MCP
+//!   server's calls are, or a current-thread runtime): the exchange is the
+//!   `future-incoming-response` itself, driven while the guest waits on it
+//!   (alone or among other pollables, as a JavaScript `Promise.all` of
+//!   `fetch()`es does), and the connection is then driven by the response
+//!   body as the guest reads it. No task, no hand-off between threads.
+//!   `handle` still never blocks the guest, and a guest can give up on a
+//!   response with its own timeout (it drops the future, which closes the
+//!   connection). A request the guest never waits for is never sent.
+//! - **In a task of its own** otherwise: a request with a body (the guest
+//!   writes the body before it waits for the response, so the request must
+//!   go on without it), or a call in a multi-thread runtime's `block_on`
+//!   (a caller outside the runtime, a body on a thread of its own), where
+//!   each wake-up would be handed over from a worker thread. The task hands
+//!   the guest the response's head and the handle of the task that then
+//!   drives the connection.
 //!
 //! Everything else of `wasi:http` (fields, requests, bodies, responses) is
 //! wasmtime-wasi-http's.
 
+use crate::runtime::net::Sent;
 use crate::runtime::store::CallState;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
+use std::future::Future;
+use std::pin::Pin;
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource};
-use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Method, Scheme};
-use wasmtime_wasi_http::p2::types::{HostFutureIncomingResponse, HostOutgoingRequest};
-use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttp, WasiHttpHooks, WasiHttpView};
+use wasmtime::component::{Linker, Resource, ResourceType};
+use wasmtime_wasi::p2::Pollable;
+use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
+use wasmtime_wasi_http::p2::bindings::http::types::{
+    ErrorCode, HostFutureIncomingResponse as HostFutureIncomingResponseMethods, Method, Scheme,
+};
+use wasmtime_wasi_http::p2::body::HostIncomingBody;
+use wasmtime_wasi_http::p2::types::{
+    HostFutureIncomingResponse, HostIncomingResponse, HostOutgoingRequest,
+};
+use wasmtime_wasi_http::{
+    FieldMap, RequestOptions, WasiBody, WasiHttp, WasiHttpHooks, WasiHttpView,
+};
 
-/// The interface the host's `handle` is defined in: the version
+/// The interfaces the host's definitions are in: the version
 /// wasmtime-wasi-http's own types are, so that a guest importing any
-/// earlier 0.2 version links to it.
+/// earlier 0.2 version links to them.
 const OUTGOING_HANDLER: &str = "wasi:http/outgoing-handler@0.2.12";
+const TYPES: &str = "wasi:http/types@0.2.12";
 
-/// Adds `wasi:http/types` (wasmtime-wasi-http's) and the host's
+/// Adds `wasi:http/types` (wasmtime-wasi-http's, but for
+/// `future-incoming-response`, the host's) and the host's
 /// `wasi:http/outgoing-handler` to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     let options = wasmtime_wasi_http::p2::bindings::LinkOptions::default();
@@ -44,6 +68,35 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
         &options.into(),
         |state: &mut CallState| state.http(),
     )?;
+    // `future-incoming-response` is the host's own resource (it replaces
+    // wasmtime-wasi-http's, with its two methods), so that a request can be
+    // exchanged where the guest waits for it instead of in a task.
+    linker.allow_shadowing(true);
+    let mut types = linker.instance(TYPES)?;
+    types.resource(
+        "future-incoming-response",
+        ResourceType::host::<PendingResponse>(),
+        |mut store, rep| {
+            store
+                .data_mut()
+                .http()
+                .table
+                .delete(Resource::<PendingResponse>::new_own(rep))?;
+            Ok(())
+        },
+    )?;
+    types.func_wrap(
+        "[method]future-incoming-response.subscribe",
+        |mut store, (id,): (Resource<PendingResponse>,)| {
+            let table = store.data_mut().http().table;
+            Ok((wasmtime_wasi::p2::subscribe(table, id)?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]future-incoming-response.get",
+        |store, (id,): (Resource<PendingResponse>,)| get(store, id),
+    )?;
+    linker.allow_shadowing(false);
     linker.instance(OUTGOING_HANDLER)?.func_wrap(
         "handle",
         |store,
@@ -54,9 +107,88 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
     )
 }
 
+/// The host's `future-incoming-response`.
+pub(crate) enum PendingResponse {
+    /// A request without a body, exchanged in place: where the guest
+    /// polls it (its own thread), with no task and no hand-off between
+    /// threads. It makes progress while the guest waits on it (alone, or
+    /// among other pollables, as a JavaScript `Promise.all` does) and ends
+    /// when the guest drops it.
+    InPlace(Pin<Box<dyn Future<Output = Sent> + Send>>),
+    /// A request with a body, exchanged in a task of its own: the guest
+    /// writes the body before it waits for the response, so the request
+    /// must go on without it.
+    Task(AbortOnDropJoinHandle<Sent>),
+    /// The response's head, or the error the request failed with.
+    Ready(Sent),
+    /// Taken by `get`.
+    Consumed,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for PendingResponse {
+    async fn ready(&mut self) {
+        let sent = match self {
+            PendingResponse::InPlace(exchange) => exchange.as_mut().await,
+            PendingResponse::Task(task) => task.await,
+            PendingResponse::Ready(_) | PendingResponse::Consumed => return,
+        };
+        *self = PendingResponse::Ready(sent);
+    }
+}
+
+/// What `get` gives the guest.
+type Got = Option<Result<Result<Resource<HostIncomingResponse>, ErrorCode>, ()>>;
+
+/// `future-incoming-response.get`: the response once its head is in
+/// (nothing before; an error the second time).
+fn get(
+    mut store: StoreContextMut<'_, CallState>,
+    id: Resource<PendingResponse>,
+) -> wasmtime::Result<(Got,)> {
+    let view = store.data_mut().http();
+    let pending = view.table.get_mut(&id)?;
+    let sent = match std::mem::replace(pending, PendingResponse::Consumed) {
+        PendingResponse::Ready(sent) => sent,
+        PendingResponse::Consumed => return Ok((Some(Err(())),)),
+        other => {
+            *pending = other;
+            return Ok((None,));
+        }
+    };
+    let (response, worker) = match sent {
+        Ok(sent) => sent,
+        // wasmtime-wasi-http's own conversion of the error (its hooks
+        // decide how connection, TLS and protocol errors read), through a
+        // response of its own type that is ready with it.
+        Err(e) => {
+            let ready = view.table.push(HostFutureIncomingResponse::Ready(Err(e)))?;
+            let mut view = store.data_mut().http();
+            let got = HostFutureIncomingResponseMethods::get(
+                &mut view,
+                Resource::new_borrow(ready.rep()),
+            );
+            view.table.delete(ready)?;
+            return Ok((got?,));
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let headers = FieldMap::new_immutable(view.hooks, parts.headers);
+    let mut body = HostIncomingBody::new(body);
+    if let Some(worker) = worker {
+        body.retain_worker(worker);
+    }
+    let response = view.table.push(HostIncomingResponse {
+        status: parts.status.as_u16(),
+        headers,
+        body: Some(body),
+    })?;
+    Ok((Some(Ok(Ok(response))),))
+}
+
 /// What `handle` returns to the guest: a future response, or the error
 /// the request failed with before it was sent.
-type Handled = (Result<Resource<HostFutureIncomingResponse>, ErrorCode>,);
+type Handled = (Result<Resource<PendingResponse>, ErrorCode>,);
 
 fn handle(
     mut store: StoreContextMut<'_, CallState>,
@@ -65,21 +197,26 @@ fn handle(
 ) -> wasmtime::Result<Handled> {
     let state = store.data_mut();
     let net = state.net.clone();
+    let in_place = state.exchange_in_place;
     let view = state.http();
     // The options are the guest's to give away (an owned handle): taken out
     // of the table, so that a guest passing them with every request does
     // not fill it.
     let options = options.and_then(|o| view.table.delete(o).ok());
     let outgoing = view.table.delete(request)?;
+    let has_body = outgoing.body.is_some();
     let request = match to_http(outgoing, view.hooks) {
         Ok(request) => request,
         Err(code) => return Ok((Err(code),)),
     };
     let response = match net.admit_http(&request) {
-        Err(refused) => HostFutureIncomingResponse::Ready(Err(refused)),
-        Ok(admitted) => HostFutureIncomingResponse::Pending(wasmtime_wasi::runtime::spawn(
-            net.send(admitted, request, options),
-        )),
+        Err(refused) => PendingResponse::Ready(Err(refused)),
+        Ok(admitted) if has_body || !in_place => PendingResponse::Task(
+            wasmtime_wasi::runtime::spawn(net.send(admitted, request, options, false)),
+        ),
+        Ok(admitted) => {
+            PendingResponse::InPlace(Box::pin(net.send(admitted, request, options, true)))
+        }
     };
     let id = store.data_mut().http().table.push(response)?;
     Ok((Ok(id),))

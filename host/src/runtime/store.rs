@@ -76,6 +76,22 @@ pub(crate) struct CallState {
     pub denied: Arc<Mutex<Vec<String>>>,
     /// The call's network state (grant, limits, records).
     pub net: Arc<CallNet>,
+    /// Whether an HTTP request without a body is exchanged where the guest
+    /// waits for it (`runtime::outgoing`): see [`drives_its_own_io`].
+    pub exchange_in_place: bool,
+}
+
+/// Whether the body being built runs where the runtime's I/O wake-ups
+/// reach it without a hand-off between threads: in a runtime task (a
+/// worker's wake-ups run the task on that worker), or anywhere on a
+/// current-thread runtime (its one thread drives the I/O). A body in a
+/// multi-thread runtime's `block_on` (a caller outside the runtime, a body
+/// on a thread of its own) is woken from a worker for each of them; there a
+/// task of the request's own exchanges it, and hands over only its result.
+fn drives_its_own_io() -> bool {
+    tokio::task::try_id().is_some()
+        || tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 impl WasiView for CallState {
@@ -377,6 +393,7 @@ impl<'a> StoreBuilder<'a> {
             stopped_by: None,
             denied,
             net,
+            exchange_in_place: !self.blocking && drives_its_own_io(),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);

@@ -294,6 +294,53 @@ async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
     assert_eq!(result.payload["receipt"]["network"][0]["status"], 200);
 }
 
+/// A request without a body is exchanged where the guest waits for it
+/// when the body runs in a runtime task (or on a current-thread runtime,
+/// as in the other tests here), and in a task of the request's own when it
+/// runs in a multi-thread runtime's `block_on`; a request with a body
+/// always in a task of its own. Each way, on a multi-thread runtime: the
+/// same exchange, the same records, one connection each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_the_same_exchanged_in_place_or_in_a_task() {
+    let server = Server::start(
+        "127.0.0.1",
+        Box::new(|req| {
+            let body = format!("{} {}", req.method, String::from_utf8_lossy(&req.body));
+            response(200, &[("Content-Type", "text/plain")], body.as_bytes())
+        }),
+    );
+    let (_ws, host) = host(&grant_policy(&format!(
+        "\"http://127.0.0.1:{}\"",
+        server.port()
+    )))
+    .await;
+    let host = Arc::new(host);
+    let get = json!({"url": server.url("/a")});
+    let post = json!({"url": server.url("/b"), "method": "POST", "body": "hello"});
+    let check = |r: &CallResult, body: &str, bytes_out: u64| {
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(r.canonical["body"], body, "{r:?}");
+        let rec = &r.receipt.network;
+        assert_eq!(rec.len(), 1, "{rec:?}");
+        assert_eq!(rec[0].status, Some(200));
+        assert_eq!(rec[0].bytes_in, body.len() as u64);
+        assert_eq!(rec[0].bytes_out, bytes_out);
+    };
+    // In the test's `block_on`.
+    check(&fetch(&host, get.clone()).await, "GET ", 0);
+    check(&fetch(&host, post.clone()).await, "POST hello", 5);
+    // In a runtime task.
+    let in_task = {
+        let host = host.clone();
+        tokio::spawn(async move { (fetch(&host, get).await, fetch(&host, post).await) })
+            .await
+            .unwrap()
+    };
+    check(&in_task.0, "GET ", 0);
+    check(&in_task.1, "POST hello", 5);
+    assert_eq!(server.connections(), 4);
+}
+
 #[tokio::test]
 async fn without_a_grant_every_mode_is_refused_inside_the_guest() {
     let server = Server::ok("127.0.0.1", "never");
