@@ -179,9 +179,9 @@ impl SessionLog {
 
     /// A log in memory that keeps about `budget` bytes of events (their strings, and a
     /// few words per value). Past it, the oldest finished calls (those with their
-    /// `tool/result`, or refused an approval and idle for ten minutes since) are
-    /// forgotten whole; never a running one or one waiting for an approval, and never
-    /// the calls of the append that went over: a call's
+    /// `tool/result`) are forgotten whole; never one without its result (running, or
+    /// waiting for an approval or for the rest of its batch), and never the calls of
+    /// the append that went over: a call's
     /// result can be read back at least until the next append. A forgotten call reads
     /// as unknown ([`SessionLog::events_for_call`] is empty); sequence numbers keep
     /// increasing.

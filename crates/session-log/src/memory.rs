@@ -9,11 +9,11 @@
 //! Unlike a file, memory is not the place for a record kept forever: a long-running host
 //! would grow with every call. The log keeps about a byte budget of events; past it, the
 //! oldest finished calls (those with their `tool/result`) are forgotten whole, every
-//! event of the call; never a running one or one waiting for an approval. A call whose
-//! last event is an approval it did not get (an `approval/decided` whose `outcome` is not
-//! `allowed-once`: a call dropped while it waited is recorded so, and never gets a
-//! result) is forgotten too once it has been idle for ten minutes. Sequence numbers
-//! still increase by one per event; a reader sees gaps where forgotten calls were.
+//! event of the call; never one without its result (running, waiting for an approval, or
+//! refused and waiting for the rest of its batch). The log reads no payload: whether a
+//! call is finished is its events' kinds. (toolhost ends every call it starts with a
+//! result, a call its caller dropped too.) Sequence numbers still increase by one per
+//! event; a reader sees gaps where forgotten calls were.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -27,16 +27,6 @@ use crate::recovery::{Recovery, recovery_events};
 /// How much the in-memory log ([`SessionLog::in_memory`](crate::SessionLog::in_memory))
 /// keeps by default: 64 MiB of events, estimated.
 pub const DEFAULT_MEMORY_BUDGET: usize = 64 << 20;
-
-/// How long a call whose last event is an approval it did not get may sit idle before
-/// the in-memory log may forget it. Such a call ends with its refusal's result within
-/// moments (in a batch, once the batch's other approvals are decided), unless its
-/// caller dropped it while it waited, which the log records as decided `cancelled`:
-/// then no result ever comes.
-const ABANDONED_AFTER_MS: u64 = 10 * 60 * 1000;
-
-/// The `outcome` of an `approval/decided` that lets the call go on.
-const ALLOWED: &str = "allowed-once";
 
 /// The in-memory engine.
 #[derive(Debug)]
@@ -131,26 +121,14 @@ struct CallEvents {
     bytes: usize,
     /// The call has its `tool/result` (or its events belong to the session).
     finished: bool,
-    /// `approval/asked` events less `approval/decided` ones: questions still open.
-    open_questions: i64,
-    /// Its last event is an `approval/decided` that did not allow it.
-    declined: bool,
-    /// When its last event was appended.
-    last_ms: u64,
 }
 
 impl CallEvents {
-    /// Whether the call may be forgotten at `now_ms`: finished, or abandoned (no open
-    /// question, its last event a decision that did not allow it, idle for
-    /// [`ABANDONED_AFTER_MS`]). `pending` says whether its intent waits for a result:
-    /// such a call never is (recovery needs it), even with a result from an earlier use
-    /// of its id.
-    fn forgettable(&self, pending: bool, now_ms: u64) -> bool {
-        !pending
-            && (self.finished
-                || (self.open_questions <= 0
-                    && self.declined
-                    && now_ms.saturating_sub(self.last_ms) >= ABANDONED_AFTER_MS))
+    /// Whether the call may be forgotten: finished. `pending` says whether its intent
+    /// waits for a result: such a call never is (recovery needs it), even with a result
+    /// from an earlier use of its id.
+    fn forgettable(&self, pending: bool) -> bool {
+        !pending && self.finished
     }
 }
 
@@ -202,16 +180,7 @@ impl MemLog {
             };
             call.seqs.push(seq);
             call.bytes += size;
-            call.last_ms = at_unix_ms;
-            call.declined = e.kind == EventKind::ApprovalDecided
-                && e.payload.get("outcome").and_then(|o| o.as_str()) != Some(ALLOWED);
-            match e.kind {
-                EventKind::ToolResult => call.finished = true,
-                EventKind::ApprovalAsked => call.open_questions += 1,
-                EventKind::ApprovalDecided => call.open_questions -= 1,
-                _ => {}
-            }
-            call.finished |= e.call_id == SESSION_CALL_ID;
+            call.finished |= e.kind == EventKind::ToolResult || e.call_id == SESSION_CALL_ID;
             self.bytes += size;
             self.events.insert(
                 seq,
@@ -229,7 +198,7 @@ impl MemLog {
         seqs
     }
 
-    /// Forgets the oldest finished (or abandoned) calls, whole, until the events kept
+    /// Forgets the oldest finished calls, whole, until the events kept
     /// fit the budget: never a pending one (recovery needs its intent), never one that
     /// waits for an approval (its events must stay together), and never one with an
     /// event from `first` on (the calls of the append that went over, so that a call's
@@ -238,7 +207,6 @@ impl MemLog {
         if self.bytes <= self.budget {
             return;
         }
-        let now_ms = now_unix_ms();
         let mut held = Vec::new();
         while self.bytes > self.budget {
             let Some(call_id) = self.order.pop_front() else {
@@ -246,7 +214,7 @@ impl MemLog {
             };
             let pending = self.pending.contains_key(&call_id);
             let forgettable = self.by_call.get(&call_id).is_some_and(|c| {
-                c.forgettable(pending, now_ms) && c.seqs.last().is_some_and(|&s| s < first)
+                c.forgettable(pending) && c.seqs.last().is_some_and(|&s| s < first)
             });
             if !forgettable {
                 held.push(call_id);
@@ -329,53 +297,51 @@ mod tests {
         NewEvent::new(id, kind, payload)
     }
 
-    /// Ages a call's last event past [`ABANDONED_AFTER_MS`].
-    fn age(log: &mut MemLog, id: &str) {
-        match log.by_call.get_mut(id) {
-            Some(call) => call.last_ms = call.last_ms.saturating_sub(ABANDONED_AFTER_MS + 1),
-            None => panic!("no call {id}"),
-        }
-    }
-
-    /// Past the budget, a call its caller gave up on before it ran (asked, then
-    /// decided `cancelled`, never a result) goes once it has been idle long enough,
-    /// like a finished one; a call still waiting for its decision, one allowed and
-    /// not yet at its intent (a batch waits for its other approvals), a pending one
-    /// (even with a result from an earlier use of its id) and a fresh abandoned one
-    /// stay.
+    /// Past the budget, a finished call goes; a call without its result stays, whatever
+    /// its last event: one its caller gave up on while it waited (decided
+    /// `cancelled`: toolhost then ends it with a result of its own), one still waiting
+    /// for its decision, one refused and waiting for the rest of its batch, one allowed
+    /// and not yet at its intent, and a pending one (even with a result from an earlier
+    /// use of its id).
     #[test]
-    fn only_finished_or_long_abandoned_calls_are_forgotten() {
+    fn only_finished_calls_are_forgotten() {
         use EventKind::{ApprovalAsked, ApprovalDecided, ToolCall, ToolIntent, ToolResult};
         let mut log = MemLog::new(0);
-        let gone = [ToolCall, ApprovalAsked, ApprovalDecided];
-        log.append(sized(gone.iter().map(|&k| event("gone", k)).collect()));
-        log.append(sized(gone.iter().map(|&k| event("fresh", k)).collect()));
+        let decided = |id: &str, outcome: &str| {
+            let mut events: Vec<NewEvent> = [ToolCall, ApprovalAsked]
+                .iter()
+                .map(|&k| event(id, k))
+                .collect();
+            events.push(NewEvent::new(
+                id,
+                ApprovalDecided,
+                json!({"outcome": outcome}),
+            ));
+            sized(events)
+        };
+        let done = [ToolCall, ApprovalAsked, ApprovalDecided, ToolResult];
+        log.append(sized(done.iter().map(|&k| event("done", k)).collect()));
+        log.append(decided("dropped", "cancelled"));
+        log.append(decided("rejected", "rejected"));
         let waiting = [ToolCall, ApprovalAsked];
         log.append(sized(
             waiting.iter().map(|&k| event("waiting", k)).collect(),
         ));
         let reused = [ToolCall, ToolIntent, ToolResult, ToolIntent];
         log.append(sized(reused.iter().map(|&k| event("reused", k)).collect()));
-        let mut allowed: Vec<NewEvent> = [ToolCall, ApprovalAsked]
-            .iter()
-            .map(|&k| event("allowed", k))
-            .collect();
-        allowed.push(NewEvent::new(
-            "allowed",
-            ApprovalDecided,
-            json!({"outcome": ALLOWED}),
-        ));
-        log.append(sized(allowed));
-        for id in ["gone", "waiting", "reused", "allowed"] {
-            age(&mut log, id);
-        }
+        log.append(decided("allowed", "allowed-once"));
         // Any append goes over a budget of zero.
         log.append(sized(vec![event("next", ToolCall)]));
-        assert!(log.events_for_call("gone").is_empty());
-        assert_eq!(log.events_for_call("fresh").len(), 3);
-        assert_eq!(log.events_for_call("waiting").len(), 2);
-        assert_eq!(log.events_for_call("reused").len(), 4);
-        assert_eq!(log.events_for_call("allowed").len(), 3);
+        assert!(log.events_for_call("done").is_empty());
+        for (id, n) in [
+            ("dropped", 3),
+            ("rejected", 3),
+            ("waiting", 2),
+            ("reused", 4),
+            ("allowed", 3),
+        ] {
+            assert_eq!(log.events_for_call(id).len(), n, "{id}");
+        }
         assert_eq!(log.pending_calls(), ["reused"]);
         assert_eq!(
             log.events_for_call("next").len(),
@@ -383,7 +349,20 @@ mod tests {
             "the append's own call"
         );
         // The kept calls keep their order: the oldest is still considered first.
-        assert_eq!(log.order, ["fresh", "waiting", "reused", "allowed", "next"]);
+        assert_eq!(
+            log.order,
+            [
+                "dropped", "rejected", "waiting", "reused", "allowed", "next"
+            ]
+        );
+        // Their results come: then they go, oldest first.
+        log.append(sized(vec![
+            event("dropped", ToolResult),
+            event("rejected", ToolResult),
+        ]));
+        log.append(sized(vec![event("next", ToolResult)]));
+        assert!(log.events_for_call("dropped").is_empty());
+        assert!(log.events_for_call("rejected").is_empty());
     }
 
     /// The session's events are one entry that moves to the back with each new

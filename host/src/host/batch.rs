@@ -38,19 +38,25 @@ impl Host {
     pub async fn call_batch(&self, requests: Vec<CallRequest>) -> Vec<CallResult> {
         // Phases 1-5 for each call, in order.
         let mut slots = Vec::with_capacity(requests.len());
+        let mut unended = Unended {
+            host: self,
+            calls: Vec::with_capacity(requests.len()),
+        };
         for req in requests {
             let req = req.bounded();
             let call_id = self.new_call_id();
             let tool = req.tool.clone();
             let start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
-            slots.push(
-                match self.admit(call_id.clone(), req, start.clone()).await {
-                    Ok(a) => Slot::Ready(a),
-                    Err((code, message)) => {
-                        Slot::Done(refused(&call_id, &tool, code, message), start)
-                    }
-                },
-            );
+            // A call dropped while it waits for its approval is ended by
+            // the approval's own guard; once admitted, by `unended`.
+            let admitted = self.admit(call_id.clone(), req, start.clone()).await;
+            unended
+                .calls
+                .push(Some((call_id.clone(), tool.clone(), start.clone())));
+            slots.push(match admitted {
+                Ok(a) => Slot::Ready(a),
+                Err((code, message)) => Slot::Done(refused(&call_id, &tool, code, message), start),
+            });
         }
         // 6. one durable commit for every admitted intent.
         let ready: Vec<&Admitted<'_>> = slots
@@ -67,8 +73,12 @@ impl Host {
         // before that, the guard commits TOOL_OUTCOME_UNKNOWN.
         let mut open: std::collections::VecDeque<Option<Unresolved<'_>>> = slots
             .iter()
-            .map(|s| match s {
-                Slot::Ready(a) if checked.is_ok() => Some(Unresolved::new(self, a)),
+            .zip(unended.calls.iter_mut())
+            .map(|(s, unended)| match s {
+                Slot::Ready(a) if checked.is_ok() => {
+                    *unended = None;
+                    Some(Unresolved::new(self, a))
+                }
                 _ => None,
             })
             .collect();
@@ -106,6 +116,9 @@ impl Host {
             while let Some((r, start)) = done.next().await {
                 // Committed here, not in `finish`: a later call that ends
                 // first waits for the ones before it.
+                if let Some(call) = unended.calls.get_mut(results.len()) {
+                    *call = None;
+                }
                 results.push(match open.pop_front().flatten() {
                     Some(call) => call.resolve(r),
                     None => self.commit(r, &start),
@@ -125,6 +138,32 @@ impl Host {
                 crate::crashpoint::reached("after-body");
                 (r, a.start)
             }
+        }
+    }
+}
+
+/// The calls of a batch whose result is not committed and whose intent is
+/// not written (a written intent has its `Unresolved` guard), in call
+/// order. If the batch is dropped before their results are committed (a
+/// caller's timeout, a transport that drops its handler), each is ended
+/// `CANCELLED`: no call of the batch stays without a result.
+struct Unended<'h> {
+    host: &'h Host,
+    calls: Vec<Option<(String, String, CallStart)>>,
+}
+
+impl Drop for Unended<'_> {
+    fn drop(&mut self) {
+        for (call_id, tool, start) in self.calls.drain(..).flatten() {
+            self.host.refuse(
+                &call_id,
+                &tool,
+                ErrorCode::Cancelled,
+                "the batch was dropped by its caller before this call's result was written; \
+                 its body never ran"
+                    .into(),
+                &start,
+            );
         }
     }
 }

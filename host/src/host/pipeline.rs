@@ -215,7 +215,7 @@ impl Host {
                 }),
             };
             let approver = req.approver.as_deref().unwrap_or(&*self.approver);
-            self.approve(approver, request, &interrupt, &a.approval, &start.principal)
+            self.approve(approver, request, &interrupt, &a.approval, &start)
                 .await?;
         }
         if interrupt.is_cancelled() {
@@ -489,8 +489,9 @@ impl Host {
         request: ApprovalRequest,
         interrupt: &Interrupt,
         never_by: &Option<String>,
-        principal: &str,
+        start: &CallStart,
     ) -> Result<(), Refusal> {
+        let principal = start.principal.as_str();
         if let Some(layer) = never_by {
             return Err((
                 ErrorCode::ApprovalUnavailable,
@@ -538,12 +539,14 @@ impl Host {
         });
         // If this future is dropped while it waits (a caller's timeout, a
         // transport that drops its handler), the pair is still closed:
-        // `approval/decided` `cancelled`, announced too.
+        // `approval/decided` `cancelled`, announced too; and the call ends,
+        // `CANCELLED`.
         let mut unpaired = Unpaired {
             host: self,
             call_id,
+            tool: &request.tool,
             approval_id: &approval_id,
-            principal,
+            start,
             armed: true,
         };
         // A panic is `unavailable`, whether `decide` panics before returning
@@ -1377,12 +1380,14 @@ impl Drop for Unresolved<'_> {
 
 /// Closes an `approval/asked` whose wait was dropped before a decision:
 /// records (lazily) and announces `approval/decided` `cancelled`, so the
-/// log never holds a question without its answer.
+/// log never holds a question without its answer, then ends the call with
+/// a `CANCELLED` result, so that no call stays without one.
 struct Unpaired<'a> {
     host: &'a Host,
     call_id: &'a str,
+    tool: &'a str,
     approval_id: &'a str,
-    principal: &'a str,
+    start: &'a CallStart,
     armed: bool,
 }
 
@@ -1404,10 +1409,17 @@ impl Drop for Unpaired<'_> {
         self.host.announcer.announce(ApprovalAnnouncement::Decided {
             approval_id: self.approval_id.to_string(),
             call_id: self.call_id.to_string(),
-            principal: self.principal.to_string(),
+            principal: self.start.principal.clone(),
             outcome: ApprovalOutcome::Cancelled,
-            detail: Some(detail),
+            detail: Some(detail.clone()),
         });
+        self.host.refuse(
+            self.call_id,
+            self.tool,
+            ErrorCode::Cancelled,
+            detail,
+            self.start,
+        );
     }
 }
 

@@ -545,6 +545,82 @@ async fn a_call_dropped_while_waiting_for_approval_closes_the_pair() {
         .unwrap_or_else(|| panic!("no approval/decided: {kinds:?}"));
     assert_eq!(decided.payload["outcome"], "cancelled");
     assert!(!kinds.contains(&EventKind::ToolIntent), "{kinds:?}");
+    // And the call ends: its result is the log's last word on it.
+    assert_cancelled_result(&events, "dropped while waiting for approval");
+    assert!(!ws.path().join("dropped.txt").exists());
+}
+
+/// The last of a call's `events` is its one `tool/result`: `CANCELLED`,
+/// its message containing `why`.
+fn assert_cancelled_result(events: &[toolhost::log::Event], why: &str) {
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    let results = kinds
+        .iter()
+        .filter(|k| **k == EventKind::ToolResult)
+        .count();
+    assert_eq!(results, 1, "{kinds:?}");
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, EventKind::ToolResult, "{kinds:?}");
+    assert_eq!(
+        last.payload["error"]["code"], "CANCELLED",
+        "{}",
+        last.payload
+    );
+    assert!(
+        last.payload["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(why)),
+        "{}",
+        last.payload
+    );
+}
+
+/// A batch dropped while one of its calls waits for approval leaves no
+/// call without a result: the waiting call ends `CANCELLED` with its pair
+/// closed, and a call admitted before it (whose intent the batch had not
+/// written yet) ends `CANCELLED` too; neither body ran.
+#[tokio::test]
+async fn a_batch_dropped_while_a_call_waits_for_approval_ends_every_call() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "a").unwrap();
+    let mut b = builder(ws.path());
+    b.policy(policy(crate::governance::ASK_WRITES))
+        .approver(Box::new(Silent));
+    let host = b.build().await.unwrap();
+    let read = CallRequest::new("read_file", serde_json::json!({"path": "a.txt"}))
+        .mode(toolhost::SandboxMode::ReadOnly);
+    let batch = host.call_batch(vec![read, write("dropped.txt", "x")]);
+    let asked = || {
+        host.log()
+            .events()
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == EventKind::ApprovalAsked)
+    };
+    tokio::select! {
+        r = batch => panic!("the batch ended: {r:?}"),
+        () = async {
+            let waited = std::time::Instant::now();
+            while !asked() {
+                assert!(waited.elapsed() < std::time::Duration::from_secs(20), "never asked");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        } => {}
+    }
+    let events = host.log().events().unwrap();
+    let call_of = |tool: &str| {
+        let calls: Vec<&str> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::ToolCall && e.payload["tool"] == tool)
+            .map(|e| e.call_id.as_str())
+            .collect();
+        assert_eq!(calls.len(), 1, "{tool}: {events:?}");
+        host.log().events_for_call(calls[0]).unwrap()
+    };
+    assert_cancelled_result(&call_of("read_file"), "the batch was dropped");
+    assert_cancelled_result(&call_of("write_file"), "dropped while waiting for approval");
+    assert!(!events.iter().any(|e| e.kind == EventKind::ToolIntent));
+    assert_eq!(host.log().pending_calls().unwrap(), Vec::<String>::new());
     assert!(!ws.path().join("dropped.txt").exists());
 }
 
