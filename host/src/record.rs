@@ -125,7 +125,10 @@ impl Recorder {
     }
 
     /// Writes an event of `call_id` (and its held `tool/call`) in one lazy
-    /// commit.
+    /// commit. If the write fails, a held `tool/call` is held again, so that
+    /// the call's next event (its refusal) still carries it; not after its
+    /// `tool/result`, the call's last event, after which nothing would take
+    /// it.
     pub(crate) fn lazy(
         &self,
         call_id: &str,
@@ -133,13 +136,23 @@ impl Recorder {
         payload: serde_json::Value,
     ) -> Result<(), String> {
         let mut events = self.take(&[call_id]);
+        let held_again = match kind {
+            EventKind::ToolResult => Vec::new(),
+            _ => events.clone(),
+        };
         events.push(NewEvent::new(call_id, kind, payload));
         // Every event here is of this call (its held `tool/call`, then this
         // one); the log takes them without copying their payloads.
-        self.log
-            .append_owned(events, Durability::Lazy)
-            .map(|_| self.written_ids([call_id]))
-            .map_err(|e| e.to_string())
+        match self.log.append_owned(events, Durability::Lazy) {
+            Ok(_) => {
+                self.written_ids([call_id]);
+                Ok(())
+            }
+            Err(e) => {
+                self.restore(held_again);
+                Err(e.to_string())
+            }
+        }
     }
 
     /// Whether a durable commit of the log blocks (see
@@ -193,5 +206,80 @@ impl Recorder {
             o.insert("audit".into(), audit);
         }
         self.lazy(&result.call_id, EventKind::ToolResult, payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use toolhost_log::{Event, LogEngine, LogError, Recovery};
+
+    /// An in-memory log whose next append fails once `fail` is set.
+    #[derive(Debug)]
+    struct FailsOnce {
+        inner: SessionLog,
+        fail: Arc<AtomicBool>,
+    }
+
+    impl LogEngine for FailsOnce {
+        fn append(&self, events: &[NewEvent], d: Durability) -> Result<Vec<u64>, LogError> {
+            if self.fail.swap(false, Ordering::SeqCst) {
+                return Err(LogError::Storage("injected".into()));
+            }
+            self.inner.append(events, d)
+        }
+        fn flush(&self) -> Result<(), LogError> {
+            self.inner.flush()
+        }
+        fn events(&self) -> Result<Vec<Event>, LogError> {
+            self.inner.events()
+        }
+        fn events_for_call(&self, call_id: &str) -> Result<Vec<Event>, LogError> {
+            self.inner.events_for_call(call_id)
+        }
+        fn pending_calls(&self) -> Result<Vec<String>, LogError> {
+            self.inner.pending_calls()
+        }
+        fn recover(&self) -> Result<Recovery, LogError> {
+            self.inner.recover()
+        }
+    }
+
+    /// A failed write of a call's event (its approval request) keeps its
+    /// `tool/call` held: the refusal written next carries it, first.
+    #[test]
+    fn a_failed_write_keeps_the_call_record_for_the_next_one() {
+        let fail = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(SessionLog::from_engine(FailsOnce {
+            inner: SessionLog::in_memory().unwrap_or_else(|e| panic!("{e}")),
+            fail: fail.clone(),
+        }));
+        let recorder = Recorder::new(log.clone());
+        recorder.call("c", serde_json::json!({"tool": "t"}));
+        fail.store(true, Ordering::SeqCst);
+        let asked = recorder.lazy("c", EventKind::ApprovalAsked, serde_json::json!({}));
+        assert!(asked.is_err());
+        let refused = recorder.lazy("c", EventKind::ToolResult, serde_json::json!({}));
+        assert!(refused.is_ok(), "{refused:?}");
+        let kinds: Vec<EventKind> = log
+            .events_for_call("c")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, [EventKind::ToolCall, EventKind::ToolResult]);
+        // Nothing stays held after the call's last event, written or not.
+        recorder.call("d", serde_json::json!({"tool": "t"}));
+        fail.store(true, Ordering::SeqCst);
+        assert!(
+            recorder
+                .lazy("d", EventKind::ToolResult, serde_json::json!({}))
+                .is_err()
+        );
+        match recorder.held.lock() {
+            Ok(held) => assert!(held.is_empty(), "{:?}", held.keys()),
+            Err(_) => panic!("poisoned"),
+        }
     }
 }
