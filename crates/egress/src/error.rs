@@ -152,12 +152,13 @@ pub enum GrantError {
     /// under which anyone may register their own), which would grant the
     /// sites of unrelated owners.
     #[error(
-        "grant {entry:?}: {suffix:?} is a public suffix (anyone can have a name under it), so a wildcard over it would grant the sites of unrelated owners; name each host, or a wildcard under a domain you trust (*.example.co.uk)"
+        "grant {entry:?}: {suffix:?} is a public suffix of the Public Suffix List (anyone can have a name under it), so a wildcard over it would grant the sites of unrelated owners; name each host, or a wildcard under a domain you trust (*.example.co.uk)"
     )]
     WildcardOverPublicSuffix {
         /// The entry as written.
         entry: String,
-        /// The public suffix the wildcard covers.
+        /// The public suffix the wildcard covers (`*.kawasaki.jp` when each
+        /// name under the wildcard's domain is one).
         suffix: String,
     },
     /// A port that is not a number from 1 to 65535.

@@ -413,11 +413,20 @@ enum PatternError {
     PublicSuffix(String),
 }
 
-/// True when `name` is itself a public suffix of the Public Suffix List
-/// (`co.uk`, `github.io`, `s3.amazonaws.com`, each name a wildcard rule of
-/// the list makes one): names under it belong to whoever registered them.
-fn is_public_suffix(name: &DomainName) -> bool {
-    psl::suffix(name.as_str().as_bytes()).is_some_and(|s| s.as_bytes() == name.as_str().as_bytes())
+/// The public suffix of the Public Suffix List a wildcard over `name`
+/// would cover, if any: `name` itself (`co.uk`, `github.io`,
+/// `s3.amazonaws.com`, a name a wildcard rule of the list makes one), or the
+/// names under it, when a wildcard rule of the list makes each of them one
+/// (`*.kawasaki.jp`). Names under a public suffix belong to whoever
+/// registered them.
+fn public_suffix_under(name: &DomainName) -> Option<String> {
+    let is_suffix =
+        |n: &str| psl::suffix(n.as_bytes()).is_some_and(|s| s.as_bytes() == n.as_bytes());
+    if is_suffix(name.as_str()) {
+        return Some(name.as_str().to_string());
+    }
+    // A label no exception of the list names stands for any name under it.
+    is_suffix(&format!("toolhost-probe.{name}")).then(|| format!("*.{name}"))
 }
 
 fn host_pattern(s: &str) -> Result<HostPattern, PatternError> {
@@ -427,10 +436,10 @@ fn host_pattern(s: &str) -> Result<HostPattern, PatternError> {
         }
         return match parse_host(suffix).map_err(PatternError::Host)? {
             Parsed::Name(n) if n.label_count() < 2 => Err(PatternError::TooBroad),
-            Parsed::Name(n) if is_public_suffix(&n) => {
-                Err(PatternError::PublicSuffix(n.as_str().to_string()))
-            }
-            Parsed::Name(n) => Ok(HostPattern::Wildcard(n)),
+            Parsed::Name(n) => match public_suffix_under(&n) {
+                Some(suffix) => Err(PatternError::PublicSuffix(suffix)),
+                None => Ok(HostPattern::Wildcard(n)),
+            },
             Parsed::Ipv4 { .. } | Parsed::Ipv6(_) => Err(PatternError::BadWildcard),
         };
     }
@@ -530,8 +539,17 @@ mod tests {
                 "https://*.S3.AmazonAWS.com",
                 |e| matches!(e, GrantError::WildcardOverPublicSuffix { suffix, .. } if suffix == "s3.amazonaws.com"),
             ),
-            // A name the list's wildcard rule `*.kawasaki.jp` makes a suffix.
-            ("https://*.foo.kawasaki.jp", |e| {
+            // A name the list's wildcard rule `*.kawasaki.jp` makes a suffix,
+            // and the rule's own parent: each name under it is one.
+            (
+                "https://*.foo.kawasaki.jp",
+                |e| matches!(e, GrantError::WildcardOverPublicSuffix { suffix, .. } if suffix == "foo.kawasaki.jp"),
+            ),
+            (
+                "https://*.kawasaki.jp",
+                |e| matches!(e, GrantError::WildcardOverPublicSuffix { suffix, .. } if suffix == "*.kawasaki.jp"),
+            ),
+            ("https://*.sch.uk", |e| {
                 matches!(e, GrantError::WildcardOverPublicSuffix { .. })
             }),
             ("https://*.xn--55qx5d.cn", |e| {

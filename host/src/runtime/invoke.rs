@@ -210,7 +210,15 @@ impl Invoker {
         let given_up = Arc::new(AtomicBool::new(false));
         let too_late = given_up.clone();
         let mode = spec.mode;
+        let kept = Arc::new(Kept {
+            state: std::sync::Mutex::new(KeptState::Waited),
+            abandoned: self.abandoned.clone(),
+        });
+        // Moved into the body's closure: dropped when the thread returns, or
+        // with the closure if it never runs (a runtime shutting down).
+        let returns = Returns(kept.clone());
         let body = tokio::task::spawn_blocking(move || {
+            let _returns = returns;
             let left = call_deadline.saturating_duration_since(Instant::now());
             let not_run = |code: ErrorCode, message: &str| {
                 (
@@ -249,7 +257,7 @@ impl Invoker {
         let mut waiting = Abandon {
             body: Some(body),
             given_up,
-            abandoned: self.abandoned.clone(),
+            kept,
             on_abandon,
             stop,
             handle: tokio::runtime::Handle::current(),
@@ -274,7 +282,7 @@ impl Invoker {
                  call; the call was abandoned",
             ),
         };
-        drop(waiting);
+        waiting.abandon();
         ended
     }
 
@@ -331,19 +339,38 @@ impl Invoker {
     }
 }
 
-/// A body on its own thread that its call waits for; dropped before the
-/// body's result was taken, it abandons the body: the body may not start
-/// any more, it is stopped (its own interrupt cancelled: a call dropped by
-/// its caller has nobody left to wait for it, and a body stuck in a host
-/// system call stops when that returns), it is counted among the abandoned
-/// bodies, and what `on_abandon` returns is kept until its thread returns.
+/// A body on its own thread that its call waits for. Given up (at the
+/// backstop, after cancellation, or because the call was dropped by its
+/// caller), the body may not start any more and is stopped: its own
+/// interrupt is cancelled (a body stuck in a host system call stops when
+/// that returns). What the call holds for it (its pass through the
+/// exclusivity gate) is kept until the body's thread returns ([`Kept`]).
 struct Abandon {
     body: Option<tokio::task::JoinHandle<(BodyOutcome, Receipt)>>,
     given_up: Arc<AtomicBool>,
-    abandoned: Arc<AtomicUsize>,
+    kept: Arc<Kept>,
     on_abandon: Option<OnAbandon>,
     stop: Interrupt,
     handle: tokio::runtime::Handle,
+}
+
+impl Abandon {
+    /// Stops waiting for the body (if its result was not taken) and stops it.
+    fn give_up(&mut self) -> Option<tokio::task::JoinHandle<(BodyOutcome, Receipt)>> {
+        let body = self.body.take()?;
+        self.given_up.store(true, Ordering::SeqCst);
+        self.stop.cancel();
+        Some(body)
+    }
+
+    /// Abandons the body now: it has outlived its deadline or cancellation
+    /// by [`STUCK_GRACE`], so it is counted, and what `on_abandon` returns is
+    /// kept, until its thread returns.
+    fn abandon(&mut self) {
+        if self.give_up().is_some() {
+            self.kept.abandon(self.on_abandon.take());
+        }
+    }
 }
 
 /// The body's result, once its thread returns (the body is then no longer
@@ -365,21 +392,101 @@ impl std::future::Future for Abandon {
     }
 }
 
+/// The call was dropped by its caller while it waited for the body: the
+/// body is stopped, and what the call holds for it is kept as it is (calls
+/// that need the gate queue behind it, as behind any running body). A body
+/// still running [`STUCK_GRACE`] later is stuck: it is abandoned then, as at
+/// a deadline (counted, and calls it blocks refused). That check is a task;
+/// if the runtime is shutting down and never runs it, the body is only not
+/// counted: what the call held is still kept until its thread returns.
 impl Drop for Abandon {
     fn drop(&mut self) {
-        let Some(body) = self.body.take() else {
+        let Some(mut body) = self.give_up() else {
             return;
         };
-        self.given_up.store(true, Ordering::SeqCst);
-        self.stop.cancel();
-        let abandoned = self.abandoned.clone();
-        abandoned.fetch_add(1, Ordering::SeqCst);
-        let kept = self.on_abandon.take().map(|keep| keep());
+        if !self.kept.dropped(self.on_abandon.take()) {
+            return;
+        }
+        let kept = self.kept.clone();
         self.handle.spawn(async move {
-            let _ = body.await;
-            drop(kept);
-            abandoned.fetch_sub(1, Ordering::SeqCst);
+            if tokio::time::timeout(STUCK_GRACE, &mut body).await.is_err() {
+                kept.abandon(None);
+            }
         });
+    }
+}
+
+/// What a call keeps for a body on its own thread that it stopped waiting
+/// for, until the body's thread returns: the thread itself lets it go
+/// ([`Returns`]), so that nothing depends on a task a runtime shutting down
+/// would never run.
+struct Kept {
+    state: std::sync::Mutex<KeptState>,
+    /// The runtime's count of abandoned bodies.
+    abandoned: Arc<AtomicUsize>,
+}
+
+enum KeptState {
+    /// The call waits for the body.
+    Waited,
+    /// The call was dropped: its hold, not yet taken as an abandonment.
+    Dropped(OnAbandon),
+    /// Abandoned: counted, with what `on_abandon` returned.
+    Abandoned(#[allow(dead_code, reason = "held for its drop")] Box<dyn Send>),
+    /// The body's thread returned.
+    Returned,
+}
+
+impl Kept {
+    /// Keeps `hold` for a body whose call was dropped; false (and `hold`
+    /// let go at once) if its thread has returned already.
+    fn dropped(&self, hold: Option<OnAbandon>) -> bool {
+        let mut state = crate::state::lock(&self.state);
+        match (&*state, hold) {
+            (KeptState::Returned, _) => false,
+            (KeptState::Waited, Some(hold)) => {
+                *state = KeptState::Dropped(hold);
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// Abandons the body unless its thread has returned: counts it, and
+    /// keeps what its hold (the one kept by [`Kept::dropped`], else
+    /// `on_abandon`) returns.
+    fn abandon(&self, on_abandon: Option<OnAbandon>) {
+        let mut state = crate::state::lock(&self.state);
+        let hold = match std::mem::replace(&mut *state, KeptState::Returned) {
+            KeptState::Returned => return,
+            abandoned @ KeptState::Abandoned(_) => {
+                *state = abandoned;
+                return;
+            }
+            KeptState::Dropped(hold) => Some(hold),
+            KeptState::Waited => on_abandon,
+        };
+        let kept: Box<dyn Send> = match hold {
+            Some(hold) => hold(),
+            None => Box::new(()),
+        };
+        *state = KeptState::Abandoned(kept);
+        self.abandoned.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Held by a body's thread (moved into its closure): when the thread
+/// returns, or the closure is dropped without running, what was kept for
+/// the body is let go and an abandoned body is counted back.
+struct Returns(Arc<Kept>);
+
+impl Drop for Returns {
+    fn drop(&mut self) {
+        let was = std::mem::replace(&mut *crate::state::lock(&self.0.state), KeptState::Returned);
+        if let KeptState::Abandoned(_) = was {
+            self.0.abandoned.fetch_sub(1, Ordering::SeqCst);
+        }
+        drop(was);
     }
 }
 
@@ -470,6 +577,127 @@ mod tests {
     use super::*;
     use crate::egress::NetworkGrant;
     use crate::sandbox::Limits;
+
+    /// An invoker without pooling or cache, and a spec with file access (so
+    /// its bodies run on their own threads) and a long deadline.
+    fn invoker_and_spec() -> (Invoker, SandboxSpec) {
+        let options = RuntimeOptions {
+            pooling: false,
+            cache_dir: None,
+            ..RuntimeOptions::default()
+        };
+        let engine = Engine::new(&crate::runtime::engine::config(&options)).unwrap();
+        let ticker = EpochTicker::start(&engine).unwrap();
+        let spec = SandboxSpec {
+            mode: SandboxMode::ReadOnly,
+            workspace: std::path::PathBuf::from("/"),
+            limits: Limits {
+                deadline: Duration::from_secs(60),
+                ..Limits::default()
+            },
+            network: NetworkGrant::none(),
+        };
+        (Invoker::new(engine, options, ticker), spec)
+    }
+
+    /// What a call holds for a body (its gate pass, here a flag set when it
+    /// is let go), and whether the call took it as an abandonment.
+    fn hold() -> (OnAbandon, Arc<AtomicBool>, Arc<AtomicBool>) {
+        struct Held(Arc<AtomicBool>);
+        impl Drop for Held {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let released = Arc::new(AtomicBool::new(false));
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let held = Held(released.clone());
+        let taken = Arc::clone(&abandoned);
+        let on_abandon: OnAbandon = Box::new(move || {
+            taken.store(true, Ordering::SeqCst);
+            Box::new(held)
+        });
+        (on_abandon, released, abandoned)
+    }
+
+    /// Waits (bounded) until `done`.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let waited = Instant::now();
+        while !done() {
+            assert!(waited.elapsed() < Duration::from_secs(20), "never: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn ok() -> (BodyOutcome, Receipt) {
+        let outcome = BodyOutcome::Ok {
+            canonical: serde_json::Value::Null,
+            content: Vec::new(),
+            meta: None,
+        };
+        (outcome, Receipt::default())
+    }
+
+    /// A call dropped while its body runs on its own thread stops the body
+    /// (its interrupt): a body that heeds it returns at once, and what the
+    /// call held for it is let go then, never taken as an abandonment (calls
+    /// behind it queue rather than being refused). A body stuck where no
+    /// interrupt reaches (a host system call) is abandoned after the grace:
+    /// counted, its hold taken, and both let go only when its thread returns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_call_stops_its_body_and_keeps_its_hold_until_the_thread_returns() {
+        let (invoker, spec) = invoker_and_spec();
+
+        let (on_abandon, released, abandoned) = hold();
+        let (started, running) = tokio::sync::oneshot::channel();
+        let heeds = invoker.on_own_thread(&spec, Interrupt::default(), Some(on_abandon), {
+            move |_, interrupt| async move {
+                let _ = started.send(());
+                interrupt.cancelled().await;
+                ok()
+            }
+        });
+        tokio::select! {
+            _ = heeds => panic!("the body ended on its own"),
+            _ = running => {}
+        }
+        until("the stopped body lets its hold go", || {
+            released.load(Ordering::SeqCst)
+        })
+        .await;
+        assert!(
+            !abandoned.load(Ordering::SeqCst),
+            "a stopped body was taken as abandoned"
+        );
+        assert_eq!(invoker.abandoned(), 0);
+
+        let (on_abandon, released, abandoned) = hold();
+        let (started, running) = tokio::sync::oneshot::channel();
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let stuck_body = invoker.on_own_thread(&spec, Interrupt::default(), Some(on_abandon), {
+            move |_, _| async move {
+                let _ = started.send(());
+                let _ = stuck.recv();
+                ok()
+            }
+        });
+        tokio::select! {
+            _ = stuck_body => panic!("the body ended on its own"),
+            _ = running => {}
+        }
+        until("the stuck body is abandoned", || invoker.abandoned() == 1).await;
+        assert!(abandoned.load(Ordering::SeqCst));
+        assert!(
+            !released.load(Ordering::SeqCst),
+            "let go while the body still runs"
+        );
+        release.send(()).unwrap();
+        until("the returned body lets its hold go", || {
+            released.load(Ordering::SeqCst)
+        })
+        .await;
+        assert_eq!(invoker.abandoned(), 0);
+    }
 
     /// A body queued behind a busy blocking pool until after its call was
     /// abandoned at the deadline never runs once the pool gets to it: the

@@ -148,6 +148,17 @@ fn get(
 ) -> wasmtime::Result<(Got,)> {
     let view = store.data_mut().http();
     let pending = view.table.get_mut(&id)?;
+    // A response not known to be ready is looked at once (without a
+    // waker: a guest that only calls `get`, between waits on other
+    // pollables, still sees its response come).
+    let polled = match pending {
+        PendingResponse::InPlace(exchange) => poll_once(exchange.as_mut()),
+        PendingResponse::Task(task) => poll_once(std::pin::Pin::new(task)),
+        PendingResponse::Ready(_) | PendingResponse::Consumed => None,
+    };
+    if let Some(sent) = polled {
+        *pending = PendingResponse::Ready(sent);
+    }
     let sent = match std::mem::replace(pending, PendingResponse::Consumed) {
         PendingResponse::Ready(sent) => sent,
         PendingResponse::Consumed => return Ok((Some(Err(())),)),
@@ -184,6 +195,15 @@ fn get(
         body: Some(body),
     })?;
     Ok((Some(Ok(Ok(response))),))
+}
+
+/// `future` polled once, with a waker that does nothing.
+fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> Option<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.poll(&mut cx) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
 }
 
 /// What `handle` returns to the guest: a future response, or the error

@@ -518,6 +518,21 @@ async fn egress_concurrent() {
     assert_eq!(silent.count_reaching(1), 1);
 }
 
+/// A guest that never waits on its responses, only asks for them (`get`)
+/// between sleeps on a timer, still gets them, however its requests are
+/// exchanged (in place, or in a task of their own).
+#[tokio::test]
+async fn egress_a_response_only_asked_for_comes() {
+    let (a, b) = (echo_heads(1), echo_heads(1));
+    let (_ws, host) = concurrent_host(&[a, b]).await;
+    let urls = [
+        format!("http://127.0.0.1:{a}/a"),
+        format!("http://127.0.0.1:{b}/b"),
+    ];
+    let got = outcomes(&host, json!({"http": urls, "get_only": true})).await;
+    assert_eq!(got, ["status 200", "status 200"]);
+}
+
 /// Answers one request on 127.0.0.1 with `first`, then with `rest` after
 /// `pause` (or, without one, once the returned sender is dropped).
 fn staged(

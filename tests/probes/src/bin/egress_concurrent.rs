@@ -9,8 +9,10 @@
 //!
 //! With `sequential`, each request is sent, waited for, its body read (with
 //! `read_body`) and everything about it dropped before the next: a guest
-//! making many requests in turn. Every request carries request options when
-//! any timeout is given.
+//! making many requests in turn. With `get_only`, each request is sent and
+//! then only asked for its response (`get`), between sleeps on a timer,
+//! never waited on itself. Every request carries request options when any
+//! timeout is given.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -31,6 +33,10 @@ struct Args {
     /// Read each response's body to its end (sequential only).
     #[serde(default)]
     read_body: bool,
+    /// Never wait on a response: ask for it (`get`) every 10 ms, at most
+    /// 500 times.
+    #[serde(default)]
+    get_only: bool,
     /// A pause after each part of a body read, in milliseconds (a guest
     /// that works between reads).
     pause_ms: Option<u64>,
@@ -148,6 +154,24 @@ mod http {
     }
 
     pub fn run(args: &Args) -> Result<Vec<String>, String> {
+        if args.get_only {
+            let sent = args
+                .http
+                .iter()
+                .map(|u| send(u, args))
+                .collect::<Result<Vec<_>, _>>()?;
+            for _ in 0..500 {
+                let answered = sent
+                    .iter()
+                    .map(|f| outcome(f, false, None))
+                    .collect::<Vec<_>>();
+                if answered.iter().all(|o| o != "pending") {
+                    return Ok(answered);
+                }
+                monotonic_clock::subscribe_duration(10 * MS).block();
+            }
+            return Ok(sent.iter().map(|_| "pending".to_string()).collect());
+        }
         if args.sequential {
             return args
                 .http
