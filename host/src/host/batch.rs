@@ -46,16 +46,26 @@ impl Host {
             let req = req.bounded();
             let call_id = self.new_call_id();
             let tool = req.tool.clone();
-            let start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
-            // A call dropped while it waits for its approval is ended by
-            // the approval's own guard; once admitted, by `unended`.
+            let mut start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
+            start.in_batch = true;
+            unended.calls.push(Some(UnendedCall {
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                start: start.clone(),
+                refusal: None,
+                admitted: false,
+            }));
             let admitted = self.admit(call_id.clone(), req, start.clone()).await;
-            unended
-                .calls
-                .push(Some((call_id.clone(), tool.clone(), start.clone())));
             slots.push(match admitted {
-                Ok(a) => Slot::Ready(a),
-                Err((code, message)) => Slot::Done(refused(&call_id, &tool, code, message), start),
+                Ok(a) => {
+                    unended.admitted();
+                    Slot::Ready(a)
+                }
+                Err((code, message)) => {
+                    let r = refused(&call_id, &tool, code, message);
+                    unended.refused(&r);
+                    Slot::Done(r, start)
+                }
             });
         }
         // 6. one durable commit for every admitted intent.
@@ -145,25 +155,62 @@ impl Host {
 /// The calls of a batch whose result is not committed and whose intent is
 /// not written (a written intent has its `Unresolved` guard), in call
 /// order. If the batch is dropped before their results are committed (a
-/// caller's timeout, a transport that drops its handler), each is ended
-/// `CANCELLED`: no call of the batch stays without a result.
+/// caller's timeout, a transport that drops its handler), each is ended, in
+/// call order: with its refusal, or `CANCELLED` (dropped while waiting for
+/// its approval, or admitted and dropped before its intent). No call of the
+/// batch stays without a result.
 struct Unended<'h> {
     host: &'h Host,
-    calls: Vec<Option<(String, String, CallStart)>>,
+    calls: Vec<Option<UnendedCall>>,
+}
+
+struct UnendedCall {
+    call_id: String,
+    tool: String,
+    start: CallStart,
+    /// Its refusal, once admission refused it.
+    refusal: Option<CallResult>,
+    /// Admitted: its body may run once the batch's intents are written.
+    admitted: bool,
+}
+
+impl Unended<'_> {
+    /// The last call (being admitted) was admitted.
+    fn admitted(&mut self) {
+        if let Some(Some(call)) = self.calls.last_mut() {
+            call.admitted = true;
+        }
+    }
+
+    /// The last call (being admitted) was refused with `r`.
+    fn refused(&mut self, r: &CallResult) {
+        if let Some(Some(call)) = self.calls.last_mut() {
+            call.refusal = Some(r.clone());
+        }
+    }
 }
 
 impl Drop for Unended<'_> {
     fn drop(&mut self) {
-        for (call_id, tool, start) in self.calls.drain(..).flatten() {
-            self.host.refuse(
-                &call_id,
-                &tool,
-                ErrorCode::Cancelled,
-                "the batch was dropped by its caller before this call's result was written; \
-                 its body never ran"
-                    .into(),
-                &start,
-            );
+        for call in self.calls.drain(..).flatten() {
+            let result = match call.refusal {
+                Some(refusal) => refusal,
+                None => {
+                    let message = if call.admitted {
+                        "the batch was dropped by its caller before this call's intent was \
+                         written; its body never ran"
+                    } else {
+                        "the call was dropped while waiting for approval"
+                    };
+                    refused(
+                        &call.call_id,
+                        &call.tool,
+                        ErrorCode::Cancelled,
+                        message.into(),
+                    )
+                }
+            };
+            self.host.commit(result, &call.start);
         }
     }
 }

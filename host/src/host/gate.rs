@@ -11,7 +11,8 @@
 //! and calls on the new one exclude each other too.
 //!
 //! A body its call gave up on (stuck in a host system call past its
-//! deadline or cancellation, see `runtime::invoke`) still runs, so it keeps
+//! deadline or cancellation, or past its call being dropped by its caller,
+//! see `runtime::invoke`) still runs, so it keeps
 //! its pass until it stops: an exclusive body never overlaps one that was
 //! abandoned. While such a pass is held, a call it would block is refused
 //! at once rather than left waiting for a body that may never return.

@@ -1370,8 +1370,9 @@ impl Drop for Unresolved<'_> {
             std::mem::take(&mut self.call_id),
             std::mem::take(&mut self.tool),
             ErrorCode::ToolOutcomeUnknown,
-            "the call was dropped by its caller after its intent was written and before its \
-             result: whether its body ran, and what it did, is unknown",
+            "the call was dropped after its intent was written and before its result (its \
+             caller gave up on it, or the host stopped): whether its body ran, and what it did, \
+             is unknown",
             Receipt::default(),
         );
         self.host.commit(unknown, &start);
@@ -1381,7 +1382,8 @@ impl Drop for Unresolved<'_> {
 /// Closes an `approval/asked` whose wait was dropped before a decision:
 /// records (lazily) and announces `approval/decided` `cancelled`, so the
 /// log never holds a question without its answer, then ends the call with
-/// a `CANCELLED` result, so that no call stays without one.
+/// a `CANCELLED` result, so that no call stays without one (a call of a
+/// batch gets it from the batch, in its place among the batch's results).
 struct Unpaired<'a> {
     host: &'a Host,
     call_id: &'a str,
@@ -1413,13 +1415,15 @@ impl Drop for Unpaired<'_> {
             outcome: ApprovalOutcome::Cancelled,
             detail: Some(detail.clone()),
         });
-        self.host.refuse(
-            self.call_id,
-            self.tool,
-            ErrorCode::Cancelled,
-            detail,
-            self.start,
-        );
+        if !self.start.in_batch {
+            self.host.refuse(
+                self.call_id,
+                self.tool,
+                ErrorCode::Cancelled,
+                detail,
+                self.start,
+            );
+        }
     }
 }
 

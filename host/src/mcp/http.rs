@@ -26,7 +26,8 @@
 //! [`HEADER_READ_TIMEOUT`]. On SIGTERM / Ctrl-C the server stops accepting,
 //! refuses new calls, waits up to the shutdown grace for calls in flight,
 //! then closes the sessions and flushes the session log; a call still
-//! running then is cut off and recovered as usual (`TOOL_OUTCOME_UNKNOWN`).
+//! running then is cut off: it ends `TOOL_OUTCOME_UNKNOWN` (written when
+//! its future is dropped, or by recovery if that write is not made durable).
 
 use super::open_ids::{OpenIds, Releasing};
 use super::protocol::{Approvals, Server};
@@ -1090,7 +1091,7 @@ pub async fn serve_http_until(
     server.stop_calls();
     if !server.drain(http.shutdown_grace).await {
         tracing::warn!(
-            "{} calls still running after {:?}; they are cut off and recovered as usual",
+            "{} calls still running after {:?}; they are cut off (TOOL_OUTCOME_UNKNOWN)",
             server.calls_in_flight(),
             http.shutdown_grace
         );

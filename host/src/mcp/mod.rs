@@ -345,7 +345,7 @@ where
     server.cancel_tasks();
     if !server.drain(http::DEFAULT_SHUTDOWN_GRACE).await {
         tracing::warn!(
-            "calls still running after {:?}; they are cut off and recovered as usual",
+            "calls still running after {:?}; they are cut off (TOOL_OUTCOME_UNKNOWN)",
             http::DEFAULT_SHUTDOWN_GRACE
         );
     }

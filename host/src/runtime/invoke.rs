@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use toolhost_core::{ErrorCode, SandboxMode};
 use wasmtime::Engine;
 
-/// How long after its deadline (or cancellation) a body stuck in a host
-/// file system call is abandoned.
+/// How long after its deadline (or cancellation, or its call being dropped
+/// by its caller) a body stuck in a host file system call is abandoned.
 pub const STUCK_GRACE: Duration = Duration::from_millis(100);
 
 /// The raw outcome of running a body.
@@ -100,7 +100,7 @@ impl Invoker {
         (abandoned >= self.abandon_limit()).then(|| {
             format!(
                 "{abandoned} earlier calls are still blocked in host file system calls \
-                 (abandoned after their deadline or cancellation) and hold half of the \
+                 (abandoned after their deadline, cancellation or drop) and hold half of the \
                  instance pool; calls with file system access are refused until they return"
             )
         })

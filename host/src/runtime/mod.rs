@@ -191,9 +191,9 @@ impl Runtime {
             .await
     }
 
-    /// Bodies abandoned in a host system call (after their deadline or
-    /// cancellation, see [`STUCK_GRACE`]) whose threads have not returned
-    /// yet.
+    /// Bodies abandoned in a host system call (after their deadline, their
+    /// cancellation or their call being dropped, see [`STUCK_GRACE`]) whose
+    /// threads have not returned yet.
     pub fn abandoned_bodies(&self) -> usize {
         self.invoker.abandoned()
     }

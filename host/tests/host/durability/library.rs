@@ -870,7 +870,7 @@ fn assert_dropped_and_unknown(host: &Host, id: &str) {
     assert!(
         result["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("dropped by its caller")),
+            .is_some_and(|m| m.contains("dropped after its intent was written")),
         "{result}"
     );
 }

@@ -576,9 +576,10 @@ fn assert_cancelled_result(events: &[toolhost::log::Event], why: &str) {
 }
 
 /// A batch dropped while one of its calls waits for approval leaves no
-/// call without a result: the waiting call ends `CANCELLED` with its pair
-/// closed, and a call admitted before it (whose intent the batch had not
-/// written yet) ends `CANCELLED` too; neither body ran.
+/// call without a result, and writes them in call order: a call refused
+/// before keeps its refusal, a call admitted before (whose intent the batch
+/// had not written yet) ends `CANCELLED`, and the waiting call ends
+/// `CANCELLED` with its pair closed; no body ran.
 #[tokio::test]
 async fn a_batch_dropped_while_a_call_waits_for_approval_ends_every_call() {
     let ws = workspace();
@@ -587,9 +588,10 @@ async fn a_batch_dropped_while_a_call_waits_for_approval_ends_every_call() {
     b.policy(policy(crate::governance::ASK_WRITES))
         .approver(Box::new(Silent));
     let host = b.build().await.unwrap();
+    let unknown = CallRequest::new("no_such_tool", serde_json::json!({}));
     let read = CallRequest::new("read_file", serde_json::json!({"path": "a.txt"}))
         .mode(toolhost::SandboxMode::ReadOnly);
-    let batch = host.call_batch(vec![read, write("dropped.txt", "x")]);
+    let batch = host.call_batch(vec![unknown, read, write("dropped.txt", "x")]);
     let asked = || {
         host.log()
             .events()
@@ -617,8 +619,26 @@ async fn a_batch_dropped_while_a_call_waits_for_approval_ends_every_call() {
         assert_eq!(calls.len(), 1, "{tool}: {events:?}");
         host.log().events_for_call(calls[0]).unwrap()
     };
-    assert_cancelled_result(&call_of("read_file"), "the batch was dropped");
-    assert_cancelled_result(&call_of("write_file"), "dropped while waiting for approval");
+    let (unknown, read, write) = (
+        call_of("no_such_tool"),
+        call_of("read_file"),
+        call_of("write_file"),
+    );
+    let last = |events: &[toolhost::log::Event]| events.last().unwrap().clone();
+    assert_eq!(last(&unknown).kind, EventKind::ToolResult);
+    assert_eq!(last(&unknown).payload["error"]["code"], "UNKNOWN_TOOL");
+    assert_cancelled_result(&read, "the batch was dropped");
+    assert_cancelled_result(&write, "dropped while waiting for approval");
+    assert_eq!(
+        write
+            .iter()
+            .find(|e| e.kind == EventKind::ApprovalDecided)
+            .map(|e| e.payload["outcome"].clone()),
+        Some(serde_json::json!("cancelled"))
+    );
+    // The results in call order.
+    let seqs = [last(&unknown).seq, last(&read).seq, last(&write).seq];
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     assert!(!events.iter().any(|e| e.kind == EventKind::ToolIntent));
     assert_eq!(host.log().pending_calls().unwrap(), Vec::<String>::new());
     assert!(!ws.path().join("dropped.txt").exists());
