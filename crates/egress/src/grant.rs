@@ -83,7 +83,10 @@ pub enum HostPattern {
     /// Exactly this name.
     Exact(DomainName),
     /// Any strict subdomain of this name, at any depth (`*.example.com`
-    /// matches `a.example.com` and `a.b.example.com`, not `example.com`).
+    /// matches `a.example.com` and `a.b.example.com`, not `example.com`),
+    /// but none under a public suffix below it (`*.amazonaws.com` does not
+    /// match `bucket.s3.amazonaws.com`: `s3.amazonaws.com` is one, and the
+    /// names under it are their registrants').
     Wildcard(DomainName),
     /// Exactly this address (and, for the address checks, the one way to
     /// unlock a refused address).
@@ -97,7 +100,9 @@ impl HostPattern {
     pub fn matches(&self, host: &Host) -> bool {
         match (self, host) {
             (HostPattern::Exact(g), Host::Name(n)) => g == n,
-            (HostPattern::Wildcard(parent), Host::Name(n)) => n.is_strict_subdomain_of(parent),
+            (HostPattern::Wildcard(parent), Host::Name(n)) => {
+                n.is_strict_subdomain_of(parent) && !under_a_suffix_below(n, parent)
+            }
             (HostPattern::Ip(g), Host::Ip(a)) => g == a,
             _ => false,
         }
@@ -413,6 +418,19 @@ enum PatternError {
     PublicSuffix(String),
 }
 
+/// True when `name`'s public suffix (of the Public Suffix List) is below
+/// `parent`: `name` belongs to whoever registered it under that suffix,
+/// not to `parent`'s owner.
+fn under_a_suffix_below(name: &DomainName, parent: &DomainName) -> bool {
+    let Some(suffix) = psl::suffix(name.as_str().as_bytes()) else {
+        return false;
+    };
+    let (suffix, parent) = (suffix.as_bytes(), parent.as_str().as_bytes());
+    suffix.len() > parent.len()
+        && suffix.ends_with(parent)
+        && suffix[..suffix.len() - parent.len()].ends_with(b".")
+}
+
 /// The public suffix of the Public Suffix List a wildcard over `name`
 /// would cover, if any: `name` itself (`co.uk`, `github.io`,
 /// `s3.amazonaws.com`, a name a wildcard rule of the list makes one), or the
@@ -656,5 +674,20 @@ mod tests {
         assert!(!g.matches(&req("http://a.example.com/", Some("GET"))));
         assert!(!g.matches(&req("https://a.example.com:8443/", Some("GET"))));
         assert!(!g.matches(&req("https://a.example.com.evil.io/", Some("GET"))));
+    }
+
+    /// A wildcard covers the names of its domain's owner, not the names
+    /// registered under a public suffix below it.
+    #[test]
+    fn a_wildcard_stops_at_a_public_suffix_below_it() {
+        let g = Grant::parse("https://*.amazonaws.com").unwrap();
+        assert!(g.matches(&req("https://console.amazonaws.com/", Some("GET"))));
+        assert!(!g.matches(&req("https://bucket.s3.amazonaws.com/", Some("GET"))));
+        assert!(!g.matches(&req("https://a.b.s3.amazonaws.com/", Some("GET"))));
+        // Under a suffix, the wildcard of one registrant's name covers its
+        // names.
+        let g = Grant::parse("https://*.someone.github.io").unwrap();
+        assert!(g.matches(&req("https://a.someone.github.io/", Some("GET"))));
+        assert!(!g.matches(&req("https://other.github.io/", Some("GET"))));
     }
 }

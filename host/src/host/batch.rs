@@ -48,13 +48,13 @@ impl Host {
             let tool = req.tool.clone();
             let mut start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
             start.in_batch = true;
-            unended.calls.push(Some(UnendedCall {
+            unended.calls.push(Ending::Unended(Box::new(UnendedCall {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
                 start: start.clone(),
                 refusal: None,
                 admitted: false,
-            }));
+            })));
             let admitted = self.admit(call_id.clone(), req, start.clone()).await;
             slots.push(match admitted {
                 Ok(a) => {
@@ -78,20 +78,17 @@ impl Host {
             .collect();
         let checked = self.checkpoint(&ready);
         drop(ready);
-        // The calls whose intents are written, in call order: each result is
-        // committed through its call's guard, and if this batch is dropped
-        // before that, the guard commits TOOL_OUTCOME_UNKNOWN.
-        let mut open: std::collections::VecDeque<Option<Unresolved<'_>>> = slots
-            .iter()
-            .zip(unended.calls.iter_mut())
-            .map(|(s, unended)| match s {
-                Slot::Ready(a) if checked.is_ok() => {
-                    *unended = None;
-                    Some(Unresolved::new(self, a))
+        // The calls whose intents are written: each result is committed
+        // through its call's guard, and if this batch is dropped before
+        // that, the guard commits TOOL_OUTCOME_UNKNOWN (in its place among
+        // the batch's other unended calls).
+        if checked.is_ok() {
+            for (slot, ending) in slots.iter().zip(unended.calls.iter_mut()) {
+                if let Slot::Ready(a) = slot {
+                    *ending = Ending::Open(Unresolved::new(self, a));
                 }
-                _ => None,
-            })
-            .collect();
+            }
+        }
         if let Err(e) = checked {
             slots = slots
                 .into_iter()
@@ -126,12 +123,13 @@ impl Host {
             while let Some((r, start)) = done.next().await {
                 // Committed here, not in `finish`: a later call that ends
                 // first waits for the ones before it.
-                if let Some(call) = unended.calls.get_mut(results.len()) {
-                    *call = None;
-                }
-                results.push(match open.pop_front().flatten() {
-                    Some(call) => call.resolve(r),
-                    None => self.commit(r, &start),
+                let ending = unended
+                    .calls
+                    .get_mut(results.len())
+                    .map(|e| std::mem::replace(e, Ending::Ended));
+                results.push(match ending {
+                    Some(Ending::Open(call)) => call.resolve(r),
+                    _ => self.commit(r, &start),
                 });
             }
         }
@@ -152,16 +150,25 @@ impl Host {
     }
 }
 
-/// The calls of a batch whose result is not committed and whose intent is
-/// not written (a written intent has its `Unresolved` guard), in call
-/// order. If the batch is dropped before their results are committed (a
-/// caller's timeout, a transport that drops its handler), each is ended, in
-/// call order: with its refusal, or `CANCELLED` (dropped while waiting for
-/// its approval, or admitted and dropped before its intent). No call of the
-/// batch stays without a result.
+/// How each call of a batch ends, in call order, if the batch is dropped
+/// before its result is committed (a caller's timeout, a transport that
+/// drops its handler): each is ended in call order, with its refusal,
+/// `CANCELLED` (dropped while waiting for its approval, or admitted and
+/// dropped before its intent), or, its intent written, by its `Unresolved`
+/// guard (`TOOL_OUTCOME_UNKNOWN`). No call of the batch stays without a
+/// result.
 struct Unended<'h> {
     host: &'h Host,
-    calls: Vec<Option<UnendedCall>>,
+    calls: Vec<Ending<'h>>,
+}
+
+enum Ending<'h> {
+    /// Not at its intent: ended here.
+    Unended(Box<UnendedCall>),
+    /// Its intent written: ended by its guard.
+    Open(Unresolved<'h>),
+    /// Its result committed.
+    Ended,
 }
 
 struct UnendedCall {
@@ -177,14 +184,14 @@ struct UnendedCall {
 impl Unended<'_> {
     /// The last call (being admitted) was admitted.
     fn admitted(&mut self) {
-        if let Some(Some(call)) = self.calls.last_mut() {
+        if let Some(Ending::Unended(call)) = self.calls.last_mut() {
             call.admitted = true;
         }
     }
 
     /// The last call (being admitted) was refused with `r`.
     fn refused(&mut self, r: &CallResult) {
-        if let Some(Some(call)) = self.calls.last_mut() {
+        if let Some(Ending::Unended(call)) = self.calls.last_mut() {
             call.refusal = Some(r.clone());
         }
     }
@@ -192,7 +199,16 @@ impl Unended<'_> {
 
 impl Drop for Unended<'_> {
     fn drop(&mut self) {
-        for call in self.calls.drain(..).flatten() {
+        for ending in self.calls.drain(..) {
+            let call = match ending {
+                Ending::Unended(call) => call,
+                // Its guard commits its result as it goes.
+                Ending::Open(open) => {
+                    drop(open);
+                    continue;
+                }
+                Ending::Ended => continue,
+            };
             let result = match call.refusal {
                 Some(refusal) => refusal,
                 None => {

@@ -26,6 +26,12 @@ use wasmtime::Engine;
 /// by its caller) a body stuck in a host file system call is abandoned.
 pub const STUCK_GRACE: Duration = Duration::from_millis(100);
 
+/// How long a body whose call was dropped may take to stop before it is
+/// taken as stuck and abandoned. Longer than [`STUCK_GRACE`]: until then
+/// the calls behind it wait for it, where an abandoned body would have them
+/// refused, so a stopping body slow to get a CPU is waited for.
+const DROPPED_GRACE: Duration = Duration::from_secs(1);
+
 /// The raw outcome of running a body.
 #[derive(Debug)]
 pub enum BodyOutcome {
@@ -395,8 +401,8 @@ impl std::future::Future for Abandon {
 /// The call was dropped by its caller while it waited for the body: the
 /// body is stopped, and what the call holds for it is kept as it is (calls
 /// that need the gate queue behind it, as behind any running body). A body
-/// still running [`STUCK_GRACE`] later is stuck: it is abandoned then, as at
-/// a deadline (counted, and calls it blocks refused). That check is a task;
+/// still running [`DROPPED_GRACE`] later is stuck: it is abandoned then, as
+/// at a deadline (counted, and calls it blocks refused). That check is a task;
 /// if the runtime is shutting down and never runs it, the body is only not
 /// counted: what the call held is still kept until its thread returns.
 impl Drop for Abandon {
@@ -409,7 +415,10 @@ impl Drop for Abandon {
         }
         let kept = self.kept.clone();
         self.handle.spawn(async move {
-            if tokio::time::timeout(STUCK_GRACE, &mut body).await.is_err() {
+            if tokio::time::timeout(DROPPED_GRACE, &mut body)
+                .await
+                .is_err()
+            {
                 kept.abandon(None);
             }
         });
@@ -442,14 +451,17 @@ impl Kept {
     /// let go at once) if its thread has returned already.
     fn dropped(&self, hold: Option<OnAbandon>) -> bool {
         let mut state = crate::state::lock(&self.state);
-        match (&*state, hold) {
-            (KeptState::Returned, _) => false,
+        let (running, unheld) = match (&*state, hold) {
+            (KeptState::Returned, hold) => (false, hold),
             (KeptState::Waited, Some(hold)) => {
                 *state = KeptState::Dropped(hold);
-                true
+                (true, None)
             }
-            _ => true,
-        }
+            (_, hold) => (true, hold),
+        };
+        drop(state);
+        drop(unheld);
+        running
     }
 
     /// Abandons the body unless its thread has returned: counts it, and

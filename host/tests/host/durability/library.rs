@@ -944,3 +944,65 @@ async fn a_dropped_call_stops_its_body() {
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(runtime.abandoned_bodies(), 0);
 }
+
+/// A batch dropped while an exclusive body runs ends every call in call
+/// order: the running call and a later admitted one `TOOL_OUTCOME_UNKNOWN`
+/// (their intents were written), a refused call between them with its
+/// refusal.
+#[tokio::test]
+async fn a_batch_dropped_during_a_body_ends_its_calls_in_order() {
+    let sb = Sandbox::new();
+    let _pipe = fifo(&sb.ws());
+    std::fs::write(sb.ws().join("a.txt"), "a").unwrap();
+    let host = builder(&sb.ws()).build().await.unwrap();
+    // write_file runs alone (its body blocks opening the FIFO); the others
+    // wait for it.
+    let batch = host.call_batch(vec![
+        write("pipe", "x"),
+        CallRequest::new("no_such_tool", json!({})),
+        read("a.txt"),
+    ]);
+    let intents = || {
+        host.log()
+            .events()
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == EventKind::ToolIntent)
+            .count()
+    };
+    tokio::select! {
+        r = batch => panic!("the batch ended: {r:?}"),
+        () = async {
+            let waited = Instant::now();
+            while intents() < 2 {
+                assert!(waited.elapsed() < Duration::from_secs(20), "no intents");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        } => {}
+    }
+    let events = host.log().events().unwrap();
+    let results: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .map(|e| {
+            (
+                e.payload["tool"].as_str().unwrap_or_default().to_string(),
+                e.payload["error"]["code"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("write_file", "TOOL_OUTCOME_UNKNOWN"),
+        ("no_such_tool", "UNKNOWN_TOOL"),
+        ("read_file", "TOOL_OUTCOME_UNKNOWN"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(t, c)| (t.to_string(), c.to_string()))
+        .collect();
+    assert_eq!(results, expected);
+    assert_eq!(host.log().pending_calls().unwrap(), Vec::<String>::new());
+}
