@@ -723,28 +723,13 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let options = RuntimeOptions {
-                pooling: false,
-                cache_dir: None,
-                ..RuntimeOptions::default()
-            };
-            let engine = Engine::new(&crate::runtime::engine::config(&options)).unwrap();
-            let ticker = EpochTicker::start(&engine).unwrap();
-            let invoker = Invoker::new(engine, options, ticker);
+            let (invoker, mut spec) = invoker_and_spec();
+            spec.limits.deadline = Duration::from_millis(20);
             // The pool's only thread is busy until released.
             let (release, wait) = std::sync::mpsc::channel::<()>();
             let holder = tokio::task::spawn_blocking(move || {
                 let _ = wait.recv();
             });
-            let spec = SandboxSpec {
-                mode: SandboxMode::ReadOnly,
-                workspace: std::path::PathBuf::from("/"),
-                limits: Limits {
-                    deadline: Duration::from_millis(20),
-                    ..Limits::default()
-                },
-                network: NetworkGrant::none(),
-            };
             let ran = Arc::new(AtomicBool::new(false));
             let body_ran = ran.clone();
             let (outcome, _) = invoker
