@@ -67,9 +67,6 @@ pub(crate) struct CallStart {
     pub(crate) at: Instant,
     pub(crate) principal: String,
     pub(crate) scope: Option<String>,
-    /// A call of a batch: the batch commits its result, also when the batch
-    /// is dropped (so that its calls' results keep their order).
-    pub(crate) in_batch: bool,
 }
 
 impl CallStart {
@@ -80,7 +77,6 @@ impl CallStart {
                 .unwrap_or(toolhost_policy::LOCAL_PRINCIPAL)
                 .to_string(),
             scope: scope.map(str::to_string),
-            in_batch: false,
         }
     }
 

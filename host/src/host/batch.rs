@@ -8,7 +8,7 @@
 //! the calls were given, whatever order they finish. A result is committed
 //! as soon as every result before it is, so a crash loses as little as it can.
 
-use super::pipeline::{Admitted, Unresolved, aborted};
+use super::pipeline::{Admitted, DROPPED_WHILE_ASKING, Unresolved, aborted};
 use super::{CallRequest, Host};
 use crate::audit::CallStart;
 use crate::result::CallResult;
@@ -46,8 +46,7 @@ impl Host {
             let req = req.bounded();
             let call_id = self.new_call_id();
             let tool = req.tool.clone();
-            let mut start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
-            start.in_batch = true;
+            let start = CallStart::new(req.principal.as_deref(), req.scope.as_deref());
             unended.calls.push(Ending::Unended(Box::new(UnendedCall {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
@@ -216,7 +215,7 @@ impl Drop for Unended<'_> {
                         "the batch was dropped by its caller before this call's intent was \
                          written; its body never ran"
                     } else {
-                        "the call was dropped while waiting for approval"
+                        DROPPED_WHILE_ASKING
                     };
                     refused(
                         &call.call_id,

@@ -113,7 +113,16 @@ impl Host {
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
-        let admitted = match self.admit(call_id.clone(), request, start.clone()).await {
+        let mut admitting = Admitting {
+            host: self,
+            call_id: &call_id,
+            tool: &tool_name,
+            start: &start,
+            over: false,
+        };
+        let admitted = self.admit(call_id.clone(), request, start.clone()).await;
+        admitting.over = true;
+        let admitted = match admitted {
             Ok(admitted) => admitted,
             Err((code, message)) => {
                 return self.refuse(&call_id, &tool_name, code, message, &start);
@@ -215,7 +224,7 @@ impl Host {
                 }),
             };
             let approver = req.approver.as_deref().unwrap_or(&*self.approver);
-            self.approve(approver, request, &interrupt, &a.approval, &start)
+            self.approve(approver, request, &interrupt, &a.approval, &start.principal)
                 .await?;
         }
         if interrupt.is_cancelled() {
@@ -489,9 +498,8 @@ impl Host {
         request: ApprovalRequest,
         interrupt: &Interrupt,
         never_by: &Option<String>,
-        start: &CallStart,
+        principal: &str,
     ) -> Result<(), Refusal> {
-        let principal = start.principal.as_str();
         if let Some(layer) = never_by {
             return Err((
                 ErrorCode::ApprovalUnavailable,
@@ -539,14 +547,13 @@ impl Host {
         });
         // If this future is dropped while it waits (a caller's timeout, a
         // transport that drops its handler), the pair is still closed:
-        // `approval/decided` `cancelled`, announced too; and the call ends,
-        // `CANCELLED`.
+        // `approval/decided` `cancelled`, announced too (whoever admits the
+        // call then ends it, `CANCELLED`: `Admitting`, or a batch's own).
         let mut unpaired = Unpaired {
             host: self,
             call_id,
-            tool: &request.tool,
             approval_id: &approval_id,
-            start,
+            principal,
             armed: true,
         };
         // A panic is `unavailable`, whether `decide` panics before returning
@@ -1379,17 +1386,41 @@ impl Drop for Unresolved<'_> {
     }
 }
 
-/// Closes an `approval/asked` whose wait was dropped before a decision:
-/// records (lazily) and announces `approval/decided` `cancelled`, so the
-/// log never holds a question without its answer, then ends the call with
-/// a `CANCELLED` result, so that no call stays without one (a call of a
-/// batch gets it from the batch, in its place among the batch's results).
-struct Unpaired<'a> {
+/// Why a call dropped while it waits for its approval ends (the only wait
+/// of its admission).
+pub(crate) const DROPPED_WHILE_ASKING: &str = "the call was dropped while waiting for approval";
+
+/// A call being admitted (phases 1-5): dropped before its admission is
+/// over, it ends `CANCELLED`, so that no call stays without a result (its
+/// approval's pair is closed first, by `Unpaired`). A batch ends its own
+/// calls, in their order (`Unended`).
+struct Admitting<'a> {
     host: &'a Host,
     call_id: &'a str,
     tool: &'a str,
-    approval_id: &'a str,
     start: &'a CallStart,
+    over: bool,
+}
+
+impl Drop for Admitting<'_> {
+    fn drop(&mut self) {
+        if !self.over {
+            let message = DROPPED_WHILE_ASKING.to_string();
+            let code = ErrorCode::Cancelled;
+            self.host
+                .refuse(self.call_id, self.tool, code, message, self.start);
+        }
+    }
+}
+
+/// Closes an `approval/asked` whose wait was dropped before a decision:
+/// records (lazily) and announces `approval/decided` `cancelled`, so the
+/// log never holds a question without its answer.
+struct Unpaired<'a> {
+    host: &'a Host,
+    call_id: &'a str,
+    approval_id: &'a str,
+    principal: &'a str,
     armed: bool,
 }
 
@@ -1398,7 +1429,7 @@ impl Drop for Unpaired<'_> {
         if !self.armed {
             return;
         }
-        let detail = "the call was dropped while waiting for approval".to_string();
+        let detail = DROPPED_WHILE_ASKING.to_string();
         let _ = self.host.recorder.lazy(
             self.call_id,
             EventKind::ApprovalDecided,
@@ -1411,19 +1442,10 @@ impl Drop for Unpaired<'_> {
         self.host.announcer.announce(ApprovalAnnouncement::Decided {
             approval_id: self.approval_id.to_string(),
             call_id: self.call_id.to_string(),
-            principal: self.start.principal.clone(),
+            principal: self.principal.to_string(),
             outcome: ApprovalOutcome::Cancelled,
-            detail: Some(detail.clone()),
+            detail: Some(detail),
         });
-        if !self.start.in_batch {
-            self.host.refuse(
-                self.call_id,
-                self.tool,
-                ErrorCode::Cancelled,
-                detail,
-                self.start,
-            );
-        }
     }
 }
 

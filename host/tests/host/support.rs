@@ -39,3 +39,29 @@ pub fn builder_with(workspace: &Path, options: RuntimeOptions) -> HostBuilder {
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"))
 }
+
+/// Waits until `done` holds, checking every 5 ms; panics, naming `what`,
+/// if it does not within 20 s.
+pub async fn until(what: &str, done: impl Fn() -> bool) {
+    let waited = std::time::Instant::now();
+    while !done() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(20),
+            "never: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs `call` until `done` holds (see [`until`]), then drops it, as a
+/// caller's timeout does; panics if the call ends first.
+pub async fn drop_when<T: std::fmt::Debug>(
+    call: impl std::future::Future<Output = T>,
+    what: &str,
+    done: impl Fn() -> bool,
+) {
+    tokio::select! {
+        r = call => panic!("the call ended before {what}: {r:?}"),
+        () = until(what, done) => {}
+    }
+}

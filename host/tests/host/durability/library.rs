@@ -722,14 +722,10 @@ async fn abandoned_bodies_cannot_take_the_whole_pool() {
 
     // A writer opens the FIFO: both stuck readers return.
     pipe.release();
-    let waited = Instant::now();
-    while runtime.abandoned_bodies() > 0 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(20),
-            "the released bodies were never counted back"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("the released bodies are counted back", || {
+        runtime.abandoned_bodies() == 0
+    })
+    .await;
     let r = host.call(read("a.txt")).await;
     assert!(r.is_ok(), "{r:?}");
 }
@@ -805,14 +801,10 @@ async fn an_abandoned_exclusive_body_keeps_the_gate_until_it_stops() {
 
     // A reader opens the FIFO: the stuck body writes and returns.
     let reader = pipe.release_writers().expect("a reader opens the FIFO");
-    let waited = Instant::now();
-    while runtime.abandoned_bodies() > 0 {
-        assert!(
-            waited.elapsed() < Duration::from_secs(20),
-            "the released body was never counted back"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("the released body is counted back", || {
+        runtime.abandoned_bodies() == 0
+    })
+    .await;
     drop(reader);
     let r = host.call(write("b.txt", "y")).await;
     assert!(r.is_ok(), "{r:?}");
@@ -837,20 +829,8 @@ async fn drop_once_its_intent_is_written(host: &Host, id: &str, request: CallReq
             .iter()
             .any(|e| e.kind == EventKind::ToolIntent)
     };
-    let watched = async {
-        let waited = Instant::now();
-        while !has_intent() {
-            assert!(
-                waited.elapsed() < Duration::from_secs(20),
-                "the call's intent was never written"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    };
-    tokio::select! {
-        r = host.call(with_id(request, id)) => panic!("the call ended before it could be dropped: {r:?}"),
-        () = watched => {}
-    }
+    let call = host.call(with_id(request, id));
+    drop_when(call, "its intent is written", has_intent).await;
 }
 
 /// The call `id` in `host`'s log ends with one `tool/result`, of
@@ -893,16 +873,10 @@ async fn a_call_dropped_while_its_body_runs_is_recorded_unknown() {
         CallRequest::new("sleep", json!({"ms": 1})).mode(SandboxMode::None),
     ]);
     let before = host.log().events().unwrap().len();
-    tokio::select! {
-        r = batch => panic!("the batch ended: {r:?}"),
-        () = async {
-            let waited = Instant::now();
-            while host.log().events().unwrap().len() < before + 4 {
-                assert!(waited.elapsed() < Duration::from_secs(20), "no intents");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        } => {}
-    }
+    drop_when(batch, "its intents are written", || {
+        host.log().events().unwrap().len() >= before + 4
+    })
+    .await;
     assert_eq!(host.log().pending_calls().unwrap(), Vec::<String>::new());
     let events = host.log().events().unwrap();
     let unknown = events[before..]
@@ -970,16 +944,7 @@ async fn a_batch_dropped_during_a_body_ends_its_calls_in_order() {
             .filter(|e| e.kind == EventKind::ToolIntent)
             .count()
     };
-    tokio::select! {
-        r = batch => panic!("the batch ended: {r:?}"),
-        () = async {
-            let waited = Instant::now();
-            while intents() < 2 {
-                assert!(waited.elapsed() < Duration::from_secs(20), "no intents");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        } => {}
-    }
+    drop_when(batch, "its intents are written", || intents() >= 2).await;
     let events = host.log().events().unwrap();
     let results: Vec<(String, String)> = events
         .iter()

@@ -599,16 +599,7 @@ async fn a_batch_dropped_while_a_call_waits_for_approval_ends_every_call() {
             .iter()
             .any(|e| e.kind == EventKind::ApprovalAsked)
     };
-    tokio::select! {
-        r = batch => panic!("the batch ended: {r:?}"),
-        () = async {
-            let waited = std::time::Instant::now();
-            while !asked() {
-                assert!(waited.elapsed() < std::time::Duration::from_secs(20), "never asked");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-        } => {}
-    }
+    crate::support::drop_when(batch, "its approval is asked", asked).await;
     let events = host.log().events().unwrap();
     let call_of = |tool: &str| {
         let calls: Vec<&str> = events
