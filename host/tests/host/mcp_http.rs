@@ -1277,9 +1277,11 @@ async fn http_rate_limits_follow_the_token_not_the_session() {
     assert_eq!(code_of(&r), "RATE_LIMITED", "{r}");
 }
 
-/// `tools/list`'s hints of `name`: [readOnly, destructive, idempotent, openWorld].
-async fn hints_of(c: &Client, name: &str) -> [Value; 4] {
-    let list = c.rpc(1, "tools/list", json!({})).await;
+/// `tools/list`'s hints of `name`: [readOnly, destructive, idempotent, openWorld],
+/// asked with request id `id` (a session never reuses an id: the server
+/// refuses one still open, as it may be just after its answer).
+async fn hints_of(c: &Client, id: u64, name: &str) -> [Value; 4] {
+    let list = c.rpc(id, "tools/list", json!({})).await;
     let tool = list["result"]["tools"]
         .as_array()
         .unwrap()
@@ -1305,14 +1307,14 @@ async fn http_annotations_say_what_the_host_enforces() {
     let c = s.client().initialize(json!({})).await;
     let writable = [json!(false), json!(true), json!(false), json!(false)];
     let read_only = [json!(true), json!(false), json!(true), json!(false)];
-    assert_eq!(hints_of(&c, "read_file").await, read_only);
-    assert_eq!(hints_of(&c, "write_file").await, writable);
+    assert_eq!(hints_of(&c, 1, "read_file").await, read_only);
+    assert_eq!(hints_of(&c, 2, "write_file").await, writable);
     // Calls that run read-only change nothing, whatever the tool declares:
     // write_file's calls are refused before they run.
     let s = Server::start(&["--mode", "read-only"]);
     let c = s.client().initialize(json!({})).await;
-    assert_eq!(hints_of(&c, "read_file").await, read_only);
-    assert_eq!(hints_of(&c, "write_file").await, read_only);
+    assert_eq!(hints_of(&c, 1, "read_file").await, read_only);
+    assert_eq!(hints_of(&c, 2, "write_file").await, read_only);
 }
 
 /// A server of the MCP conformance fixtures alone.
