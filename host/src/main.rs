@@ -1412,8 +1412,9 @@ fn summary(payload: &serde_json::Value) -> String {
     parts.join(" ")
 }
 
-/// The first few of a call's network records, `METHOD URL STATUS` or
-/// `METHOD URL refused:CODE`, then how many more.
+/// The first few of a call's network records, `METHOD URL STATUS`,
+/// `METHOD URL refused:CODE`, `METHOD URL not-sent` or `METHOD URL failed`
+/// (allowed, without a response), then how many more.
 fn network_summary(records: &[serde_json::Value]) -> String {
     const SHOWN: usize = 3;
     let mut out: Vec<String> = records
@@ -1428,6 +1429,8 @@ fn network_summary(records: &[serde_json::Value]) -> String {
             let outcome = match (get("decision"), r.get("status").and_then(|v| v.as_u64())) {
                 ("refused", _) => format!("refused:{}", get("code")),
                 (_, Some(status)) => status.to_string(),
+                (_, None) if get("error").starts_with("not sent") => "not-sent".to_string(),
+                (_, None) if !get("error").is_empty() => "failed".to_string(),
                 (decision, None) => decision.to_string(),
             };
             format!("{method} {} {outcome}", get("url"))

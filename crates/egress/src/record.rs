@@ -52,6 +52,12 @@ pub struct EgressRecord {
     pub bytes_out: u64,
     /// Milliseconds from the decision to the end of the response.
     pub ms: u64,
+    /// Why an allowed request ended without its whole response (the
+    /// connection failed, a timeout, a limit), or that it was never sent
+    /// (the guest did not wait for it). Absent when it ended well, and
+    /// for refusals, whose reason says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl EgressRecord {
@@ -70,12 +76,19 @@ impl EgressRecord {
 
     /// A record of a refused request.
     pub fn refused(request: &Request, path: &str, refusal: &Refusal) -> EgressRecord {
+        EgressRecord::refused_with(request, path, refusal.code(), refusal.to_string())
+    }
+
+    /// A record of a request refused with `code` (a [`Refusal::code`], or
+    /// the host's own: a per-call limit, a method it never sends) and
+    /// `reason`.
+    pub fn refused_with(request: &Request, path: &str, code: &str, reason: String) -> EgressRecord {
         EgressRecord::new(
             request,
             path,
             EgressOutcome::Refused {
-                code: refusal.code().to_string(),
-                reason: refusal.to_string(),
+                code: code.to_string(),
+                reason,
             },
         )
     }
@@ -89,6 +102,7 @@ impl EgressRecord {
             bytes_in: 0,
             bytes_out: 0,
             ms: 0,
+            error: None,
         }
     }
 }

@@ -1311,6 +1311,9 @@ fn redact_secrets(result: &mut CallResult, credentials: &toolhost_policy::egress
     }
     for record in &mut result.receipt.network {
         fix(&mut record.url);
+        if let Some(error) = &mut record.error {
+            fix(error);
+        }
     }
     for line in &mut result.receipt.denied {
         fix(line);

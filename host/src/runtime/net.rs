@@ -119,8 +119,17 @@ pub(crate) struct Admitted {
     request: Request,
     path: String,
     rule: GrantRef,
-    approved: bool,
+    /// Its record, kept from its admission on: a request the guest never
+    /// waits for is never sent, and its record says so.
+    index: usize,
 }
+
+/// The `error` of an admitted request's record until it starts.
+const NOT_SENT: &str = "not sent: the guest never waited for its response (nor asked for it)";
+
+/// The `error` of a request's record from its start until its response's
+/// head (or its failure): what stays when the exchange was dropped first.
+const NO_RESPONSE: &str = "no response: the guest stopped waiting for it, or its call ended, first";
 
 impl CallNet {
     pub(crate) fn new(
@@ -160,29 +169,24 @@ impl CallNet {
         }
     }
 
-    /// Records a refused request (receipt record and `denied` line).
-    fn refuse(&self, request: &Request, path: &str, refusal: &Refusal) {
+    /// Records a refused request (receipt record and `denied` line), in
+    /// the record kept at `at` when it has one (an admitted request
+    /// refused by its address check).
+    fn refuse(&self, at: Option<usize>, request: &Request, path: &str, refusal: &Refusal) {
         let record = EgressRecord::refused(request, path, refusal);
-        self.deny(format!(
-            "network: {} {}: {}",
-            request.method.as_deref().unwrap_or(request.scheme.as_str()),
-            record.url,
-            refusal.code()
-        ));
-        if let Ok(mut l) = self.log.lock() {
-            l.keep(record);
-        }
+        self.file_refusal(at, request, record, refusal.code());
     }
 
     /// Records a request refused by a per-call limit.
     fn refuse_limit(&self, request: &Request, path: &str, reason: String) {
-        self.refuse_with(request, path, "limit_reached", reason, 0);
+        self.refuse_with(None, request, path, "limit_reached", reason, 0);
     }
 
     /// Records a request given up because its name's lookup outlasted the
     /// request's time (nothing was connected).
-    fn refuse_timeout(&self, request: &Request, path: &str, started: Instant) {
+    fn refuse_timeout(&self, at: usize, request: &Request, path: &str, started: Instant) {
         self.refuse_with(
+            Some(at),
             request,
             path,
             "dns_timeout",
@@ -193,26 +197,33 @@ impl CallNet {
         );
     }
 
-    fn refuse_with(&self, request: &Request, path: &str, code: &str, reason: String, ms: u64) {
-        let record = EgressRecord {
-            method: request.method.clone(),
-            url: request.url_without_query(path),
-            outcome: EgressOutcome::Refused {
-                code: code.to_string(),
-                reason,
-            },
-            status: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            ms,
-        };
+    fn refuse_with(
+        &self,
+        at: Option<usize>,
+        request: &Request,
+        path: &str,
+        code: &str,
+        reason: String,
+        ms: u64,
+    ) {
+        let mut record = EgressRecord::refused_with(request, path, code, reason);
+        record.ms = ms;
+        self.file_refusal(at, request, record, code);
+    }
+
+    fn file_refusal(&self, at: Option<usize>, request: &Request, record: EgressRecord, code: &str) {
         self.deny(format!(
             "network: {} {}: {code}",
             request.method.as_deref().unwrap_or(request.scheme.as_str()),
             record.url
         ));
         if let Ok(mut l) = self.log.lock() {
-            l.keep(record);
+            match at.and_then(|i| l.records.get_mut(i)) {
+                Some(kept) => *kept = record,
+                None => {
+                    l.keep(record);
+                }
+            }
         }
     }
 
@@ -296,7 +307,7 @@ impl CallNet {
             let refusal = Refusal::Denied {
                 reason: self.grant.off_reason(),
             };
-            self.refuse(&request, &path, &refusal);
+            self.refuse(None, &request, &path, &refusal);
             return Err(HttpError::HttpRequestDenied);
         };
         // TRACE (and IIS's TRACK) echoes the request back, headers
@@ -308,6 +319,7 @@ impl CallNet {
             .any(|m| req.method().as_str().eq_ignore_ascii_case(m))
         {
             self.refuse_with(
+                None,
                 &request,
                 &path,
                 "method_refused",
@@ -324,12 +336,12 @@ impl CallNet {
                     rule,
                     addrs: Vec::new(),
                 };
-                self.refuse(&request, &path, &refusal);
+                self.refuse(None, &request, &path, &refusal);
                 return Err(HttpError::HttpRequestDenied);
             }
             Decision::Deny { reason } => {
                 let refusal = Refusal::Denied { reason };
-                self.refuse(&request, &path, &refusal);
+                self.refuse(None, &request, &path, &refusal);
                 return Err(http_error(&refusal));
             }
         };
@@ -342,11 +354,14 @@ impl CallNet {
             );
             return Err(HttpError::ConnectionLimitReached);
         }
+        let mut record = EgressRecord::allowed(&request, &path, &rule, approved);
+        record.error = Some(NOT_SENT.to_string());
+        let index = self.push(record);
         Ok(Admitted {
             request,
             path,
             rule,
-            approved,
+            index,
         })
     }
 
@@ -371,8 +386,18 @@ impl CallNet {
             request,
             path,
             rule,
-            approved,
+            index,
         } = admitted;
+        self.update(index, |r| r.error = Some(NO_RESPONSE.to_string()));
+        // A failure before the response's head: its record says what it was.
+        let failed = |e: HttpError| {
+            let error = e.to_string();
+            self.update(index, |r| {
+                r.ms = elapsed_ms(started);
+                r.error = Some(error);
+            });
+            e
+        };
         // The request's whole time, its name's lookup included: its own
         // timeout, cut at the call's deadline. The guest's own timeouts
         // (wasi:http request options) each bound one phase within it: the
@@ -405,10 +430,10 @@ impl CallNet {
                 });
                 match tokio::time::timeout_at(connected_by, lookup).await {
                     Ok(joined) => {
-                        joined.map_err(|e| HttpError::InternalError(Some(e.to_string())))?
+                        joined.map_err(|e| failed(HttpError::InternalError(Some(e.to_string()))))?
                     }
                     Err(_) => {
-                        self.refuse_timeout(&request, &path, started);
+                        self.refuse_timeout(index, &request, &path, started);
                         return Err(HttpError::DnsTimeout);
                     }
                 }
@@ -417,11 +442,10 @@ impl CallNet {
         let plan = match plan {
             Ok(plan) => plan,
             Err(refusal) => {
-                self.refuse(&request, &path, &refusal);
+                self.refuse(Some(index), &request, &path, &refusal);
                 return Err(http_error(&refusal));
             }
         };
-        let index = self.push(EgressRecord::allowed(&request, &path, &rule, approved));
 
         // The credential of exactly this host, replacing the guest's header
         // of that name; the Host header names the request's host.
@@ -432,10 +456,10 @@ impl CallNet {
                 .credential_for(request.scheme, &request.host, request.port)
         {
             let name = HeaderName::from_bytes(c.header().as_bytes())
-                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
+                .map_err(|e| failed(HttpError::InternalError(Some(e.to_string()))))?;
             let secret = c.header_value();
             let mut value = HeaderValue::from_str(secret.expose())
-                .map_err(|_| HttpError::InternalError(Some("invalid credential".into())))?;
+                .map_err(|_| failed(HttpError::InternalError(Some("invalid credential".into()))))?;
             value.set_sensitive(true);
             headers.remove(&name);
             headers.insert(name, value);
@@ -444,14 +468,14 @@ impl CallNet {
             Some(p) if p == request.port => request.host.to_string(),
             _ => format!("{}:{}", request.host, request.port),
         };
-        let host_value =
-            HeaderValue::from_str(&host_header).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        let host_value = HeaderValue::from_str(&host_header)
+            .map_err(|_| failed(HttpError::HttpRequestUriInvalid))?;
         headers.insert(HOST, host_value);
         // The request line carries the path only.
         *req.uri_mut() = http::Uri::builder()
             .path_and_query(path.as_str())
             .build()
-            .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            .map_err(|_| failed(HttpError::HttpRequestUriInvalid))?;
         // Count the bytes sent.
         let out = self.clone();
         let req = req.map(move |body| {
@@ -486,13 +510,7 @@ impl CallNet {
         let connected = tokio::time::timeout_at(connected_by, connection)
             .await
             .unwrap_or(Err(HttpError::ConnectionTimeout));
-        let (mut sender, conn) = match connected {
-            Ok(c) => c,
-            Err(e) => {
-                self.update(index, |r| r.ms = elapsed_ms(started));
-                return Err(e);
-            }
-        };
+        let (mut sender, conn) = connected.map_err(failed)?;
         // The head: by the request's time (`connection-timeout`, as before
         // the connection), or by the guest's first-byte timeout
         // (`connection-read-timeout`). The connection is driven here until
@@ -521,17 +539,14 @@ impl CallNet {
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout),
         };
-        let response = match head.and_then(|r| r.map_err(HttpError::Hyper)) {
-            Ok(r) => r,
-            Err(e) => {
-                self.update(index, |r| r.ms = elapsed_ms(started));
-                return Err(e);
-            }
-        };
+        let response = head
+            .and_then(|r| r.map_err(HttpError::Hyper))
+            .map_err(failed)?;
         let status = response.status().as_u16();
         self.update(index, |r| {
             r.status = Some(status);
             r.ms = elapsed_ms(started);
+            r.error = None;
         });
         // Then the connection lives at most until the request's time is up
         // (a request body the guest streams slowly, a response body it
@@ -612,6 +627,7 @@ impl CallNet {
             Decision::Ask { rule } if self.grant.ask_approved => rule,
             Decision::Ask { rule } => {
                 self.refuse(
+                    None,
                     &request,
                     "",
                     &Refusal::ApprovalRequired {
@@ -622,16 +638,16 @@ impl CallNet {
                 return false;
             }
             Decision::Deny { reason } => {
-                self.refuse(&request, "", &Refusal::Denied { reason });
+                self.refuse(None, &request, "", &Refusal::Denied { reason });
                 return false;
             }
         };
         let Some(grant) = egress.policy.grant(&rule) else {
-            self.refuse(&request, "", &Refusal::StaleRule { rule });
+            self.refuse(None, &request, "", &Refusal::StaleRule { rule });
             return false;
         };
         if let Err(refusal) = check_addr(addr.ip(), &request.host, std::slice::from_ref(grant)) {
-            self.refuse(&request, "", &refusal);
+            self.refuse(None, &request, "", &refusal);
             return false;
         }
         // A UDP peer's datagrams (and its replies) are one record.
@@ -858,6 +874,14 @@ struct LimitedBody<B = hyper::body::Incoming> {
 }
 
 impl<B> LimitedBody<B> {
+    /// Ends the body with `e`, which its record keeps.
+    fn fail<T>(&mut self, e: HttpError) -> Poll<Option<Result<T, HttpError>>> {
+        let error = e.to_string();
+        self.net.update(self.index, |r| r.error = Some(error));
+        self.finish();
+        Poll::Ready(Some(Err(e)))
+    }
+
     fn finish(&mut self) {
         if !self.done {
             self.done = true;
@@ -883,8 +907,7 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
         // the guest waits: a slow body always has data waiting for a guest
         // that reads slowly.
         if tokio::time::Instant::now() >= this.until.deadline() {
-            this.finish();
-            return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));
+            return this.fail(HttpError::ConnectionReadTimeout);
         }
         if let Some(conn) = this.conn.as_mut()
             && conn.as_mut().poll(cx).is_ready()
@@ -896,15 +919,11 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
                 this.finish();
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(e))) => {
-                this.finish();
-                Poll::Ready(Some(Err(HttpError::Hyper(e))))
-            }
+            Poll::Ready(Some(Err(e))) => this.fail(HttpError::Hyper(e)),
             Poll::Ready(Some(Ok(frame))) => {
                 let n = frame.data_ref().map_or(0, |d| d.len() as u64);
                 if !this.net.add_bytes_in(this.index, n, this.max) {
-                    this.finish();
-                    return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(Some(this.max)))));
+                    return this.fail(HttpError::HttpResponseBodySize(Some(this.max)));
                 }
                 if let Some(between) = this.between.as_mut() {
                     between.running = false;
@@ -914,8 +933,7 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             Poll::Pending => {
                 let waited_too_long = this.between.as_mut().is_some_and(|b| b.expired(cx));
                 if waited_too_long || this.until.as_mut().poll(cx).is_ready() {
-                    this.finish();
-                    return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));
+                    return this.fail(HttpError::ConnectionReadTimeout);
                 }
                 Poll::Pending
             }
@@ -963,6 +981,7 @@ mod tests {
             bytes_in: 0,
             bytes_out: 0,
             ms: 0,
+            error: None,
         }
     }
 

@@ -21,8 +21,8 @@
 //!   response with its own timeout (it drops the future, which closes the
 //!   connection). A request the guest never waits for (nor asks for with
 //!   `get`) is never sent: it counts against `max_requests` from `handle`
-//!   on, but its record in the receipt, and its `request_timeout_ms`,
-//!   start when it first runs.
+//!   on, and its record, kept from `handle` on, says it was not sent (its
+//!   `request_timeout_ms` starts when it first runs).
 //! - **In a task of its own** otherwise: a request with a body (the guest
 //!   writes the body before it waits for the response, so the request must
 //!   go on without it), or a call in a multi-thread runtime's `block_on`

@@ -256,6 +256,10 @@ async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
         "the record's URL has no query"
     );
     assert_eq!(rec[0]["bytes_in"], 28);
+    assert!(
+        rec[0].get("error").is_none(),
+        "a request that ended well: {rec}"
+    );
     assert!(r.receipt.denied.is_empty(), "{:?}", r.receipt.denied);
 
     let r = fetch(
@@ -1064,16 +1068,23 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
 
 /// What the CLI and the MCP server show of the network: `run --json` and
 /// MCP results' `_meta.toolhost.receipt` carry every request with its rule
-/// or refusal; `toolhost log` shows the intent's reachable grants and each
-/// request's outcome.
+/// or refusal (or, allowed, why it failed); `toolhost log` shows the
+/// intent's reachable grants and each request's outcome.
 #[test]
 fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
     let server = Server::ok("127.0.0.1", "shown");
+    // A granted port nobody listens on.
+    let closed = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let down = closed.local_addr().unwrap().port();
+    drop(closed);
     let dir = tempdir();
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        grant_policy(&format!("\"http://127.0.0.1:{}\"", server.port())),
+        grant_policy(&format!(
+            "\"http://127.0.0.1:{}\", \"http://127.0.0.1:{down}\"",
+            server.port()
+        )),
     )
     .unwrap();
     let workspace = tempdir();
@@ -1107,6 +1118,16 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
         refused["receipt"]["network"][0]["decision"], "refused",
         "{refused:#}"
     );
+    let unreachable = format!("http://127.0.0.1:{down}/down");
+    let failed = run(&unreachable);
+    let record = &failed["receipt"]["network"][0];
+    assert_eq!(record["decision"], "allowed", "{failed:#}");
+    assert!(
+        record["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("connection")),
+        "{failed:#}"
+    );
 
     let log = std::process::Command::new(crate::support::bin())
         .args(["log", "--state"])
@@ -1114,7 +1135,10 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
         .output()
         .unwrap();
     let log = String::from_utf8_lossy(&log.stdout);
-    let grant = format!("network=[http://127.0.0.1:{}]", server.port());
+    let grant = format!(
+        "network=[http://127.0.0.1:{}, http://127.0.0.1:{down}]",
+        server.port()
+    );
     assert!(log.contains(&grant), "{log}");
     assert!(
         log.contains(&format!("requests=[GET {} 200]", server.url("/ok"))),
@@ -1122,6 +1146,10 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
     );
     assert!(
         log.contains(&format!("requests=[GET {other} refused:")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("requests=[GET {unreachable} failed]")),
         "{log}"
     );
 

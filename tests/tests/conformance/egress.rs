@@ -533,6 +533,65 @@ async fn egress_a_response_only_asked_for_comes() {
     assert_eq!(got, ["status 200", "status 200"]);
 }
 
+/// A request the guest sends and drops, never waiting on it nor asking for
+/// it, is never sent (nothing reaches the listener), yet its record, kept
+/// from `handle` on, is in the receipt: allowed, no status, not sent.
+#[tokio::test]
+async fn egress_a_request_never_waited_for_is_recorded_not_sent() {
+    let target = Counted::start("127.0.0.1");
+    let (_ws, host) = concurrent_host(&[target.port]).await;
+    let url = format!("http://127.0.0.1:{}/dropped", target.port);
+    let got = call(
+        &host,
+        "concurrent",
+        json!({"http": [url], "never_wait": true}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(got.is_ok(), "{got:?}");
+    assert_eq!(got.canonical["outcomes"], json!(["dropped"]));
+    let records = serde_json::to_value(&got.receipt.network).unwrap();
+    assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
+    assert_eq!(records[0]["decision"], "allowed", "{records}");
+    assert!(records[0]["status"].is_null(), "{records}");
+    assert!(
+        records[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("not sent")),
+        "{records}"
+    );
+    assert_eq!(target.count(), 0, "a request never waited for was sent");
+}
+
+/// An allowed request that fails before its response (here, a granted
+/// loopback port nobody listens on) keeps why in its record.
+#[tokio::test]
+async fn egress_a_failed_request_records_why() {
+    let closed = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let (_ws, host) = concurrent_host(&[port]).await;
+    let url = format!("http://127.0.0.1:{port}/nobody");
+    let r = call(
+        &host,
+        "concurrent",
+        json!({"http": [url], "sequential": true}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(
+        r.canonical["outcomes"][0]
+            .as_str()
+            .is_some_and(|o| o.starts_with("error")),
+        "{r:?}"
+    );
+    let records = serde_json::to_value(&r.receipt.network).unwrap();
+    assert_eq!(records[0]["decision"], "allowed", "{records}");
+    assert!(records[0]["status"].is_null(), "{records}");
+    let error = records[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("connection"), "{records}");
+}
+
 /// Answers one request on 127.0.0.1 with `first`, then with `rest` after
 /// `pause` (or, without one, once the returned sender is dropped).
 fn staged(

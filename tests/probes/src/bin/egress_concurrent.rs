@@ -11,8 +11,9 @@
 //! `read_body`) and everything about it dropped before the next: a guest
 //! making many requests in turn. With `get_only`, each request is sent and
 //! then only asked for its response (`get`), between sleeps on a timer,
-//! never waited on itself. Every request carries request options when any
-//! timeout is given.
+//! never waited on itself. With `never_wait`, each request is sent and
+//! dropped, never waited on nor asked for. Every request carries request
+//! options when any timeout is given.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,10 @@ struct Args {
     /// 500 times.
     #[serde(default)]
     get_only: bool,
+    /// Send each request and drop it, never waiting on it nor asking for
+    /// it (each outcome is `dropped`).
+    #[serde(default)]
+    never_wait: bool,
     /// A pause after each part of a body read, in milliseconds (a guest
     /// that works between reads).
     pause_ms: Option<u64>,
@@ -154,6 +159,13 @@ mod http {
     }
 
     pub fn run(args: &Args) -> Result<Vec<String>, String> {
+        if args.never_wait {
+            return args
+                .http
+                .iter()
+                .map(|u| send(u, args).map(|_| "dropped".to_string()))
+                .collect();
+        }
         if args.get_only {
             let sent = args
                 .http
