@@ -1026,7 +1026,10 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
 /// Such a `null`, for a property the schema does not require and whose own
 /// schema does not accept `null`, reads as the property left out. Where the
 /// schema cannot tell (a `$ref` that does not resolve, a property schema
-/// without a type), the `null` stays and validation decides.
+/// without a type), the `null` stays and validation decides. A value under
+/// `anyOf` / `oneOf` (how an optional nested object is spelled, beside
+/// `null`) is read by the one branch that can hold its kind; with several,
+/// its nulls stay.
 fn nulls_as_absent(
     value: &mut serde_json::Value,
     schema: &serde_json::Value,
@@ -1037,6 +1040,17 @@ fn nulls_as_absent(
         return;
     }
     let schema = resolve_ref(schema, root);
+    let own = match value {
+        serde_json::Value::Object(_) => "properties",
+        serde_json::Value::Array(_) => "items",
+        _ => return,
+    };
+    if schema.get(own).is_none() {
+        if let Some(branch) = only_branch_with(schema, root, own) {
+            nulls_as_absent(value, branch, root, depth + 1);
+        }
+        return;
+    }
     match value {
         serde_json::Value::Object(map) => {
             let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) else {
@@ -1068,6 +1082,27 @@ fn nulls_as_absent(
             }
         }
         _ => {}
+    }
+}
+
+/// The one branch of `schema`'s `anyOf` or `oneOf` that has `key`
+/// (`properties`, `items`), its `$ref` followed; none when no branch has
+/// it, or more than one does.
+fn only_branch_with<'a>(
+    schema: &'a serde_json::Value,
+    root: &'a serde_json::Value,
+    key: &str,
+) -> Option<&'a serde_json::Value> {
+    let branches = ["anyOf", "oneOf"]
+        .iter()
+        .find_map(|k| schema.get(*k).and_then(|b| b.as_array()))?;
+    let mut with = branches
+        .iter()
+        .map(|b| resolve_ref(b, root))
+        .filter(|b| b.get(key).is_some());
+    match (with.next(), with.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
     }
 }
 
@@ -1480,6 +1515,42 @@ mod tests {
         let mut args = json!({"p": null});
         nulls_as_absent(&mut args, &schema, &schema, 0);
         assert_eq!(args, json!({}));
+    }
+
+    /// An optional nested object (`anyOf` of its `$ref` and `null`, as
+    /// schemars spells `Option<Struct>`) has its own left-out properties
+    /// read as absent, as the top level's are; so do the objects of an
+    /// optional list. Where two branches could hold the object, its nulls
+    /// stay for validation to decide.
+    #[test]
+    fn nulls_in_an_optional_nested_object_read_as_absent() {
+        let schema = json!({
+            "type": "object",
+            "$defs": {"Inner": {"type": "object",
+                "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+                "required": ["a"]}},
+            "properties": {
+                "inner": {"anyOf": [{"$ref": "#/$defs/Inner"}, {"type": "null"}]},
+                "list": {"oneOf": [{"type": "array", "items": {"$ref": "#/$defs/Inner"}},
+                                   {"type": "null"}]},
+                "either": {"anyOf": [{"$ref": "#/$defs/Inner"},
+                                     {"type": "object", "properties": {"b": {"type": "null"}}}]}
+            }
+        });
+        let mut args = json!({
+            "inner": {"a": "x", "b": null},
+            "list": [{"a": "y", "b": null}],
+            "either": {"a": "z", "b": null}
+        });
+        nulls_as_absent(&mut args, &schema, &schema, 0);
+        assert_eq!(
+            args,
+            json!({
+                "inner": {"a": "x"},
+                "list": [{"a": "y"}],
+                "either": {"a": "z", "b": null}
+            })
+        );
     }
 
     /// A tool's error message is cut to the output cap only after the
