@@ -1413,8 +1413,8 @@ fn summary(payload: &serde_json::Value) -> String {
 }
 
 /// The first few of a call's network records, `METHOD URL STATUS`,
-/// `METHOD URL refused:CODE`, `METHOD URL not-sent` or `METHOD URL failed`
-/// (allowed, without a response), then how many more.
+/// `METHOD URL refused:CODE`, or for an allowed request without a response
+/// `METHOD URL not-sent`, `no-response` or `failed`, then how many more.
 fn network_summary(records: &[serde_json::Value]) -> String {
     const SHOWN: usize = 3;
     let mut out: Vec<String> = records
@@ -1430,6 +1430,7 @@ fn network_summary(records: &[serde_json::Value]) -> String {
                 ("refused", _) => format!("refused:{}", get("code")),
                 (_, Some(status)) => status.to_string(),
                 (_, None) if get("error").starts_with("not sent") => "not-sent".to_string(),
+                (_, None) if get("error").starts_with("no response") => "no-response".to_string(),
                 (_, None) if !get("error").is_empty() => "failed".to_string(),
                 (decision, None) => decision.to_string(),
             };

@@ -4,7 +4,9 @@
 //!
 //! A record carries no header and no body, so it cannot carry a credential;
 //! the URL's query is dropped because keys are often passed there. The path
-//! is kept as the guest sent it.
+//! is kept as the guest sent it. Its `error` is an error's message (never a
+//! header's value); the host redacts the credentials it attaches from it,
+//! as from the URL, before a record is written anywhere.
 
 use crate::decision::Refusal;
 use crate::grant::GrantRef;
@@ -52,10 +54,12 @@ pub struct EgressRecord {
     pub bytes_out: u64,
     /// Milliseconds from the decision to the end of the response.
     pub ms: u64,
-    /// Why an allowed request ended without its whole response (the
-    /// connection failed, a timeout, a limit), or that it was never sent
-    /// (the guest did not wait for it). Absent when it ended well, and
-    /// for refusals, whose reason says why.
+    /// Why an allowed request failed (its connection, a timeout, a limit,
+    /// its body), that it got no response (`no response: ...`: dropped
+    /// before its head came, by the guest or its call's end), or that it
+    /// was never sent (`not sent: ...`: not started when its call ended).
+    /// Absent when its response came and its body, as far as it was read,
+    /// did not fail; and for refusals, whose reason says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -1028,8 +1028,8 @@ fn parse_args(tool: &RegisteredTool, text: &str) -> Result<serde_json::Value, Re
 /// schema cannot tell (a `$ref` that does not resolve, a property schema
 /// without a type), the `null` stays and validation decides. A value under
 /// `anyOf` / `oneOf` (how an optional nested object is spelled, beside
-/// `null`) is read by the one branch that can hold its kind; with several,
-/// its nulls stay.
+/// `null`) is read by its one branch that can hold the value's kind when
+/// every other branch plainly cannot; otherwise its nulls stay.
 fn nulls_as_absent(
     value: &mut serde_json::Value,
     schema: &serde_json::Value,
@@ -1040,13 +1040,13 @@ fn nulls_as_absent(
         return;
     }
     let schema = resolve_ref(schema, root);
-    let own = match value {
-        serde_json::Value::Object(_) => "properties",
-        serde_json::Value::Array(_) => "items",
+    let (own, kind) = match value {
+        serde_json::Value::Object(_) => ("properties", "object"),
+        serde_json::Value::Array(_) => ("items", "array"),
         _ => return,
     };
     if schema.get(own).is_none() {
-        if let Some(branch) = only_branch_with(schema, root, own) {
+        if let Some(branch) = only_branch_for(schema, root, kind) {
             nulls_as_absent(value, branch, root, depth + 1);
         }
         return;
@@ -1085,25 +1085,54 @@ fn nulls_as_absent(
     }
 }
 
-/// The one branch of `schema`'s `anyOf` or `oneOf` that has `key`
-/// (`properties`, `items`), its `$ref` followed; none when no branch has
-/// it, or more than one does.
-fn only_branch_with<'a>(
+/// The one branch of `schema`'s `anyOf` or `oneOf` (its `$ref` followed)
+/// that may hold a value of `kind` (`object`, `array`), when every other
+/// branch plainly cannot; none otherwise.
+fn only_branch_for<'a>(
     schema: &'a serde_json::Value,
     root: &'a serde_json::Value,
-    key: &str,
+    kind: &str,
 ) -> Option<&'a serde_json::Value> {
     let branches = ["anyOf", "oneOf"]
         .iter()
         .find_map(|k| schema.get(*k).and_then(|b| b.as_array()))?;
-    let mut with = branches
+    let mut may = branches
         .iter()
         .map(|b| resolve_ref(b, root))
-        .filter(|b| b.get(key).is_some());
-    match (with.next(), with.next()) {
+        .filter(|b| !plainly_not(b, kind));
+    match (may.next(), may.next()) {
         (Some(one), None) => Some(one),
         _ => None,
     }
+}
+
+/// Whether `schema` (its `$ref` already followed) plainly holds no value of
+/// `kind`: `false`, a `type` without it, or a `const` / `enum` of other
+/// kinds. Anything else may hold one.
+fn plainly_not(schema: &serde_json::Value, kind: &str) -> bool {
+    let kind_of = |v: &serde_json::Value| match v {
+        serde_json::Value::Object(_) => "object",
+        serde_json::Value::Array(_) => "array",
+        _ => "scalar",
+    };
+    let Some(o) = schema.as_object() else {
+        return schema.as_bool() == Some(false);
+    };
+    if o.contains_key("$ref") {
+        return false;
+    }
+    match o.get("type") {
+        Some(serde_json::Value::String(t)) => return t != kind,
+        Some(serde_json::Value::Array(types)) => return !types.iter().any(|t| t == kind),
+        _ => {}
+    }
+    if let Some(c) = o.get("const") {
+        return kind_of(c) != kind;
+    }
+    if let Some(values) = o.get("enum").and_then(|e| e.as_array()) {
+        return values.iter().all(|v| kind_of(v) != kind);
+    }
+    false
 }
 
 /// A local `$ref`'s target (followed a few times), else the schema itself.
@@ -1520,8 +1549,9 @@ mod tests {
     /// An optional nested object (`anyOf` of its `$ref` and `null`, as
     /// schemars spells `Option<Struct>`) has its own left-out properties
     /// read as absent, as the top level's are; so do the objects of an
-    /// optional list. Where two branches could hold the object, its nulls
-    /// stay for validation to decide.
+    /// optional list. Where another branch could hold the object too (one
+    /// with properties, or a bare `{"type": "object"}`, or one without a
+    /// type), its nulls stay for validation to decide.
     #[test]
     fn nulls_in_an_optional_nested_object_read_as_absent() {
         let schema = json!({
@@ -1534,13 +1564,18 @@ mod tests {
                 "list": {"oneOf": [{"type": "array", "items": {"$ref": "#/$defs/Inner"}},
                                    {"type": "null"}]},
                 "either": {"anyOf": [{"$ref": "#/$defs/Inner"},
-                                     {"type": "object", "properties": {"b": {"type": "null"}}}]}
+                                     {"type": "object", "properties": {"b": {"type": "null"}}}]},
+                "loose": {"oneOf": [{"$ref": "#/$defs/Inner"},
+                                    {"type": "object", "required": ["b"]}]},
+                "untyped": {"anyOf": [{"$ref": "#/$defs/Inner"}, {}]}
             }
         });
         let mut args = json!({
             "inner": {"a": "x", "b": null},
             "list": [{"a": "y", "b": null}],
-            "either": {"a": "z", "b": null}
+            "either": {"a": "z", "b": null},
+            "loose": {"a": "w", "b": null},
+            "untyped": {"a": "v", "b": null}
         });
         nulls_as_absent(&mut args, &schema, &schema, 0);
         assert_eq!(
@@ -1548,7 +1583,9 @@ mod tests {
             json!({
                 "inner": {"a": "x"},
                 "list": [{"a": "y"}],
-                "either": {"a": "z", "b": null}
+                "either": {"a": "z", "b": null},
+                "loose": {"a": "w", "b": null},
+                "untyped": {"a": "v", "b": null}
             })
         );
     }

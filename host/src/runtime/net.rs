@@ -57,7 +57,9 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// sending datagrams to a guest's UDP socket) must not grow them without
 /// bound. Later ones are counted, not kept. Records of allowed requests are
 /// always kept (`max_requests` bounds them), so refusals can never push the
-/// traffic that did happen out of the receipt.
+/// traffic that did happen out of the receipt. (An admitted request that
+/// its address check then refuses turns its own record into a refusal:
+/// those come on top, at most `max_requests` of them.)
 const MAX_REFUSED_RECORDS: usize = 256;
 
 /// What a wasi:http hook's future resolves to.
@@ -91,10 +93,14 @@ struct NetLog {
     /// by address and port: an IPv6 reply's flow label or scope is not the
     /// peer's identity.
     udp_peers: Vec<(std::net::IpAddr, u16)>,
-    /// Refusal records kept (at most [`MAX_REFUSED_RECORDS`]).
+    /// Refusal records kept (at most [`MAX_REFUSED_RECORDS`], besides the
+    /// admitted requests' own records turned into refusals).
     refused: usize,
     /// Refusal records not kept (over [`MAX_REFUSED_RECORDS`]).
     dropped: u64,
+    /// The call's receipt was taken: a request not started by then is
+    /// never sent (its record, in the receipt, says so).
+    closed: bool,
 }
 
 impl NetLog {
@@ -124,8 +130,10 @@ pub(crate) struct Admitted {
     index: usize,
 }
 
-/// The `error` of an admitted request's record until it starts.
-const NOT_SENT: &str = "not sent: the guest never waited for its response (nor asked for it)";
+/// The `error` of an admitted request's record until it starts (a request
+/// exchanged in place starts when the guest first waits for its response
+/// or asks for it; one in a task of its own, when its task first runs).
+const NOT_SENT: &str = "not sent: it had not started when its call ended";
 
 /// The `error` of a request's record from its start until its response's
 /// head (or its failure): what stays when the exchange was dropped first.
@@ -151,12 +159,31 @@ impl CallNet {
         self.log.lock().map(|l| l.dropped).unwrap_or(0)
     }
 
-    /// The records of every request and connection so far.
-    pub(crate) fn records(&self) -> Vec<EgressRecord> {
-        self.log
-            .lock()
-            .map(|l| l.records.clone())
-            .unwrap_or_default()
+    /// The records of every request and connection, for the call's
+    /// receipt: from now on no request starts, so that a record that says
+    /// a request was not sent stays true.
+    pub(crate) fn close(&self) -> Vec<EgressRecord> {
+        match self.log.lock() {
+            Ok(mut l) => {
+                l.closed = true;
+                l.records.clone()
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Starts admitted request `index`: false once the call's receipt was
+    /// taken ([`CallNet::close`]).
+    fn start(&self, index: usize) -> bool {
+        match self.log.lock() {
+            Ok(mut l) if !l.closed => {
+                if let Some(r) = l.records.get_mut(index) {
+                    r.error = Some(NO_RESPONSE.to_string());
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     fn egress(&self) -> Option<&Arc<Egress>> {
@@ -378,17 +405,21 @@ impl CallNet {
         options: Option<RequestOptions>,
         in_place: bool,
     ) -> Sent {
-        let Some(egress) = self.egress().cloned() else {
-            return Err(HttpError::HttpRequestDenied);
-        };
-        let started = Instant::now();
         let Admitted {
             request,
             path,
             rule,
             index,
         } = admitted;
-        self.update(index, |r| r.error = Some(NO_RESPONSE.to_string()));
+        let Some(egress) = self.egress().cloned() else {
+            return Err(HttpError::HttpRequestDenied);
+        };
+        if !self.start(index) {
+            return Err(HttpError::InternalError(Some(
+                "the call ended before the request started".into(),
+            )));
+        }
+        let started = Instant::now();
         // A failure before the response's head: its record says what it was.
         let failed = |e: HttpError| {
             let error = e.to_string();
@@ -1000,6 +1031,50 @@ mod tests {
         assert_eq!(log.records.len(), MAX_REFUSED_RECORDS + 1);
     }
 
+    /// A request admitted but not started when its call's receipt is taken
+    /// is never sent: its record, in the receipt, says not sent, and stays
+    /// true (the request, starting later, fails at once and connects
+    /// nowhere).
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn a_request_not_started_when_the_receipt_is_taken_is_never_sent() {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let grant =
+            match NetworkGrant::from_patterns(&[format!("http://127.0.0.1:{port}")], None, None) {
+                Ok(grant) => grant,
+                Err(e) => panic!("{e}"),
+            };
+        let net = CallNet::new(
+            grant,
+            Instant::now() + Duration::from_secs(60),
+            Arc::default(),
+        );
+        let request = || {
+            http::Request::get(format!("http://127.0.0.1:{port}/late"))
+                .body(
+                    http_body_util::Empty::<Bytes>::new()
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                )
+                .unwrap()
+        };
+        let admitted = net.admit_http(&request()).unwrap();
+        let receipt = net.close();
+        assert_eq!(receipt.len(), 1);
+        assert_eq!(receipt[0].error.as_deref(), Some(NOT_SENT));
+        let sent = net.clone().send(admitted, request(), None, true).await;
+        assert!(sent.is_err());
+        assert!(
+            listener
+                .accept()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "a request that started after the receipt connected"
+        );
+        assert_eq!(net.close()[0].error.as_deref(), Some(NOT_SENT));
+    }
+
     /// A UDP reply is taken from the peer the guest sent to, whatever the
     /// flow label or scope its IPv6 address arrives with; replies from
     /// another port, or before any send, are refused.
@@ -1025,7 +1100,7 @@ mod tests {
         // One allowed record for the stream of datagrams (the other port
         // is a refusal).
         let allowed = net
-            .records()
+            .close()
             .iter()
             .filter(|r| matches!(r.outcome, EgressOutcome::Allowed { .. }))
             .count();

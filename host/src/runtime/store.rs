@@ -617,8 +617,9 @@ impl Run {
             stderr_bytes: state.stderr.total_bytes(),
             logs: state.host.logs.clone(),
             progress_reports: state.host.progress_reports,
+            // Closed first: a request that starts late adds no refusal.
+            network: state.net.close(),
             denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
-            network: state.net.records(),
             network_dropped: state.net.dropped(),
         }
     }

@@ -1073,10 +1073,11 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
 #[test]
 fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
     let server = Server::ok("127.0.0.1", "shown");
-    // A granted port nobody listens on.
-    let closed = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    // A granted port nobody listens on (bound, never listening: it stays
+    // this test's, and refuses).
+    let closed = tokio::net::TcpSocket::new_v4().unwrap();
+    closed.bind(([127, 0, 0, 1], 0).into()).unwrap();
     let down = closed.local_addr().unwrap().port();
-    drop(closed);
     let dir = tempdir();
     let policy = dir.path().join("policy.toml");
     std::fs::write(
@@ -1109,10 +1110,12 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
     let record = &allowed["receipt"]["network"][0];
     assert_eq!(record["decision"], "allowed", "{allowed:#}");
     assert_eq!(record["status"], 200, "{allowed:#}");
-    let other = format!(
-        "http://127.0.0.1:{}/no",
-        server.port().wrapping_add(1).max(1)
-    );
+    // A port neither grant names.
+    let ungranted = (1..=u16::MAX)
+        .map(|d| server.port().wrapping_add(d).max(1))
+        .find(|p| *p != server.port() && *p != down)
+        .unwrap();
+    let other = format!("http://127.0.0.1:{ungranted}/no");
     let refused = run(&other);
     assert_eq!(
         refused["receipt"]["network"][0]["decision"], "refused",
@@ -1125,7 +1128,7 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
     assert!(
         record["error"]
             .as_str()
-            .is_some_and(|e| e.contains("connection")),
+            .is_some_and(|e| e.starts_with("connection error")),
         "{failed:#}"
     );
 
