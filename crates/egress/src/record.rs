@@ -52,7 +52,9 @@ pub struct EgressRecord {
     pub bytes_in: u64,
     /// Request bytes sent.
     pub bytes_out: u64,
-    /// Milliseconds from the decision to the end of the response.
+    /// Milliseconds from the request's start to the end of its response
+    /// (as far as the guest read it) or its failure; 0 when it never
+    /// started or was dropped before its response's head.
     pub ms: u64,
     /// Why an allowed request failed (its connection, a timeout, a limit,
     /// its body), that it got no response (`no response: ...`: dropped

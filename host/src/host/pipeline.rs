@@ -1087,7 +1087,7 @@ fn nulls_as_absent(
 
 /// The one branch of `schema`'s `anyOf` or `oneOf` (its `$ref` followed)
 /// that may hold a value of `kind` (`object`, `array`), when every other
-/// branch plainly cannot; none otherwise.
+/// branch plainly cannot ([`may_hold`]); none otherwise.
 fn only_branch_for<'a>(
     schema: &'a serde_json::Value,
     root: &'a serde_json::Value,
@@ -1099,40 +1099,46 @@ fn only_branch_for<'a>(
     let mut may = branches
         .iter()
         .map(|b| resolve_ref(b, root))
-        .filter(|b| !plainly_not(b, kind));
+        .filter(|b| may_hold(b, kind) != Some(false));
     match (may.next(), may.next()) {
         (Some(one), None) => Some(one),
         _ => None,
     }
 }
 
-/// Whether `schema` (its `$ref` already followed) plainly holds no value of
-/// `kind`: `false`, a `type` without it, or a `const` / `enum` of other
-/// kinds. Anything else may hold one.
-fn plainly_not(schema: &serde_json::Value, kind: &str) -> bool {
+/// What `schema`'s own keywords (its `$ref` already followed) say of a
+/// value of `kind` (`null`, `object`, `array`): `Some(false)` when they
+/// plainly refuse it (`false`, a `type` without it, a `const` or `enum` of
+/// other kinds), `Some(true)` when they may take it (`true`, a `$ref` that
+/// did not resolve, a `type` with it), `None` when they say nothing of it.
+/// JSON Schema's keywords all apply at once, so one keyword's refusal is
+/// the schema's.
+fn may_hold(schema: &serde_json::Value, kind: &str) -> Option<bool> {
     let kind_of = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "null",
         serde_json::Value::Object(_) => "object",
         serde_json::Value::Array(_) => "array",
         _ => "scalar",
     };
     let Some(o) = schema.as_object() else {
-        return schema.as_bool() == Some(false);
+        return Some(schema.as_bool().unwrap_or(true));
     };
     if o.contains_key("$ref") {
-        return false;
+        return Some(true);
     }
     match o.get("type") {
-        Some(serde_json::Value::String(t)) => return t != kind,
-        Some(serde_json::Value::Array(types)) => return !types.iter().any(|t| t == kind),
-        _ => {}
+        Some(serde_json::Value::String(t)) => return Some(t == kind),
+        Some(serde_json::Value::Array(types)) => return Some(types.iter().any(|t| t == kind)),
+        Some(_) => return Some(true),
+        None => {}
     }
     if let Some(c) = o.get("const") {
-        return kind_of(c) != kind;
+        return Some(kind_of(c) == kind);
     }
     if let Some(values) = o.get("enum").and_then(|e| e.as_array()) {
-        return values.iter().all(|v| kind_of(v) != kind);
+        return Some(values.iter().any(|v| kind_of(v) == kind));
     }
-    false
+    None
 }
 
 /// A local `$ref`'s target (followed a few times), else the schema itself.
@@ -1155,8 +1161,9 @@ fn resolve_ref<'a>(
     s
 }
 
-/// Whether `schema` may accept `null`: true unless it plainly cannot (a
-/// `type` without `null`, or `anyOf`/`oneOf` branches none of which can).
+/// Whether `schema` may accept `null`: true unless it plainly cannot (its
+/// own keywords refuse it, see [`may_hold`], or `anyOf`/`oneOf` branches
+/// none of which can).
 /// Looks at most `budget` schemas (a tool's schema is untrusted: branches of
 /// branches must not multiply the work); past it, the answer is "maybe".
 fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, budget: &mut usize) -> bool {
@@ -1165,28 +1172,13 @@ fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, budget: &m
     }
     *budget -= 1;
     let schema = resolve_ref(schema, root);
-    let Some(o) = schema.as_object() else {
-        return schema.as_bool().unwrap_or(true);
-    };
-    if o.contains_key("$ref") {
-        return true;
-    }
-    match o.get("type") {
-        Some(serde_json::Value::String(t)) => return t == "null",
-        Some(serde_json::Value::Array(types)) => return types.iter().any(|t| t == "null"),
-        Some(_) => return true,
-        None => {}
+    if let Some(answer) = may_hold(schema, "null") {
+        return answer;
     }
     for key in ["anyOf", "oneOf"] {
-        if let Some(branches) = o.get(key).and_then(|b| b.as_array()) {
+        if let Some(branches) = schema.get(key).and_then(|b| b.as_array()) {
             return branches.iter().any(|b| accepts_null(b, root, budget));
         }
-    }
-    if let Some(values) = o.get("enum").and_then(|e| e.as_array()) {
-        return values.iter().any(serde_json::Value::is_null);
-    }
-    if let Some(c) = o.get("const") {
-        return c.is_null();
     }
     true
 }

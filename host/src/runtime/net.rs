@@ -160,8 +160,8 @@ impl CallNet {
     }
 
     /// The records of every request and connection, for the call's
-    /// receipt: from now on no request starts, so that a record that says
-    /// a request was not sent stays true.
+    /// receipt: from now on no request starts (a record that says a request
+    /// was not sent stays true) and no refusal is filed.
     pub(crate) fn close(&self) -> Vec<EgressRecord> {
         match self.log.lock() {
             Ok(mut l) => {
@@ -170,6 +170,15 @@ impl CallNet {
             }
             Err(_) => Vec::new(),
         }
+    }
+
+    /// Records why request `index` failed, `started` its start.
+    fn fail(&self, index: usize, e: &HttpError, started: Instant) {
+        let (error, ms) = (e.to_string(), elapsed_ms(started));
+        self.update(index, |r| {
+            r.error = Some(error);
+            r.ms = ms;
+        });
     }
 
     /// Starts admitted request `index`: false once the call's receipt was
@@ -238,18 +247,25 @@ impl CallNet {
         self.file_refusal(at, request, record, code);
     }
 
+    /// Files a refusal's record and its `denied` line together, under the
+    /// log's lock (then the `denied` list's): both are in the call's
+    /// receipt, or, once it was taken, neither is filed.
     fn file_refusal(&self, at: Option<usize>, request: &Request, record: EgressRecord, code: &str) {
+        let Ok(mut l) = self.log.lock() else {
+            return;
+        };
+        if l.closed {
+            return;
+        }
         self.deny(format!(
             "network: {} {}: {code}",
             request.method.as_deref().unwrap_or(request.scheme.as_str()),
             record.url
         ));
-        if let Ok(mut l) = self.log.lock() {
-            match at.and_then(|i| l.records.get_mut(i)) {
-                Some(kept) => *kept = record,
-                None => {
-                    l.keep(record);
-                }
+        match at.and_then(|i| l.records.get_mut(i)) {
+            Some(kept) => *kept = record,
+            None => {
+                l.keep(record);
             }
         }
     }
@@ -422,11 +438,7 @@ impl CallNet {
         let started = Instant::now();
         // A failure before the response's head: its record says what it was.
         let failed = |e: HttpError| {
-            let error = e.to_string();
-            self.update(index, |r| {
-                r.ms = elapsed_ms(started);
-                r.error = Some(error);
-            });
+            self.fail(index, &e, started);
             e
         };
         // The request's whole time, its name's lookup included: its own
@@ -907,9 +919,10 @@ struct LimitedBody<B = hyper::body::Incoming> {
 impl<B> LimitedBody<B> {
     /// Ends the body with `e`, which its record keeps.
     fn fail<T>(&mut self, e: HttpError) -> Poll<Option<Result<T, HttpError>>> {
-        let error = e.to_string();
-        self.net.update(self.index, |r| r.error = Some(error));
-        self.finish();
+        if !self.done {
+            self.done = true;
+            self.net.fail(self.index, &e, self.started);
+        }
         Poll::Ready(Some(Err(e)))
     }
 
@@ -1034,7 +1047,8 @@ mod tests {
     /// A request admitted but not started when its call's receipt is taken
     /// is never sent: its record, in the receipt, says not sent, and stays
     /// true (the request, starting later, fails at once and connects
-    /// nowhere).
+    /// nowhere). A refusal after the receipt files neither a record nor a
+    /// `denied` line.
     #[tokio::test]
     #[allow(clippy::unwrap_used)]
     async fn a_request_not_started_when_the_receipt_is_taken_is_never_sent() {
@@ -1046,10 +1060,11 @@ mod tests {
                 Ok(grant) => grant,
                 Err(e) => panic!("{e}"),
             };
+        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
         let net = CallNet::new(
             grant,
             Instant::now() + Duration::from_secs(60),
-            Arc::default(),
+            denied.clone(),
         );
         let request = || {
             http::Request::get(format!("http://127.0.0.1:{port}/late"))
@@ -1073,6 +1088,10 @@ mod tests {
             "a request that started after the receipt connected"
         );
         assert_eq!(net.close()[0].error.as_deref(), Some(NOT_SENT));
+        let ungranted = SocketAddr::from(([127, 0, 0, 1], port.wrapping_add(1).max(1)));
+        assert!(!net.check_socket(ungranted, SocketAddrUse::TcpConnect));
+        assert_eq!(net.close().len(), 1);
+        assert!(denied.lock().unwrap().is_empty());
     }
 
     /// A UDP reply is taken from the peer the guest sent to, whatever the

@@ -617,7 +617,8 @@ impl Run {
             stderr_bytes: state.stderr.total_bytes(),
             logs: state.host.logs.clone(),
             progress_reports: state.host.progress_reports,
-            // Closed first: a request that starts late adds no refusal.
+            // Closed first: no request starts, and no refusal is filed,
+            // after the records and the denied lines are read.
             network: state.net.close(),
             denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
             network_dropped: state.net.dropped(),
