@@ -266,6 +266,11 @@ struct ListArgs {
     /// JSON output.
     #[arg(long)]
     json: bool,
+    /// List the tools as `run` and `serve` load them with this workspace
+    /// (a tools directory, program or manifest inside it is refused, as
+    /// there). Default: an empty temporary directory, in TMPDIR.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -900,11 +905,24 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
             b.tool_file(p);
         }
     }
-    // Listing runs no call: an empty directory of its own is the
-    // workspace (TMPDIR itself could hold the compile cache, which may not
-    // be inside the workspace).
-    let workspace = tempfile::tempdir().context("cannot make a temporary workspace")?;
-    b.workspace(workspace.path());
+    // Listing runs no call: unless one is given, an empty directory of its
+    // own is the workspace (TMPDIR itself could hold the compile cache,
+    // which may not be inside the workspace).
+    let temporary;
+    let workspace = match &a.workspace {
+        Some(dir) => dir.clone(),
+        None => {
+            temporary = tempfile::tempdir().with_context(|| {
+                format!(
+                    "cannot make a temporary workspace in {} (TMPDIR); set TMPDIR to a \
+                     writable directory, or pass --workspace DIR",
+                    std::env::temp_dir().display()
+                )
+            })?;
+            temporary.path().to_path_buf()
+        }
+    };
+    b.workspace(&workspace);
     b.policy(load_policy(a.policy.as_deref())?);
     let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
     let tools = host.tools_for(None, a.principal.as_deref(), None);

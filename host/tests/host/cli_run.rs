@@ -227,3 +227,35 @@ fn a_memory_limit_past_the_address_space_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--memory-mb 17592186044416"), "{err}");
 }
+
+/// `toolhost list` makes an empty temporary workspace of its own: where
+/// TMPDIR cannot hold one, it says so and how to give one, and with
+/// `--workspace` it lists as it would with any other.
+#[test]
+fn list_says_when_it_cannot_make_its_workspace_and_takes_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-tmp");
+    let list = |extra: &[&std::ffi::OsStr]| {
+        Command::new(crate::support::bin())
+            .args(["list", "--json"])
+            .args(extra)
+            .env("TMPDIR", &missing)
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .output()
+            .unwrap()
+    };
+    // A configuration error (exit 2), not a call's error result.
+    let out = list(&[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("TMPDIR") && err.contains("--workspace DIR"),
+        "{err}"
+    );
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let out = list(&["--workspace".as_ref(), workspace.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let tools: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(tools.len(), toolhost::EMBEDDED_TOOLS.len());
+}
