@@ -74,7 +74,11 @@ pub async fn run_command(
     }
 
     let mut builder = StoreBuilder::new(spec);
-    builder.interrupt(interrupt).command(command);
+    // Run in a `block_on` on a thread of its own (below).
+    builder
+        .interrupt(interrupt)
+        .command(command)
+        .run_elsewhere();
     let mut run = match runtime.store(&builder) {
         Ok(r) => r,
         Err((code, message)) => {
@@ -84,9 +88,6 @@ pub async fn run_command(
             });
         }
     };
-    // Built here, run in a `block_on` on a thread of its own (below): its
-    // HTTP requests are exchanged in tasks of their own.
-    run.store.data_mut().exchange_in_place = false;
     let (deadline, interrupt) = run.deadline();
     // The program runs on a thread of its own, so that one stuck in a host
     // system call nothing interrupts (writing to an output nobody reads,

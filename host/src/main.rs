@@ -1444,13 +1444,16 @@ fn network_summary(records: &[serde_json::Value]) -> String {
                 "" => "connect",
                 m => m,
             };
+            use toolhost::policy::egress::{NO_RESPONSE, NOT_SENT};
             let outcome = match (get("decision"), r.get("status").and_then(|v| v.as_u64())) {
                 ("refused", _) => format!("refused:{}", get("code")),
                 (_, Some(status)) => status.to_string(),
-                (_, None) if get("error").starts_with("not sent") => "not-sent".to_string(),
-                (_, None) if get("error").starts_with("no response") => "no-response".to_string(),
-                (_, None) if !get("error").is_empty() => "failed".to_string(),
-                (decision, None) => decision.to_string(),
+                (decision, None) => match get("error") {
+                    "" => decision.to_string(),
+                    NOT_SENT => "not-sent".to_string(),
+                    NO_RESPONSE => "no-response".to_string(),
+                    _ => "failed".to_string(),
+                },
             };
             format!("{method} {} {outcome}", get("url"))
         })

@@ -422,13 +422,9 @@ enum PatternError {
 /// `parent`: `name` belongs to whoever registered it under that suffix,
 /// not to `parent`'s owner.
 fn under_a_suffix_below(name: &DomainName, parent: &DomainName) -> bool {
-    let Some(suffix) = psl::suffix(name.as_str().as_bytes()) else {
-        return false;
-    };
-    let (suffix, parent) = (suffix.as_bytes(), parent.as_str().as_bytes());
-    suffix.len() > parent.len()
-        && suffix.ends_with(parent)
-        && suffix[..suffix.len() - parent.len()].ends_with(b".")
+    psl::suffix(name.as_str().as_bytes())
+        .and_then(|suffix| std::str::from_utf8(suffix.as_bytes()).ok())
+        .is_some_and(|suffix| crate::host::is_strict_subdomain(suffix, parent.as_str()))
 }
 
 /// The public suffix of the Public Suffix List a wildcard over `name`

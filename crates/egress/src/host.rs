@@ -62,10 +62,14 @@ impl DomainName {
     /// `a.example.com` and `a.b.example.com` are subdomains of `example.com`;
     /// `example.com` and `badexample.com` are not.
     pub fn is_strict_subdomain_of(&self, parent: &DomainName) -> bool {
-        self.0
-            .strip_suffix(parent.as_str())
-            .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+        is_strict_subdomain(&self.0, parent.as_str())
     }
+}
+
+/// [`DomainName::is_strict_subdomain_of`] on names already normalised.
+pub(crate) fn is_strict_subdomain(name: &str, parent: &str) -> bool {
+    name.strip_suffix(parent)
+        .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
 }
 
 impl fmt::Display for DomainName {

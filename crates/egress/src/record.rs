@@ -12,6 +12,17 @@ use crate::decision::Refusal;
 use crate::grant::GrantRef;
 use crate::request::Request;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// The `error` of an admitted request's record until it starts (a request
+/// exchanged in place starts when the guest first waits for its response
+/// or asks for it; one in a task of its own, when its task first runs).
+pub const NOT_SENT: &str = "not sent: it had not started when its call ended";
+
+/// The `error` of a request's record from its start until its response's
+/// head (or its failure): what stays when the exchange was dropped first.
+pub const NO_RESPONSE: &str =
+    "no response: the guest stopped waiting for it, or its call ended, first";
 
 /// How a request ended at the policy level.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +74,7 @@ pub struct EgressRecord {
     /// Absent when its response came and its body, as far as it was read,
     /// did not fail; and for refusals, whose reason says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<Cow<'static, str>>,
 }
 
 impl EgressRecord {

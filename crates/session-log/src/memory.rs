@@ -123,15 +123,6 @@ struct CallEvents {
     finished: bool,
 }
 
-impl CallEvents {
-    /// Whether the call may be forgotten: finished. `pending` says whether its intent
-    /// waits for a result: such a call never is (recovery needs it), even with a result
-    /// from an earlier use of its id.
-    fn forgettable(&self, pending: bool) -> bool {
-        !pending && self.finished
-    }
-}
-
 impl MemLog {
     fn new(budget: usize) -> MemLog {
         MemLog {
@@ -198,10 +189,10 @@ impl MemLog {
         seqs
     }
 
-    /// Forgets the oldest finished calls, whole, until the events kept
-    /// fit the budget: never a pending one (recovery needs its intent), never one that
-    /// waits for an approval (its events must stay together), and never one with an
-    /// event from `first` on (the calls of the append that went over, so that a call's
+    /// Forgets the oldest finished calls (those with a result), whole, until the
+    /// events kept fit the budget: never a pending one (recovery needs its intent,
+    /// even with a result from an earlier use of its id), and never one with an event
+    /// from `first` on (the calls of the append that went over, so that a call's
     /// result can be read back at least until the next append).
     fn forget_beyond_budget(&mut self, first: u64) {
         if self.bytes <= self.budget {
@@ -214,7 +205,7 @@ impl MemLog {
             };
             let pending = self.pending.contains_key(&call_id);
             let forgettable = self.by_call.get(&call_id).is_some_and(|c| {
-                c.forgettable(pending) && c.seqs.last().is_some_and(|&s| s < first)
+                !pending && c.finished && c.seqs.last().is_some_and(|&s| s < first)
             });
             if !forgettable {
                 held.push(call_id);

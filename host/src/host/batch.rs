@@ -83,8 +83,11 @@ impl Host {
         // the batch's other unended calls).
         if checked.is_ok() {
             for (slot, ending) in slots.iter().zip(unended.calls.iter_mut()) {
-                if let Slot::Ready(a) = slot {
-                    *ending = Ending::Open(Unresolved::new(self, a));
+                if let Slot::Ready(a) = slot
+                    && let Ending::Unended(call) = std::mem::replace(ending, Ending::Ended)
+                {
+                    let UnendedCall { call_id, start, .. } = *call;
+                    *ending = Ending::Open(Unresolved::new(self, call_id, a, start));
                 }
             }
         }

@@ -122,6 +122,7 @@ impl Host {
         };
         let admitted = self.admit(call_id.clone(), request, start.clone()).await;
         admitting.over = true;
+        drop(admitting);
         let admitted = match admitted {
             Ok(admitted) => admitted,
             Err((code, message)) => {
@@ -131,7 +132,8 @@ impl Host {
         if let Err(e) = self.checkpoint(&[&admitted]) {
             return self.commit(aborted(&admitted, &e), &admitted.start);
         }
-        self.dispatch(admitted).await
+        let open = Unresolved::new(self, call_id, &admitted, start);
+        self.dispatch(admitted, open).await
     }
 
     /// Phase 6, the checkpoint: the intents of `admitted` in one commit
@@ -637,9 +639,13 @@ impl Host {
         }
     }
 
-    /// Phases 7-9 for a call whose intent is durable.
-    pub(crate) async fn dispatch(&self, admitted: Admitted<'_>) -> CallResult {
-        let open = Unresolved::new(self, &admitted);
+    /// Phases 7-9 for a call whose intent is durable; `open` commits its
+    /// result (or, dropped first, `TOOL_OUTCOME_UNKNOWN`).
+    pub(crate) async fn dispatch(
+        &self,
+        admitted: Admitted<'_>,
+        open: Unresolved<'_>,
+    ) -> CallResult {
         let result = self.execute(&admitted).await;
         crate::crashpoint::reached("after-body");
         let result = open.resolve(result);
@@ -1045,15 +1051,15 @@ fn nulls_as_absent(
         serde_json::Value::Array(_) => ("items", "array"),
         _ => return,
     };
-    if schema.get(own).is_none() {
+    let Some(sub) = schema.get(own) else {
         if let Some(branch) = only_branch_for(schema, root, kind) {
             nulls_as_absent(value, branch, root, depth + 1);
         }
         return;
-    }
+    };
     match value {
         serde_json::Value::Object(map) => {
-            let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) else {
+            let Some(properties) = sub.as_object() else {
                 return;
             };
             let required: Vec<&str> = schema
@@ -1075,10 +1081,8 @@ fn nulls_as_absent(
             }
         }
         serde_json::Value::Array(items) => {
-            if let Some(item) = schema.get("items") {
-                for v in items {
-                    nulls_as_absent(v, item, root, depth + 1);
-                }
+            for v in items {
+                nulls_as_absent(v, sub, root, depth + 1);
             }
         }
         _ => {}
@@ -1093,10 +1097,7 @@ fn only_branch_for<'a>(
     root: &'a serde_json::Value,
     kind: &str,
 ) -> Option<&'a serde_json::Value> {
-    let branches = ["anyOf", "oneOf"]
-        .iter()
-        .find_map(|k| schema.get(*k).and_then(|b| b.as_array()))?;
-    let mut may = branches
+    let mut may = branches(schema)?
         .iter()
         .map(|b| resolve_ref(b, root))
         .filter(|b| may_hold(b, kind) != Some(false));
@@ -1175,12 +1176,14 @@ fn accepts_null(schema: &serde_json::Value, root: &serde_json::Value, budget: &m
     if let Some(answer) = may_hold(schema, "null") {
         return answer;
     }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(branches) = schema.get(key).and_then(|b| b.as_array()) {
-            return branches.iter().any(|b| accepts_null(b, root, budget));
-        }
-    }
-    true
+    branches(schema).is_none_or(|b| b.iter().any(|b| accepts_null(b, root, budget)))
+}
+
+/// `schema`'s `anyOf` branches, else its `oneOf` ones.
+fn branches(schema: &serde_json::Value) -> Option<&Vec<serde_json::Value>> {
+    ["anyOf", "oneOf"]
+        .iter()
+        .find_map(|k| schema.get(*k).and_then(|b| b.as_array()))
 }
 
 /// Writes every whole number that came spelled as a float (`1.0`, `1e3`) as
@@ -1367,7 +1370,8 @@ fn redact_secrets(result: &mut CallResult, credentials: &toolhost_policy::egress
     }
     for record in &mut result.receipt.network {
         fix(&mut record.url);
-        if let Some(error) = &mut record.error {
+        // The host's own texts (borrowed) carry nothing to redact.
+        if let Some(std::borrow::Cow::Owned(error)) = &mut record.error {
             fix(error);
         }
     }
@@ -1409,12 +1413,19 @@ pub(crate) struct Unresolved<'h> {
 }
 
 impl<'h> Unresolved<'h> {
-    pub(crate) fn new(host: &'h Host, a: &Admitted<'_>) -> Unresolved<'h> {
+    /// The guard of call `a`, whose id and start (copies of its own) the
+    /// caller gives up to it.
+    pub(crate) fn new(
+        host: &'h Host,
+        call_id: String,
+        a: &Admitted<'_>,
+        start: CallStart,
+    ) -> Unresolved<'h> {
         Unresolved {
             host,
-            call_id: a.call_id.clone(),
+            call_id,
             tool: a.tool.descriptor.name.clone(),
-            start: Some(a.start.clone()),
+            start: Some(start),
         }
     }
 

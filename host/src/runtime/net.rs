@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use toolhost_egress::{
-    Decision, EgressOutcome, EgressRecord, GrantRef, Host, Refusal, Request, Scheme, check_addr,
-    connect_plan_approved,
+    Decision, EgressOutcome, EgressRecord, GrantRef, Host, NO_RESPONSE, NOT_SENT, Refusal, Request,
+    Scheme, check_addr, connect_plan_approved,
 };
 use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -130,15 +130,6 @@ pub(crate) struct Admitted {
     index: usize,
 }
 
-/// The `error` of an admitted request's record until it starts (a request
-/// exchanged in place starts when the guest first waits for its response
-/// or asks for it; one in a task of its own, when its task first runs).
-const NOT_SENT: &str = "not sent: it had not started when its call ended";
-
-/// The `error` of a request's record from its start until its response's
-/// head (or its failure): what stays when the exchange was dropped first.
-const NO_RESPONSE: &str = "no response: the guest stopped waiting for it, or its call ended, first";
-
 impl CallNet {
     pub(crate) fn new(
         grant: NetworkGrant,
@@ -174,7 +165,7 @@ impl CallNet {
 
     /// Records why request `index` failed, `started` its start.
     fn fail(&self, index: usize, e: &HttpError, started: Instant) {
-        let (error, ms) = (e.to_string(), elapsed_ms(started));
+        let (error, ms) = (e.to_string().into(), elapsed_ms(started));
         self.update(index, |r| {
             r.error = Some(error);
             r.ms = ms;
@@ -187,7 +178,7 @@ impl CallNet {
         match self.log.lock() {
             Ok(mut l) if !l.closed => {
                 if let Some(r) = l.records.get_mut(index) {
-                    r.error = Some(NO_RESPONSE.to_string());
+                    r.error = Some(NO_RESPONSE.into());
                 }
                 true
             }
@@ -205,46 +196,32 @@ impl CallNet {
         }
     }
 
-    /// Records a refused request (receipt record and `denied` line), in
-    /// the record kept at `at` when it has one (an admitted request
-    /// refused by its address check).
-    fn refuse(&self, at: Option<usize>, request: &Request, path: &str, refusal: &Refusal) {
+    /// Records a refused request (receipt record and `denied` line).
+    fn refuse(&self, request: &Request, path: &str, refusal: &Refusal) {
         let record = EgressRecord::refused(request, path, refusal);
-        self.file_refusal(at, request, record, refusal.code());
+        self.file_refusal(None, request, record, refusal.code());
     }
 
     /// Records a request refused by a per-call limit.
     fn refuse_limit(&self, request: &Request, path: &str, reason: String) {
-        self.refuse_with(None, request, path, "limit_reached", reason, 0);
+        self.refuse_with(request, path, "limit_reached", reason);
     }
 
     /// Records a request given up because its name's lookup outlasted the
     /// request's time (nothing was connected).
+    /// (`at`: the request's own record, which the refusal replaces).
     fn refuse_timeout(&self, at: usize, request: &Request, path: &str, started: Instant) {
-        self.refuse_with(
-            Some(at),
-            request,
-            path,
-            "dns_timeout",
-            "the name's lookup did not finish within the request's time \
-             (network.request_timeout_ms, the call's deadline)"
-                .to_string(),
-            elapsed_ms(started),
-        );
+        let code = "dns_timeout";
+        let reason = "the name's lookup did not finish within the request's time \
+                      (network.request_timeout_ms, the call's deadline)";
+        let mut record = EgressRecord::refused_with(request, path, code, reason.to_string());
+        record.ms = elapsed_ms(started);
+        self.file_refusal(Some(at), request, record, code);
     }
 
-    fn refuse_with(
-        &self,
-        at: Option<usize>,
-        request: &Request,
-        path: &str,
-        code: &str,
-        reason: String,
-        ms: u64,
-    ) {
-        let mut record = EgressRecord::refused_with(request, path, code, reason);
-        record.ms = ms;
-        self.file_refusal(at, request, record, code);
+    fn refuse_with(&self, request: &Request, path: &str, code: &str, reason: String) {
+        let record = EgressRecord::refused_with(request, path, code, reason);
+        self.file_refusal(None, request, record, code);
     }
 
     /// Files a refusal's record and its `denied` line together, under the
@@ -350,7 +327,7 @@ impl CallNet {
             let refusal = Refusal::Denied {
                 reason: self.grant.off_reason(),
             };
-            self.refuse(None, &request, &path, &refusal);
+            self.refuse(&request, &path, &refusal);
             return Err(HttpError::HttpRequestDenied);
         };
         // TRACE (and IIS's TRACK) echoes the request back, headers
@@ -362,12 +339,10 @@ impl CallNet {
             .any(|m| req.method().as_str().eq_ignore_ascii_case(m))
         {
             self.refuse_with(
-                None,
                 &request,
                 &path,
                 "method_refused",
                 format!("the host never sends {method} requests"),
-                0,
             );
             return Err(HttpError::HttpRequestMethodInvalid);
         }
@@ -379,12 +354,12 @@ impl CallNet {
                     rule,
                     addrs: Vec::new(),
                 };
-                self.refuse(None, &request, &path, &refusal);
+                self.refuse(&request, &path, &refusal);
                 return Err(HttpError::HttpRequestDenied);
             }
             Decision::Deny { reason } => {
                 let refusal = Refusal::Denied { reason };
-                self.refuse(None, &request, &path, &refusal);
+                self.refuse(&request, &path, &refusal);
                 return Err(http_error(&refusal));
             }
         };
@@ -398,7 +373,7 @@ impl CallNet {
             return Err(HttpError::ConnectionLimitReached);
         }
         let mut record = EgressRecord::allowed(&request, &path, &rule, approved);
-        record.error = Some(NOT_SENT.to_string());
+        record.error = Some(NOT_SENT.into());
         let index = self.push(record);
         Ok(Admitted {
             request,
@@ -485,7 +460,8 @@ impl CallNet {
         let plan = match plan {
             Ok(plan) => plan,
             Err(refusal) => {
-                self.refuse(Some(index), &request, &path, &refusal);
+                let record = EgressRecord::refused(&request, &path, &refusal);
+                self.file_refusal(Some(index), &request, record, refusal.code());
                 return Err(http_error(&refusal));
             }
         };
@@ -670,7 +646,6 @@ impl CallNet {
             Decision::Ask { rule } if self.grant.ask_approved => rule,
             Decision::Ask { rule } => {
                 self.refuse(
-                    None,
                     &request,
                     "",
                     &Refusal::ApprovalRequired {
@@ -681,16 +656,16 @@ impl CallNet {
                 return false;
             }
             Decision::Deny { reason } => {
-                self.refuse(None, &request, "", &Refusal::Denied { reason });
+                self.refuse(&request, "", &Refusal::Denied { reason });
                 return false;
             }
         };
         let Some(grant) = egress.policy.grant(&rule) else {
-            self.refuse(None, &request, "", &Refusal::StaleRule { rule });
+            self.refuse(&request, "", &Refusal::StaleRule { rule });
             return false;
         };
         if let Err(refusal) = check_addr(addr.ip(), &request.host, std::slice::from_ref(grant)) {
-            self.refuse(None, &request, "", &refusal);
+            self.refuse(&request, "", &refusal);
             return false;
         }
         // A UDP peer's datagrams (and its replies) are one record.

@@ -290,6 +290,7 @@ pub(crate) struct StoreBuilder<'a> {
     progress: Option<ProgressSink>,
     command: Option<&'a CommandSpec>,
     blocking: bool,
+    elsewhere: bool,
 }
 
 impl<'a> StoreBuilder<'a> {
@@ -302,6 +303,7 @@ impl<'a> StoreBuilder<'a> {
             progress: None,
             command: None,
             blocking: false,
+            elsewhere: false,
         }
     }
 
@@ -330,6 +332,18 @@ impl<'a> StoreBuilder<'a> {
     /// a body on a thread of its own).
     pub(crate) fn blocking(&mut self, blocking: bool) -> &mut Self {
         self.blocking = blocking;
+        self
+    }
+
+    /// The store is built here and run on another thread (in a `block_on`
+    /// there): where it is built says nothing of where its I/O wakes it,
+    /// so its HTTP requests are exchanged in tasks of their own.
+    #[cfg_attr(
+        not(feature = "cli"),
+        expect(dead_code, reason = "only `toolhost exec` runs a store elsewhere")
+    )]
+    pub(crate) fn run_elsewhere(&mut self) -> &mut Self {
+        self.elsewhere = true;
         self
     }
 
@@ -393,7 +407,7 @@ impl<'a> StoreBuilder<'a> {
             stopped_by: None,
             denied,
             net,
-            exchange_in_place: !self.blocking && drives_its_own_io(),
+            exchange_in_place: !self.blocking && !self.elsewhere && drives_its_own_io(),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);

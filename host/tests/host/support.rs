@@ -40,6 +40,12 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"))
 }
 
+/// How many events of `kind` `host`'s session log holds now.
+pub fn logged(host: &toolhost::Host, kind: toolhost::log::EventKind) -> usize {
+    let events = host.log().events().unwrap_or_else(|e| panic!("{e}"));
+    events.iter().filter(|e| e.kind == kind).count()
+}
+
 /// Waits until `done` holds, checking every 5 ms; panics, naming `what`,
 /// if it does not within 20 s.
 pub async fn until(what: &str, done: impl Fn() -> bool) {

@@ -936,15 +936,8 @@ async fn a_batch_dropped_during_a_body_ends_its_calls_in_order() {
         CallRequest::new("no_such_tool", json!({})),
         read("a.txt"),
     ]);
-    let intents = || {
-        host.log()
-            .events()
-            .unwrap()
-            .iter()
-            .filter(|e| e.kind == EventKind::ToolIntent)
-            .count()
-    };
-    drop_when(batch, "its intents are written", || intents() >= 2).await;
+    let intents_written = || logged(&host, EventKind::ToolIntent) >= 2;
+    drop_when(batch, "its intents are written", intents_written).await;
     let events = host.log().events().unwrap();
     let results: Vec<(String, String)> = events
         .iter()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use toolhost::log::{Event, EventKind, SessionLog};
 use toolhost::{Host, HostBuilder, RuntimeOptions};
 
-pub use crate::support::{bin, cache_dir, drop_when, until};
+pub use crate::support::{bin, cache_dir, drop_when, logged, until};
 
 /// Runtime options for library hosts: the shared cache.
 pub fn runtime_options() -> RuntimeOptions {

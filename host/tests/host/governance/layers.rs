@@ -592,13 +592,7 @@ async fn a_batch_dropped_while_a_call_waits_for_approval_ends_every_call() {
     let read = CallRequest::new("read_file", serde_json::json!({"path": "a.txt"}))
         .mode(toolhost::SandboxMode::ReadOnly);
     let batch = host.call_batch(vec![unknown, read, write("dropped.txt", "x")]);
-    let asked = || {
-        host.log()
-            .events()
-            .unwrap()
-            .iter()
-            .any(|e| e.kind == EventKind::ApprovalAsked)
-    };
+    let asked = || crate::support::logged(&host, EventKind::ApprovalAsked) > 0;
     crate::support::drop_when(batch, "its approval is asked", asked).await;
     let events = host.log().events().unwrap();
     let call_of = |tool: &str| {
