@@ -430,4 +430,49 @@ mod tests {
             Some(&json!("boolean"))
         );
     }
+
+    /// A server with nothing of its own to offer: the session the
+    /// elicitation goes through.
+    struct Quiet;
+    impl rmcp::ServerHandler for Quiet {}
+
+    /// A client that declared elicitation and then stopped reading its
+    /// stream: the question never leaves the session, nor does the
+    /// cancellation rmcp sends after its own timeout. The approval still
+    /// ends, unavailable, at the approval timeout plus the grace.
+    #[tokio::test(start_paused = true)]
+    async fn an_elicitation_the_session_never_takes_ends_at_its_bound() {
+        let info: rmcp::model::InitializeRequestParams = serde_json::from_value(json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "stalled", "version": "1"},
+        }))
+        .unwrap_or_else(|e| panic!("client info: {e}"));
+        // A 16-byte pipe whose far end is kept open but never read: the
+        // session's first write of the question blocks for good.
+        let (ours, theirs) = tokio::io::duplex(16);
+        let running = rmcp::service::serve_directly(Quiet, ours, Some(info));
+        let timeout = Duration::from_secs(5);
+        let approver = McpApprover::for_peer(
+            running.peer().clone(),
+            Arc::new(crate::approval::FixedApprover(ApprovalOutcome::AllowedOnce)),
+            timeout,
+        );
+        assert_eq!(approver.name(), "mcp-elicitation");
+        let started = tokio::time::Instant::now();
+        let request = asking(json!({"path": "x.txt"}));
+        let asked = approver.decide(&request);
+        let (outcome, reason) = tokio::time::timeout(timeout * 10, asked)
+            .await
+            .unwrap_or_else(|_| panic!("the approval still waits for the session"));
+        assert_eq!(outcome, ApprovalOutcome::Unavailable, "{reason:?}");
+        assert_eq!(started.elapsed(), timeout + ELICITATION_GRACE);
+        assert!(
+            reason
+                .as_deref()
+                .is_some_and(|r| r.contains("did not take")),
+            "{reason:?}"
+        );
+        drop(theirs);
+    }
 }
