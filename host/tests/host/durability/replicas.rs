@@ -569,7 +569,8 @@ fn a_2026_approval_state_is_good_on_any_replica_and_runs_once() {
 }
 
 /// Tasks live in the shared log: a task started on one replica is answered by another
-/// (`working`, then `completed` with the call's result); a task whose replica dies mid-call
+/// (`working`, then `completed` with the call's result); only the replica that runs a
+/// task cancels it (another says so and leaves it running); a task whose replica dies mid-call
 /// is reported by a survivor, once the dead replica's lease expired and its calls were
 /// recovered, as completed with `TOOL_OUTCOME_UNKNOWN`, never as a guess.
 #[test]
@@ -644,20 +645,53 @@ fn a_task_is_answered_by_any_replica_and_a_dead_replicas_task_is_unknown() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["isError"], false, "{done}");
 
+    let until_intent = |id: &str| {
+        let deadline = Instant::now() + WAIT;
+        while !cluster
+            .events()
+            .iter()
+            .any(|e| e["kind"] == "tool/intent" && e["call_id"] == id)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the task's intent never became durable"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let cancel = |addr, id: &str| {
+        rt.block_on(super::replica::rpc(
+            addr,
+            None,
+            98,
+            "tasks/cancel",
+            id,
+            json!({"taskId": id}),
+            tasks.clone(),
+        ))
+        .unwrap()
+    };
+
+    // Only the replica that runs a task can interrupt it: another one
+    // says where it runs and leaves it running.
+    let id = start(addr_a, 3, 60_000);
+    until_intent(&id);
+    let elsewhere = cancel(addr_b, &id);
+    let message = elsewhere["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("runs on another server"), "{elsewhere}");
+    assert_eq!(get(addr_a, &id)["result"]["status"], "working");
+    let here = cancel(addr_a, &id);
+    assert!(here["result"].is_object(), "{here}");
+    let done = until_done(addr_b, &id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["_meta"]["toolhost"]["code"], "CANCELLED",
+        "{done}"
+    );
+
     // A task whose replica dies in its body.
     let id = start(addr_a, 2, 60_000);
-    let deadline = Instant::now() + WAIT;
-    while !cluster
-        .events()
-        .iter()
-        .any(|e| e["kind"] == "tool/intent" && e["call_id"] == id.as_str())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the task's intent never became durable"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    until_intent(&id);
     assert_eq!(get(addr_b, &id)["result"]["status"], "working");
     a.kill();
     let done = until_done(addr_b, &id);
