@@ -109,6 +109,14 @@ pub trait Approver: Send + Sync {
     fn single_use(&self) -> Option<serde_json::Value> {
         None
     }
+    /// The longest [`Approver::decide`] waits for a decision, if it waits
+    /// at all. The pipeline records it in `approval/asked`, so that another
+    /// server of a shared log can tell how long the one that asked may
+    /// still be waiting (an MCP task's state). Default: none (it answers at
+    /// once).
+    fn wait(&self) -> Option<Duration> {
+        None
+    }
     /// Decides one request. `detail` of the returned pair explains failures.
     fn decide<'a>(
         &'a self,
@@ -170,6 +178,9 @@ pub struct TtyApprover {
 impl Approver for TtyApprover {
     fn name(&self) -> String {
         "tty".into()
+    }
+    fn wait(&self) -> Option<Duration> {
+        Some(self.timeout)
     }
     fn decide<'a>(
         &'a self,
@@ -313,6 +324,9 @@ const MAX_APPROVER_OUTPUT: usize = 64 * 1024;
 impl Approver for CommandApprover {
     fn name(&self) -> String {
         format!("command:{}", self.program)
+    }
+    fn wait(&self) -> Option<Duration> {
+        Some(self.timeout)
     }
     fn decide<'a>(
         &'a self,

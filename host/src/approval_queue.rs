@@ -579,6 +579,10 @@ impl Approver for QueueApprover {
         "queue".into()
     }
 
+    fn wait(&self) -> Option<std::time::Duration> {
+        Some(self.timeout)
+    }
+
     fn durable_request(&self) -> bool {
         true
     }

@@ -516,11 +516,14 @@ impl Host {
         let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| approver.name()))
             .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
         let asked = serde_json::to_value(&request).unwrap_or_default();
-        if let Err(e) = self.recorder.lazy(
-            call_id,
-            EventKind::ApprovalAsked,
-            json!({ "approver": approver_name.clone(), "request": asked }),
-        ) {
+        let mut asked = json!({ "approver": approver_name.clone(), "request": asked });
+        // How long this approver may wait: another server of a shared log
+        // reads from it how long this one may still be asking.
+        let wait = std::panic::catch_unwind(AssertUnwindSafe(|| approver.wait())).unwrap_or(None);
+        if let Some(wait) = wait {
+            asked["wait_ms"] = json!(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        }
+        if let Err(e) = self.recorder.lazy(call_id, EventKind::ApprovalAsked, asked) {
             return Err((
                 ErrorCode::ApprovalUnavailable,
                 format!("the approval request could not be recorded: {e}"),

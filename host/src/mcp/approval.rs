@@ -82,6 +82,13 @@ impl Approver for McpApprover {
         self.client().is_none() && self.fallback.durable_request()
     }
 
+    fn wait(&self) -> Option<Duration> {
+        match self.client() {
+            Some(_) => Some(self.timeout.saturating_add(ELICITATION_GRACE)),
+            None => self.fallback.wait(),
+        }
+    }
+
     fn decide<'a>(
         &'a self,
         request: &'a ApprovalRequest,

@@ -388,6 +388,10 @@ impl Approver for SharedApprover {
         self.0.durable_request()
     }
 
+    fn wait(&self) -> Option<Duration> {
+        self.0.wait()
+    }
+
     fn decide<'a>(
         &'a self,
         request: &'a ApprovalRequest,

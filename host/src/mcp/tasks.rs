@@ -62,7 +62,8 @@ impl Drop for Finishing {
 pub(super) struct Tasks {
     running: Mutex<HashMap<String, Running>>,
     /// How long a call waits for an approval at most (the server's
-    /// approval timeout): past it, and [`APPROVAL_SETTLED`], an approval
+    /// approval timeout), for an `approval/asked` that does not record its
+    /// approver's own wait: past it, and [`APPROVAL_SETTLED`], an approval
     /// the log shows asked and not decided is nobody's any more.
     approval_wait: Duration,
 }
@@ -72,11 +73,6 @@ pub(super) struct Tasks {
 const APPROVAL_SETTLED: Duration = Duration::from_secs(60);
 
 impl Tasks {
-    /// How long after an approval was asked its decision may still come.
-    fn settled(&self) -> Duration {
-        self.approval_wait.saturating_add(APPROVAL_SETTLED)
-    }
-
     /// The tasks of a server whose calls wait at most `approval_wait` for
     /// an approval.
     pub(super) fn new(approval_wait: Duration) -> Tasks {
@@ -161,7 +157,7 @@ impl Tasks {
             }
             return Ok(DetailedTask::new(t, TaskPayload::Working));
         }
-        from_log(id, principal, log, self.settled())
+        from_log(id, principal, log, self.approval_wait, APPROVAL_SETTLED)
     }
 
     /// Interrupts every task running in this process (the server is
@@ -185,7 +181,7 @@ impl Tasks {
             r.interrupt.cancel();
             return Ok(());
         }
-        let task = from_log(id, principal, log, self.settled())?;
+        let task = from_log(id, principal, log, self.approval_wait, APPROVAL_SETTLED)?;
         if task.task.status == TaskStatus::Working {
             // Not running here, not finished in the log: another server of
             // a shared log runs it, and only that one can interrupt it.
@@ -198,14 +194,16 @@ impl Tasks {
     }
 }
 
-/// A task that is not running here, as the session log tells it.
-/// `settled`: how long after an approval was asked its decision may still
-/// come.
+/// A task that is not running here, as the session log tells it. An
+/// approval asked may still be decided for as long as the approver that
+/// asked waits (the `wait_ms` its `approval/asked` records; else
+/// `approval_wait`, this server's), and `grace` more.
 fn from_log(
     id: &str,
     principal: &str,
     log: &SessionLog,
-    settled: Duration,
+    approval_wait: Duration,
+    grace: Duration,
 ) -> Result<DetailedTask, McpError> {
     let events = log.events_for_call(id).map_err(|e| {
         // The detail (paths, database errors) stays in the server's log.
@@ -238,12 +236,11 @@ fn from_log(
         return Ok(DetailedTask::new(t, TaskPayload::Working));
     }
     let count = |kind| events.iter().filter(|e| e.kind == kind).count();
-    let asked_at = events
+    let last_asked = events
         .iter()
         .filter(|e| e.kind == EventKind::ApprovalAsked)
-        .map(|e| e.at_unix_ms)
-        .max();
-    if let Some(asked_at) = asked_at
+        .max_by_key(|e| e.at_unix_ms);
+    if let Some(asked) = last_asked
         && count(EventKind::ApprovalAsked) > count(EventKind::ApprovalDecided)
     {
         // Asked and not decided. While the wait can last, the server that
@@ -251,7 +248,13 @@ fn from_log(
         // servers, say): reported as not run, a client could call again,
         // and then both would run. Past it, the server that asked stopped
         // before any decision, and with no intent the tool did not run.
-        let until = u128::from(asked_at).saturating_add(settled.as_millis());
+        let wait = asked
+            .payload
+            .get("wait_ms")
+            .and_then(Value::as_u64)
+            .map_or(approval_wait, Duration::from_millis);
+        let until =
+            u128::from(asked.at_unix_ms).saturating_add(wait.saturating_add(grace).as_millis());
         if u128::from(now_ms()) < until {
             let t = task(id, TaskStatus::Working, created, last)
                 .with_status_message("waiting for an approval on another server of this log");
@@ -394,10 +397,24 @@ mod tests {
         );
         // Once no wait can last any more, the server that asked stopped
         // before a decision: the tool did not run (not "working" for good).
-        assert_eq!(
-            status(from_log("call-x-1", "alice", &log, Duration::ZERO)),
-            Some(TaskStatus::Cancelled)
-        );
+        let no_wait = |log: &SessionLog| {
+            status(from_log(
+                "call-x-1",
+                "alice",
+                log,
+                Duration::ZERO,
+                Duration::ZERO,
+            ))
+        };
+        assert_eq!(no_wait(&log), Some(TaskStatus::Cancelled));
+        // The wait is the asker's, as its event records it, not this
+        // server's: a server with a shorter one (here none) still reports
+        // the task working while the approver that asked may wait.
+        let waits = |ms: u64| (EventKind::ApprovalAsked, json!({"wait_ms": ms}));
+        let log = log_with(&[call.clone(), waits(600_000)]);
+        assert_eq!(no_wait(&log), Some(TaskStatus::Working));
+        let log = log_with(&[call.clone(), waits(0)]);
+        assert_eq!(no_wait(&log), Some(TaskStatus::Cancelled));
         let rejected = (EventKind::ApprovalDecided, json!({"outcome": "rejected"}));
         let log = log_with(&[call, asked, rejected]);
         assert_eq!(

@@ -283,6 +283,8 @@ async fn no_approver_is_approval_unavailable_and_still_records_the_pair() {
     // The orchestrator asks the NoApprover like any other and records its answer.
     let (asked, decided) = assert_pair(&host, &r, "unavailable");
     assert_eq!(asked["approver"], "none");
+    // It answers at once: no wait to record.
+    assert!(asked.get("wait_ms").is_none(), "{asked}");
     assert!(
         decided["detail"].as_str().unwrap().contains("no approver"),
         "{decided}"
@@ -677,7 +679,9 @@ async fn command_approver_receives_the_request_on_stdin() {
     let host = command_host(ws.path(), &program, Duration::from_secs(20)).await;
     let r = host.call(write("out.txt", "via command")).await;
     assert!(r.is_ok(), "{:?}", r.error);
-    assert_pair(&host, &r, "allowed-once");
+    let (asked, _) = assert_pair(&host, &r, "allowed-once");
+    // How long the approver may wait, for other servers of a shared log.
+    assert_eq!(asked["wait_ms"], 20_000, "{asked}");
     assert_eq!(
         std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
         "via command"
