@@ -35,6 +35,7 @@ mod outgoing;
 mod program;
 mod scratch;
 mod store;
+mod tcp;
 mod wasi;
 
 pub use self::engine::{EPOCH_TICK, RuntimeOptions};

@@ -813,10 +813,10 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CloseAfterYield
 }
 
 /// Connects to the first of `addrs` that accepts.
-async fn connect(addrs: &[SocketAddr]) -> Result<tokio::net::TcpStream, HttpError> {
+async fn connect(addrs: &[SocketAddr]) -> Result<super::tcp::Tcp, HttpError> {
     let mut last = None;
     for addr in addrs {
-        match tokio::net::TcpStream::connect(addr).await {
+        match super::tcp::connect(*addr).await {
             Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
