@@ -480,7 +480,10 @@ impl QueueApprover {
         }
     }
 
-    async fn wait(&self, request: &ApprovalRequest) -> Result<ApprovalDecision, DecideError> {
+    async fn await_decision(
+        &self,
+        request: &ApprovalRequest,
+    ) -> Result<ApprovalDecision, DecideError> {
         match &self.queue {
             ApprovalQueue::Dir(state) => self.wait_in_dir(&approvals_dir(state), request).await,
             #[cfg(feature = "postgres")]
@@ -592,7 +595,7 @@ impl Approver for QueueApprover {
         request: &'a ApprovalRequest,
     ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
         Box::pin(async move {
-            match self.wait(request).await {
+            match self.await_decision(request).await {
                 Ok(d) if d.by == "timeout" => (
                     d.outcome,
                     Some(format!(

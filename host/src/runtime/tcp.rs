@@ -12,16 +12,20 @@
 //! used here is at most a spurious wake-up: tokio clears it when its own
 //! attempt would block.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::task::{Context, Poll, ready};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-/// The most bytes one read takes straight from the socket (the part of the
-/// caller's buffer made ready for it; the rest waits for the next read).
-const MAX_EAGER_READ: usize = 64 << 10;
+/// The flags of a send: never `SIGPIPE` for a peer that is gone (an
+/// embedding program may not ignore it, as the `toolhost` binary does);
+/// the send fails with `EPIPE` instead.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const SEND_FLAGS: libc::c_int = 0;
 
 /// Connects to `addr`, without waiting for the driver when the connection
 /// is made by the time the connect returns.
@@ -31,28 +35,59 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
         socket2::Type::STREAM,
         Some(socket2::Protocol::TCP),
     )?;
+    #[cfg(any(
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "tvos",
+        target_os = "watchos",
+        target_os = "visionos"
+    ))]
+    socket.set_nosigpipe(true)?;
     socket.set_nonblocking(true)?;
-    match socket.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e) if in_progress(&e) => {}
+    let connecting = match socket.connect(&addr.into()) {
+        Ok(()) => false,
+        Err(e) if in_progress(&e) => true,
         Err(e) => return Err(e),
-    }
+    };
     let stream = TcpStream::from_std(socket.into())?;
-    // Not connected yet: the connect ends when the socket turns writable
-    // (as tokio's own connect waits), with its error if it failed.
-    if stream.peer_addr().is_err() {
-        stream.writable().await?;
-    }
-    if let Some(e) = stream.take_error()? {
-        return Err(e);
+    // Connecting, and not done yet: the connect ends when the socket turns
+    // writable, with its error if it failed (as tokio's own connect). A
+    // wake-up before that (no error, still not connected) clears the
+    // readiness and waits for the next; the request's connect timeout
+    // bounds it all.
+    if connecting && stream.peer_addr().is_err() {
+        loop {
+            stream.writable().await?;
+            if let Some(e) = stream.take_error()? {
+                return Err(e);
+            }
+            let connected = stream.try_io(Interest::WRITABLE, || match stream.peer_addr() {
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+                other => other.map(drop),
+            });
+            match connected {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
     Ok(Tcp { stream })
 }
 
-/// A non-blocking connect that has begun and ends later.
+/// A non-blocking connect that has begun and ends later: `EINPROGRESS`
+/// (Windows: `WSAEWOULDBLOCK`). On Linux `EAGAIN` means it never began.
 fn in_progress(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::WouldBlock
-        || rustix::io::Errno::from_io_error(e) == Some(rustix::io::Errno::INPROGRESS)
+    #[cfg(unix)]
+    {
+        rustix::io::Errno::from_io_error(e) == Some(rustix::io::Errno::INPROGRESS)
+    }
+    #[cfg(not(unix))]
+    {
+        e.kind() == io::ErrorKind::WouldBlock
+    }
 }
 
 /// A connected TCP stream whose reads and writes are tried at once.
@@ -82,22 +117,31 @@ fn tried<T>(result: io::Result<T>) -> Option<io::Result<T>> {
     }
 }
 
+/// Each operation tried here counts against the task's cooperative budget
+/// as tokio's own do, so a connection that always has data ready still
+/// lets the worker run its other tasks.
 impl AsyncRead for Tcp {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let read = {
-            let room = buf.remaining().min(MAX_EAGER_READ);
-            tried((&*self.socket()).read(buf.initialize_unfilled_to(room)))
-        };
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
+        // SAFETY: `recv` writes only initialised bytes into the slice, and
+        // `n` of them from its start when it returns `n`; they are marked
+        // initialised and filled below, and nothing else is.
+        let read = tried(self.socket().recv(unsafe { buf.unfilled_mut() }));
         match read {
             Some(Ok(n)) => {
+                unsafe { buf.assume_init(n) };
                 buf.advance(n);
+                coop.made_progress();
                 Poll::Ready(Ok(()))
             }
-            Some(Err(e)) => Poll::Ready(Err(e)),
+            Some(Err(e)) => {
+                coop.made_progress();
+                Poll::Ready(Err(e))
+            }
             None => Pin::new(&mut self.stream).poll_read(cx, buf),
         }
     }
@@ -109,8 +153,12 @@ impl AsyncWrite for Tcp {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match tried((&*self.socket()).write(buf)) {
-            Some(done) => Poll::Ready(done),
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
+        match tried(self.socket().send_with_flags(buf, SEND_FLAGS)) {
+            Some(done) => {
+                coop.made_progress();
+                Poll::Ready(done)
+            }
             None => Pin::new(&mut self.stream).poll_write(cx, buf),
         }
     }
@@ -118,10 +166,14 @@ impl AsyncWrite for Tcp {
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match tried((&*self.socket()).write_vectored(bufs)) {
-            Some(done) => Poll::Ready(done),
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
+        match tried(self.socket().send_vectored_with_flags(bufs, SEND_FLAGS)) {
+            Some(done) => {
+                coop.made_progress();
+                Poll::Ready(done)
+            }
             None => Pin::new(&mut self.stream).poll_write_vectored(cx, bufs),
         }
     }
