@@ -240,6 +240,96 @@ mod tests {
         assert!(got == sent, "the echo came back altered");
     }
 
+    /// A listener on loopback whose accept queue is full: a connect to it
+    /// stays in progress (its SYN is dropped, and sent again a second
+    /// later). Returns the listener and the connections filling its queue.
+    async fn full_listener() -> (tokio::net::TcpListener, Vec<socket2::Socket>) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("{e}"));
+        socket
+            .bind("127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let listener = socket.listen(1).unwrap_or_else(|e| panic!("{e}"));
+        let addr: socket2::SockAddr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into();
+        let mut queued = Vec::new();
+        for _ in 0..16 {
+            let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .unwrap_or_else(|e| panic!("{e}"));
+            probe
+                .set_nonblocking(true)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let _ = probe.connect(&addr);
+            if probe.peer_addr().is_err() {
+                // In progress: the queue is full (the probe is closed).
+                return (listener, queued);
+            }
+            queued.push(probe);
+        }
+        panic!("16 connections never filled an accept queue of 1");
+    }
+
+    /// A connect that does not end at once waits for its end: when the
+    /// server makes room, the connection is made and carries data.
+    #[tokio::test]
+    async fn a_connect_in_progress_waits_for_its_end() {
+        let (listener, queued) = full_listener().await;
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let connecting = tokio::spawn(connect(addr));
+        // The connect runs up to its wait (one thread: it runs before this).
+        tokio::task::yield_now().await;
+        assert!(!connecting.is_finished(), "the connect did not wait");
+        // Room in the queue; the connect's SYN, sent again, is taken.
+        let (first, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+        let mut stream = tokio::time::timeout(std::time::Duration::from_secs(30), connecting)
+            .await
+            .unwrap_or_else(|_| panic!("the connect never ended"))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ours = stream.stream.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        stream
+            .write_all(b"ping")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The server's side of it, after the queued ones.
+        let mut peer = None;
+        for _ in 0..queued.len() + 1 {
+            let (s, from) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+            if from == ours {
+                peer = Some(s);
+                break;
+            }
+        }
+        let mut peer = peer.unwrap_or_else(|| panic!("the connection never reached the server"));
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&got, b"ping");
+        drop((first, queued));
+    }
+
+    /// A connect in progress to a server that goes away ends with the
+    /// refusal (its SYN, sent again, is answered with a reset).
+    #[tokio::test]
+    async fn a_connect_in_progress_that_is_refused_is_an_error() {
+        let (listener, queued) = full_listener().await;
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let connecting = tokio::spawn(connect(addr));
+        tokio::task::yield_now().await;
+        assert!(!connecting.is_finished(), "the connect did not wait");
+        drop((listener, queued));
+        let refused = tokio::time::timeout(std::time::Duration::from_secs(30), connecting)
+            .await
+            .unwrap_or_else(|_| panic!("the connect never ended"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            refused.err().map(|e| e.kind()),
+            Some(io::ErrorKind::ConnectionRefused)
+        );
+    }
+
     /// A refused connection is the connect's error, not a stream.
     #[tokio::test]
     async fn a_refused_connect_is_an_error() {
