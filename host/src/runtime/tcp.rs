@@ -330,6 +330,93 @@ mod tests {
         );
     }
 
+    /// Sends to a peer that reset the connection fail with an error, and
+    /// never raise `SIGPIPE`, which kills a program that embeds the host
+    /// and keeps the signal's default action (the Rust runtime ignores it,
+    /// so the check runs in a child process of this test that restores it).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_send_to_a_reset_peer_fails_without_sigpipe() {
+        const CHILD: &str = "TOOLHOST_TEST_SIGPIPE_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            // SAFETY: sets the process's disposition of one signal; no
+            // handler runs, so nothing else is assumed.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            runtime.block_on(sends_after_a_reset());
+            return;
+        }
+        let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "runtime::tcp::tests::a_send_to_a_reset_peer_fails_without_sigpipe",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            None,
+            "the child was killed by a signal"
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child did not run the test: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    /// Connects, has the peer reset the connection, then sends (plain and
+    /// vectored) until both fail.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    async fn sends_after_a_reset() {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
+        let (peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+        // Closed with a zero linger: a reset instead of a FIN.
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(peer);
+        let mut failed = 0;
+        for round in 0..100 {
+            let sent = if round % 2 == 0 {
+                stream.write(b"after the reset").await
+            } else {
+                let bufs = [IoSlice::new(b"after "), IoSlice::new(b"the reset")];
+                stream.write_vectored(&bufs).await
+            };
+            if let Err(e) = sent {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ),
+                    "{e}"
+                );
+                failed += 1;
+                if failed == 4 {
+                    return;
+                }
+            }
+        }
+        panic!("sends to a reset peer kept succeeding");
+    }
+
     /// A refused connection is the connect's error, not a stream.
     #[tokio::test]
     async fn a_refused_connect_is_an_error() {
