@@ -86,6 +86,10 @@ impl ApprovalOutcome {
     }
 }
 
+/// The field of an `approval/asked` event that holds how long its approver
+/// may wait, in milliseconds ([`Approver::wait`]).
+pub const APPROVAL_WAIT_MS: &str = "wait_ms";
+
 /// A boxed future, as approvers return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -110,10 +114,14 @@ pub trait Approver: Send + Sync {
         None
     }
     /// The longest [`Approver::decide`] waits for a decision, if it waits
-    /// at all. The pipeline records it in `approval/asked`, so that another
-    /// server of a shared log can tell how long the one that asked may
-    /// still be waiting (an MCP task's state). Default: none (it answers at
-    /// once).
+    /// at all. The pipeline records it in `approval/asked` (as
+    /// [`APPROVAL_WAIT_MS`]), so that another server of a shared log can
+    /// tell how long the one that asked may still be waiting (an MCP task's
+    /// state). An approver that waits must return its bound, and one that
+    /// wraps another must pass on this, [`Approver::durable_request`] and
+    /// [`Approver::single_use`]: without it another server falls back to
+    /// its own approval timeout, and may report a call still waiting as
+    /// never run. Default: none (it answers at once).
     fn wait(&self) -> Option<Duration> {
         None
     }

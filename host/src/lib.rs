@@ -57,8 +57,8 @@ mod tool;
 
 pub use crate::announce::{ANNOUNCE_CAPACITY, ApprovalAnnouncement, ApprovalListener};
 pub use crate::approval::{
-    ApprovalOutcome, ApprovalRequest, ApprovedCode, Approver, BoxFuture, CommandApprover,
-    FixedApprover, NoApprover, TtyApprover, approver_from_spec, parse_decision,
+    APPROVAL_WAIT_MS, ApprovalOutcome, ApprovalRequest, ApprovedCode, Approver, BoxFuture,
+    CommandApprover, FixedApprover, NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
 pub use crate::approval_queue::{
     ApprovalDecision, ApprovalQueue, DecideError, GRACE as APPROVAL_GRACE, QueueApprover,

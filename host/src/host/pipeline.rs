@@ -521,7 +521,8 @@ impl Host {
         // reads from it how long this one may still be asking.
         let wait = std::panic::catch_unwind(AssertUnwindSafe(|| approver.wait())).unwrap_or(None);
         if let Some(wait) = wait {
-            asked["wait_ms"] = json!(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+            asked[crate::approval::APPROVAL_WAIT_MS] =
+                json!(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         }
         if let Err(e) = self.recorder.lazy(call_id, EventKind::ApprovalAsked, asked) {
             return Err((

@@ -68,6 +68,11 @@ impl McpApprover {
     fn client(&self) -> Option<&Peer<RoleServer>> {
         self.peer.get().filter(|p| client_elicits(p))
     }
+
+    /// The longest an elicitation takes, its cancellation included.
+    fn limit(&self) -> Duration {
+        self.timeout.saturating_add(ELICITATION_GRACE)
+    }
 }
 
 impl Approver for McpApprover {
@@ -84,7 +89,7 @@ impl Approver for McpApprover {
 
     fn wait(&self) -> Option<Duration> {
         match self.client() {
-            Some(_) => Some(self.timeout.saturating_add(ELICITATION_GRACE)),
+            Some(_) => Some(self.limit()),
             None => self.fallback.wait(),
         }
     }
@@ -111,7 +116,7 @@ impl Approver for McpApprover {
             // without a bound: a client that stopped reading its stream
             // would hold the call for good. So the whole exchange is bounded.
             let asking = elicit(&peer, params, self.timeout);
-            let limit = self.timeout.saturating_add(ELICITATION_GRACE);
+            let limit = self.limit();
             match tokio::time::timeout(limit, asking).await {
                 Ok(Ok(answer)) => map_elicitation(&answer),
                 Ok(Err(e)) => (
@@ -474,6 +479,8 @@ mod tests {
             .unwrap_or_else(|_| panic!("the approval still waits for the session"));
         assert_eq!(outcome, ApprovalOutcome::Unavailable, "{reason:?}");
         assert_eq!(started.elapsed(), timeout + ELICITATION_GRACE);
+        // What the approval recorded it may wait is what it waited.
+        assert_eq!(approver.wait(), Some(started.elapsed()));
         assert!(
             reason
                 .as_deref()

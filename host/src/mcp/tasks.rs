@@ -250,7 +250,7 @@ fn from_log(
         // before any decision, and with no intent the tool did not run.
         let wait = asked
             .payload
-            .get("wait_ms")
+            .get(crate::approval::APPROVAL_WAIT_MS)
             .and_then(Value::as_u64)
             .map_or(approval_wait, Duration::from_millis);
         let until =
