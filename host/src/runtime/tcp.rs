@@ -21,8 +21,8 @@ use tokio::net::TcpStream;
 
 /// The flags of a send: never `SIGPIPE` for a peer that is gone (a program
 /// that embeds the host may keep the signal's default action, which ends
-/// it); the send fails with `EPIPE` instead. Apple's systems have no such
-/// flag: socket2 sets `SO_NOSIGPIPE` on the sockets it makes there.
+/// it); the send fails with `EPIPE` instead. On Apple's systems socket2
+/// sets `SO_NOSIGPIPE` on the sockets it makes, which does the same.
 #[cfg(any(
     target_os = "linux",
     target_os = "android",
@@ -67,8 +67,9 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
     // writable, with its error if it failed (as tokio's own connect). A
     // wake-up before that (no error, still not connected) clears the
     // readiness and waits for the next; the request's connect timeout
-    // bounds it all. A socket closed for writing without an error never
-    // turns writable again: it is refused rather than waited on.
+    // bounds it all. A socket closed for writing without an error stays
+    // reported closed (tokio never clears that), so waiting again would
+    // spin until the timeout: its connect fails at once (`ENOTCONN`).
     if connecting && stream.peer_addr().is_err() {
         loop {
             let ready = stream.ready(Interest::WRITABLE).await?;
@@ -96,7 +97,7 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
 fn in_progress(e: &io::Error) -> bool {
     #[cfg(unix)]
     {
-        rustix::io::Errno::from_io_error(e) == Some(rustix::io::Errno::INPROGRESS)
+        e.raw_os_error() == Some(libc::EINPROGRESS)
     }
     #[cfg(not(unix))]
     {
@@ -216,11 +217,22 @@ mod tests {
     /// the stream is seen.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn blocked_reads_and_writes_wait_and_lose_nothing() {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
+        // The server's buffers kept small (its accepted socket inherits
+        // them), so that the client's writes block.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("{e}"));
+        for set in [
+            tokio::net::TcpSocket::set_recv_buffer_size,
+            tokio::net::TcpSocket::set_send_buffer_size,
+        ] {
+            set(&socket, 64 << 10).unwrap_or_else(|e| panic!("{e}"));
+        }
+        socket
+            .bind("127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
             .unwrap_or_else(|e| panic!("{e}"));
+        let listener = socket.listen(8).unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        // 8 MiB each way, far beyond the loopback socket buffers.
+        // 8 MiB each way: more than the client's send buffer can take and
+        // the server's small ones hold.
         let sent: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
         let echo = tokio::spawn(async move {
             let (mut peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
@@ -385,6 +397,11 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!connecting.is_finished(), "the connect did not wait");
         drop((listener, queued));
+        // The port held by a socket that does not listen, so that no other
+        // test's listener takes it before the connect's SYN comes again.
+        let hold = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("{e}"));
+        hold.set_reuseaddr(true).unwrap_or_else(|e| panic!("{e}"));
+        hold.bind(addr).unwrap_or_else(|e| panic!("{e}"));
         let refused = tokio::time::timeout(std::time::Duration::from_secs(30), connecting)
             .await
             .unwrap_or_else(|_| panic!("the connect never ended"))
@@ -393,6 +410,7 @@ mod tests {
             refused.err().map(|e| e.kind()),
             Some(io::ErrorKind::ConnectionRefused)
         );
+        drop(hold);
     }
 
     /// Sends to a peer that reset the connection fail with an error, and
