@@ -335,17 +335,29 @@ mod tests {
         }
     }
 
-    /// A connect that does not end at once waits for its end: when the
-    /// server makes room, the connection is made and carries data.
+    /// A connect to a [`full_listener`], run up to its wait: the listener,
+    /// the connections in its queue and the connect.
     #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn a_connect_in_progress_waits_for_its_end() {
+    async fn waiting_connect() -> (
+        tokio::net::TcpListener,
+        Vec<socket2::Socket>,
+        tokio::task::JoinHandle<io::Result<Tcp>>,
+    ) {
         let (listener, queued) = full_listener().await;
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
         let connecting = tokio::spawn(connect(addr));
         // The connect runs up to its wait (one thread: it runs before this).
         tokio::task::yield_now().await;
         assert!(!connecting.is_finished(), "the connect did not wait");
+        (listener, queued, connecting)
+    }
+
+    /// A connect that does not end at once waits for its end: when the
+    /// server makes room, the connection is made and carries data.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_connect_in_progress_waits_for_its_end() {
+        let (listener, queued, connecting) = waiting_connect().await;
         // The server takes every connection from now on; the connect's
         // SYN, sent again, finds room.
         let (accepted, mut taken) = tokio::sync::mpsc::unbounded_channel();
@@ -391,11 +403,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_connect_in_progress_that_is_refused_is_an_error() {
-        let (listener, queued) = full_listener().await;
+        let (listener, queued, connecting) = waiting_connect().await;
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let connecting = tokio::spawn(connect(addr));
-        tokio::task::yield_now().await;
-        assert!(!connecting.is_finished(), "the connect did not wait");
         drop((listener, queued));
         // The port held by a socket that does not listen, so that no other
         // test's listener takes it before the connect's SYN comes again.
