@@ -90,6 +90,12 @@ impl ApprovalOutcome {
 /// may wait, in milliseconds ([`Approver::wait`]).
 pub const APPROVAL_WAIT_MS: &str = "wait_ms";
 
+/// `approver`'s name, or a stand-in when asking for it panics.
+pub(crate) fn name_of(approver: &dyn Approver) -> String {
+    crate::state::unpanicked(|| approver.name())
+        .unwrap_or_else(|| "(an approver whose name panics)".to_string())
+}
+
 /// A boxed future, as approvers return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -130,6 +136,29 @@ pub trait Approver: Send + Sync {
         &'a self,
         request: &'a ApprovalRequest,
     ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)>;
+}
+
+/// An approver shared (among the hosts of a server, say) is asked as
+/// itself: every method passes through, so sharing changes nothing of it.
+impl Approver for std::sync::Arc<dyn Approver> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn durable_request(&self) -> bool {
+        (**self).durable_request()
+    }
+    fn single_use(&self) -> Option<serde_json::Value> {
+        (**self).single_use()
+    }
+    fn wait(&self) -> Option<Duration> {
+        (**self).wait()
+    }
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+        (**self).decide(request)
+    }
 }
 
 /// No channel: every request is `unavailable`.

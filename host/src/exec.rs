@@ -74,11 +74,7 @@ pub async fn run_command(
     }
 
     let mut builder = StoreBuilder::new(spec);
-    // Run in a `block_on` on a thread of its own (below).
-    builder
-        .interrupt(interrupt)
-        .command(command)
-        .run_elsewhere();
+    builder.interrupt(interrupt).command(command);
     let mut run = match runtime.store(&builder) {
         Ok(r) => r,
         Err((code, message)) => {

@@ -10,7 +10,6 @@
 use crate::host::{CallRequest, Host};
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::panic::AssertUnwindSafe;
 use toolhost_core::{ErrorCode, SandboxMode};
 use toolhost_policy::{CallFacts, Decision, GuardDenial, LOCAL_PRINCIPAL, Subject, Trace};
 
@@ -90,8 +89,7 @@ impl Host {
                 },
                 (Some(reason), None) => {
                     let approver = request.approver.as_deref().unwrap_or(&*self.approver);
-                    let approver = std::panic::catch_unwind(AssertUnwindSafe(|| approver.name()))
-                        .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
+                    let approver = crate::approval::name_of(approver);
                     Answer::Ask { reason, approver }
                 }
             },

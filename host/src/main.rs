@@ -909,8 +909,8 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
     // own is the workspace (TMPDIR itself could hold the compile cache,
     // which may not be inside the workspace).
     let temporary;
-    let workspace = match &a.workspace {
-        Some(dir) => dir.clone(),
+    let workspace: &Path = match &a.workspace {
+        Some(dir) => dir,
         None => {
             temporary = tempfile::tempdir().with_context(|| {
                 format!(
@@ -919,10 +919,10 @@ async fn list(a: ListArgs) -> Result<ExitCode> {
                     std::env::temp_dir().display()
                 )
             })?;
-            temporary.path().to_path_buf()
+            temporary.path()
         }
     };
-    b.workspace(&workspace);
+    b.workspace(workspace);
     b.policy(load_policy(a.policy.as_deref())?);
     let host = b.build().await.map_err(|e| anyhow!("{e}"))?;
     let tools = host.tools_for(None, a.principal.as_deref(), None);

@@ -46,6 +46,12 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
     }
 }
 
+/// What `f` returns, or `None` when it panics: library code (approvers,
+/// hooks) the host calls must not take the host down with it.
+pub(crate) fn unpanicked<T>(f: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
+}
+
 /// `s` cut to at most `max` bytes (on a character boundary), with `…`
 /// appended when something was cut. The one place that shortens text.
 pub(crate) fn cut(s: &str, max: usize) -> String {

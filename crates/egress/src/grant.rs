@@ -422,8 +422,7 @@ enum PatternError {
 /// `parent`: `name` belongs to whoever registered it under that suffix,
 /// not to `parent`'s owner.
 fn under_a_suffix_below(name: &DomainName, parent: &DomainName) -> bool {
-    psl::suffix(name.as_str().as_bytes())
-        .and_then(|suffix| std::str::from_utf8(suffix.as_bytes()).ok())
+    psl::suffix_str(name.as_str())
         .is_some_and(|suffix| crate::host::is_strict_subdomain(suffix, parent.as_str()))
 }
 

@@ -83,11 +83,16 @@ impl Host {
         // the batch's other unended calls).
         if checked.is_ok() {
             for (slot, ending) in slots.iter().zip(unended.calls.iter_mut()) {
-                if let Slot::Ready(a) = slot
+                if let Slot::Ready(_) = slot
                     && let Ending::Unended(call) = std::mem::replace(ending, Ending::Ended)
                 {
-                    let UnendedCall { call_id, start, .. } = *call;
-                    *ending = Ending::Open(Unresolved::new(self, call_id, a, start));
+                    let UnendedCall {
+                        call_id,
+                        tool,
+                        start,
+                        ..
+                    } = *call;
+                    *ending = Ending::Open(Unresolved::new(self, call_id, tool, start));
                 }
             }
         }

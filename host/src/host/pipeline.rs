@@ -21,7 +21,7 @@ use crate::registry::{RegisteredTool, ToolBody};
 use crate::result::CallResult;
 use crate::runtime::{BodyOutcome, OnAbandon, Receipt, Watch};
 use crate::sandbox::{SandboxSpec, needs_durable_intent, writable_preopens};
-use crate::state::{Interrupt, cut};
+use crate::state::{Interrupt, cut, unpanicked};
 use crate::tool::ContentItem;
 use futures::FutureExt;
 use serde_json::json;
@@ -132,7 +132,7 @@ impl Host {
         if let Err(e) = self.checkpoint(&[&admitted]) {
             return self.commit(aborted(&admitted, &e), &admitted.start);
         }
-        let open = Unresolved::new(self, call_id, &admitted, start);
+        let open = Unresolved::new(self, call_id, tool_name, start);
         self.dispatch(admitted, open).await
     }
 
@@ -513,14 +513,12 @@ impl Host {
         }
         let call_id = request.call_id.as_str();
         let approval_id = request.approval_id.clone();
-        let approver_name = std::panic::catch_unwind(AssertUnwindSafe(|| approver.name()))
-            .unwrap_or_else(|_| "(an approver whose name panics)".to_string());
+        let approver_name = crate::approval::name_of(approver);
         let asked = serde_json::to_value(&request).unwrap_or_default();
         let mut asked = json!({ "approver": approver_name.clone(), "request": asked });
         // How long this approver may wait: another server of a shared log
         // reads from it how long this one may still be asking.
-        let wait = std::panic::catch_unwind(AssertUnwindSafe(|| approver.wait())).unwrap_or(None);
-        if let Some(wait) = wait {
+        if let Some(wait) = unpanicked(|| approver.wait()).flatten() {
             asked[crate::approval::APPROVAL_WAIT_MS] =
                 json!(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         }
@@ -533,8 +531,7 @@ impl Host {
         // An approver that tells another party (who may look the request up
         // in the log) gets it only once `approval/asked` is durable; so do
         // the listeners of announcements, when there are any.
-        let durable = std::panic::catch_unwind(AssertUnwindSafe(|| approver.durable_request()))
-            .unwrap_or(true)
+        let durable = unpanicked(|| approver.durable_request()).unwrap_or(true)
             || self.announcer.has_listeners();
         if durable && let Err(e) = self.recorder.log().flush() {
             return Err((
@@ -587,9 +584,7 @@ impl Host {
         // A decision that consumes a single-use grant is durable before the
         // call goes on (and so before any body): its use is what refuses
         // the grant's next use, also after a restart.
-        let used = std::panic::catch_unwind(AssertUnwindSafe(|| approver.single_use()))
-            .ok()
-            .flatten();
+        let used = unpanicked(|| approver.single_use()).flatten();
         let durable_use = used.is_some();
         let mut decided =
             json!({ "approval_id": approval_id, "outcome": outcome, "detail": detail });
@@ -1417,18 +1412,18 @@ pub(crate) struct Unresolved<'h> {
 }
 
 impl<'h> Unresolved<'h> {
-    /// The guard of call `a`, whose id and start (copies of its own) the
-    /// caller gives up to it.
+    /// The guard of an admitted call, whose id, tool name and start
+    /// (copies of its own) the caller gives up to it.
     pub(crate) fn new(
         host: &'h Host,
         call_id: String,
-        a: &Admitted<'_>,
+        tool: String,
         start: CallStart,
     ) -> Unresolved<'h> {
         Unresolved {
             host,
             call_id,
-            tool: a.tool.descriptor.name.clone(),
+            tool,
             start: Some(start),
         }
     }

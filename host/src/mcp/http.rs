@@ -31,7 +31,7 @@
 
 use super::open_ids::{OpenIds, Releasing};
 use super::protocol::{Approvals, Server};
-use super::{HostFactory, HostParts, MAX_MESSAGE_BYTES, ServeOptions, SharedApprover, reload};
+use super::{HostFactory, HostParts, MAX_MESSAGE_BYTES, ServeOptions, reload};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
@@ -959,7 +959,9 @@ pub async fn serve_http_until(
     };
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
     let host = factory(HostParts {
-        approver: Box::new(SharedApprover(options.fallback_approver.clone())),
+        // The configured approver, shared (over HTTP the host's own
+        // approver is only the fallback of calls that carry none).
+        approver: Box::new(options.fallback_approver.clone()),
         runtime: None,
         log: None,
         replaces: None,
@@ -1019,7 +1021,7 @@ pub async fn serve_http_until(
                 snapshot,
                 move || {
                     factory(HostParts {
-                        approver: Box::new(SharedApprover(fallback.clone())),
+                        approver: Box::new(fallback.clone()),
                         runtime: Some(runtime.clone()),
                         log: Some(log.clone()),
                         replaces: Some(current.host()),

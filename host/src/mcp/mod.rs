@@ -67,7 +67,7 @@ pub use progress::PROGRESS_INTERVAL;
 pub use protocol::{STDIO_CLIENT, to_mcp_result};
 pub use tasks::{MAX_TASKS_PER_CLIENT, TASK_POLL_INTERVAL_MS};
 
-use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
+use crate::approval::{Approver, BoxFuture};
 use crate::host::{Host, HostBuilder};
 use crate::runtime::Runtime;
 use framing::Framing;
@@ -371,32 +371,6 @@ async fn flush_log(host: &Host) {
         Ok(Err(e)) => tracing::warn!("the session log could not be flushed: {e}"),
         Err(e) => tracing::warn!("the session log could not be flushed: {e}"),
         Ok(Ok(_)) => {}
-    }
-}
-
-/// The configured approver, installed in a host it is shared with (over
-/// HTTP the host's own approver is only the fallback of calls that carry
-/// none).
-struct SharedApprover(Arc<dyn Approver>);
-
-impl Approver for SharedApprover {
-    fn name(&self) -> String {
-        self.0.name()
-    }
-
-    fn durable_request(&self) -> bool {
-        self.0.durable_request()
-    }
-
-    fn wait(&self) -> Option<Duration> {
-        self.0.wait()
-    }
-
-    fn decide<'a>(
-        &'a self,
-        request: &'a ApprovalRequest,
-    ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
-        self.0.decide(request)
     }
 }
 

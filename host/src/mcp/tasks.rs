@@ -157,6 +157,17 @@ impl Tasks {
             }
             return Ok(DetailedTask::new(t, TaskPayload::Working));
         }
+        self.as_logged(id, principal, log)
+    }
+
+    /// A task not running here, as the log tells it, with this server's
+    /// approval wait for asks that record none.
+    fn as_logged(
+        &self,
+        id: &str,
+        principal: &str,
+        log: &SessionLog,
+    ) -> Result<DetailedTask, McpError> {
         from_log(id, principal, log, self.approval_wait, APPROVAL_SETTLED)
     }
 
@@ -181,7 +192,7 @@ impl Tasks {
             r.interrupt.cancel();
             return Ok(());
         }
-        let task = from_log(id, principal, log, self.approval_wait, APPROVAL_SETTLED)?;
+        let task = self.as_logged(id, principal, log)?;
         if task.task.status == TaskStatus::Working {
             // Not running here, not finished in the log: another server of
             // a shared log runs it, and only that one can interrupt it.

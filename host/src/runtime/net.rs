@@ -247,22 +247,16 @@ impl CallNet {
         }
     }
 
-    /// Counts one request against `max_requests`; false when over it.
-    fn count_request(&self, max: u32) -> bool {
+    /// Counts one admitted request or connection against `max_requests`
+    /// and keeps its record, under one lock; `None` (nothing counted or
+    /// kept) when over the limit.
+    fn count_and_keep(&self, max: u32, record: EgressRecord) -> Option<usize> {
         match self.log.lock() {
             Ok(mut l) if l.requests < max => {
                 l.requests += 1;
-                true
+                Some(l.keep(record))
             }
-            _ => false,
-        }
-    }
-
-    /// Adds a record and returns its index.
-    fn push(&self, record: EgressRecord) -> usize {
-        match self.log.lock() {
-            Ok(mut l) => l.keep(record),
-            Err(_) => usize::MAX,
+            _ => None,
         }
     }
 
@@ -364,17 +358,16 @@ impl CallNet {
             }
         };
         let max = egress.policy.limits().max_requests;
-        if !self.count_request(max) {
+        let mut record = EgressRecord::allowed(&request, &path, &rule, approved);
+        record.error = Some(NOT_SENT.into());
+        let Some(index) = self.count_and_keep(max, record) else {
             self.refuse_limit(
                 &request,
                 &path,
                 format!("this call may make at most {max} network requests (network.max_requests)"),
             );
             return Err(HttpError::ConnectionLimitReached);
-        }
-        let mut record = EgressRecord::allowed(&request, &path, &rule, approved);
-        record.error = Some(NOT_SENT.into());
-        let index = self.push(record);
+        };
         Ok(Admitted {
             request,
             path,
@@ -684,7 +677,9 @@ impl CallNet {
             return false;
         }
         let max = egress.policy.limits().max_requests;
-        if !self.count_request(max) {
+        let approved = self.grant.ask_approved && rule.list == toolhost_egress::GrantList::Ask;
+        let record = EgressRecord::allowed(&request, "", &rule, approved);
+        if self.count_and_keep(max, record).is_none() {
             self.refuse_limit(
                 &request,
                 "",
@@ -697,8 +692,6 @@ impl CallNet {
         {
             l.udp_peers.push((addr.ip(), addr.port()));
         }
-        let approved = self.grant.ask_approved && rule.list == toolhost_egress::GrantList::Ask;
-        self.push(EgressRecord::allowed(&request, "", &rule, approved));
         true
     }
 }

@@ -220,7 +220,8 @@ fn handle(
 ) -> wasmtime::Result<Handled> {
     let state = store.data_mut();
     let net = state.net.clone();
-    let in_place = state.exchange_in_place;
+    // Asked here, where the guest runs (a store may be built elsewhere).
+    let in_place = state.may_exchange_in_place && super::store::drives_its_own_io();
     let view = state.http();
     // The options are the guest's to give away (an owned handle): taken out
     // of the table, so that a guest passing them with every request does

@@ -76,19 +76,21 @@ pub(crate) struct CallState {
     pub denied: Arc<Mutex<Vec<String>>>,
     /// The call's network state (grant, limits, records).
     pub net: Arc<CallNet>,
-    /// Whether an HTTP request without a body is exchanged where the guest
-    /// waits for it (`runtime::outgoing`): see [`drives_its_own_io`].
-    pub exchange_in_place: bool,
+    /// Whether an HTTP request without a body may be exchanged where the
+    /// guest waits for it (`runtime::outgoing`): not for a body whose file
+    /// operations block its thread; then only where
+    /// [`drives_its_own_io`] says so, asked where the guest runs.
+    pub may_exchange_in_place: bool,
 }
 
-/// Whether the body being built runs where the runtime's I/O wake-ups
-/// reach it without a hand-off between threads: in a runtime task (a
+/// Whether the guest runs where the runtime's I/O wake-ups reach it
+/// without a hand-off between threads: in a runtime task (a
 /// worker's wake-ups run the task on that worker), or anywhere on a
 /// current-thread runtime (its one thread drives the I/O). A body in a
 /// multi-thread runtime's `block_on` (a caller outside the runtime, a body
 /// on a thread of its own) is woken from a worker for each of them; there a
 /// task of the request's own exchanges it, and hands over only its result.
-fn drives_its_own_io() -> bool {
+pub(crate) fn drives_its_own_io() -> bool {
     tokio::task::try_id().is_some()
         || tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
@@ -290,7 +292,6 @@ pub(crate) struct StoreBuilder<'a> {
     progress: Option<ProgressSink>,
     command: Option<&'a CommandSpec>,
     blocking: bool,
-    elsewhere: bool,
 }
 
 impl<'a> StoreBuilder<'a> {
@@ -303,7 +304,6 @@ impl<'a> StoreBuilder<'a> {
             progress: None,
             command: None,
             blocking: false,
-            elsewhere: false,
         }
     }
 
@@ -332,18 +332,6 @@ impl<'a> StoreBuilder<'a> {
     /// a body on a thread of its own).
     pub(crate) fn blocking(&mut self, blocking: bool) -> &mut Self {
         self.blocking = blocking;
-        self
-    }
-
-    /// The store is built here and run on another thread (in a `block_on`
-    /// there): where it is built says nothing of where its I/O wakes it,
-    /// so its HTTP requests are exchanged in tasks of their own.
-    #[cfg_attr(
-        not(feature = "cli"),
-        expect(dead_code, reason = "only `toolhost exec` runs a store elsewhere")
-    )]
-    pub(crate) fn run_elsewhere(&mut self) -> &mut Self {
-        self.elsewhere = true;
         self
     }
 
@@ -407,7 +395,7 @@ impl<'a> StoreBuilder<'a> {
             stopped_by: None,
             denied,
             net,
-            exchange_in_place: !self.blocking && !self.elsewhere && drives_its_own_io(),
+            may_exchange_in_place: !self.blocking,
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);

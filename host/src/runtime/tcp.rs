@@ -23,29 +23,9 @@ use tokio::net::TcpStream;
 /// that embeds the host may keep the signal's default action, which ends
 /// it); the send fails with `EPIPE` instead. On Apple's systems socket2
 /// sets `SO_NOSIGPIPE` on the sockets it makes, which does the same.
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "freebsd",
-    target_os = "dragonfly",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "solaris",
-    target_os = "illumos",
-    target_os = "haiku"
-))]
+#[cfg(not(target_vendor = "apple"))]
 const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "freebsd",
-    target_os = "dragonfly",
-    target_os = "netbsd",
-    target_os = "openbsd",
-    target_os = "solaris",
-    target_os = "illumos",
-    target_os = "haiku"
-)))]
+#[cfg(target_vendor = "apple")]
 const SEND_FLAGS: libc::c_int = 0;
 
 /// Connects to `addr`, without waiting for the driver when the connection
@@ -89,7 +69,11 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
             }
         }
     }
-    Ok(Tcp { stream })
+    Ok(Tcp {
+        stream,
+        read_waited: false,
+        write_waited: false,
+    })
 }
 
 /// A non-blocking connect that has begun and ends later: `EINPROGRESS`
@@ -105,9 +89,13 @@ fn in_progress(e: &io::Error) -> bool {
     }
 }
 
-/// A connected TCP stream whose reads and writes are tried at once.
+/// A connected TCP stream whose reads and writes are tried at once, each
+/// direction until it first has to wait: from then on tokio knows its
+/// readiness, and a poll that finds it not ready costs no system call.
 pub(super) struct Tcp {
     stream: TcpStream,
+    read_waited: bool,
+    write_waited: bool,
 }
 
 /// Whether an operation's error means "try again later" rather than a
@@ -120,33 +108,42 @@ fn again(e: &io::Error) -> bool {
 }
 
 impl Tcp {
-    /// `op` on the socket: at once, then after each readiness report of
-    /// `interest` until it neither would block nor was interrupted. It
-    /// counts against the task's cooperative budget as tokio's own
-    /// operations do, so a connection that always has data ready still lets
-    /// the worker run its other tasks.
+    /// `op` on the socket: at once (until its direction first waited),
+    /// then after each readiness report of `interest` until it neither
+    /// would block nor was interrupted. It counts against the task's
+    /// cooperative budget as tokio's own operations do, so a connection
+    /// that always has data ready still lets the worker run its other tasks.
     fn poll_op<T>(
-        &self,
+        &mut self,
         cx: &mut Context<'_>,
         interest: Interest,
         mut op: impl FnMut(socket2::SockRef<'_>) -> io::Result<T>,
     ) -> Poll<io::Result<T>> {
         let coop = ready!(tokio::task::coop::poll_proceed(cx));
+        let waited = if interest.is_writable() {
+            &mut self.write_waited
+        } else {
+            &mut self.read_waited
+        };
         let socket = || socket2::SockRef::from(&self.stream);
-        let done = match op(socket()) {
-            Err(e) if again(&e) => loop {
-                let readiness = if interest.is_writable() {
-                    self.stream.poll_write_ready(cx)
-                } else {
-                    self.stream.poll_read_ready(cx)
-                };
-                ready!(readiness)?;
-                match self.stream.try_io(interest, || op(socket())) {
-                    Err(e) if again(&e) => {}
-                    done => break done,
+        let at_once = (!*waited).then(|| op(socket()));
+        let done = match at_once {
+            Some(done) if !done.as_ref().is_err_and(again) => done,
+            _ => {
+                *waited = true;
+                loop {
+                    let readiness = if interest.is_writable() {
+                        self.stream.poll_write_ready(cx)
+                    } else {
+                        self.stream.poll_read_ready(cx)
+                    };
+                    ready!(readiness)?;
+                    match self.stream.try_io(interest, || op(socket())) {
+                        Err(e) if again(&e) => {}
+                        done => break done,
+                    }
                 }
-            },
-            done => done,
+            }
         };
         coop.made_progress();
         Poll::Ready(done)
@@ -155,7 +152,7 @@ impl Tcp {
 
 impl AsyncRead for Tcp {
     fn poll_read(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
@@ -173,7 +170,7 @@ impl AsyncRead for Tcp {
 
 impl AsyncWrite for Tcp {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
@@ -183,7 +180,7 @@ impl AsyncWrite for Tcp {
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {

@@ -615,18 +615,20 @@ fn a_task_is_answered_by_any_replica_and_a_dead_replicas_task_is_unknown() {
         assert_eq!(answer["result"]["resultType"], "task", "{answer}");
         answer["result"]["taskId"].as_str().unwrap().to_string()
     };
-    let get = |addr, id: &str| {
+    // `tasks/get` or `tasks/cancel` of task `id` through `addr`.
+    let on_task = |addr, method: &str, id: &str| {
         rt.block_on(super::replica::rpc(
             addr,
             None,
             99,
-            "tasks/get",
+            method,
             id,
             json!({"taskId": id}),
             tasks.clone(),
         ))
         .unwrap()
     };
+    let get = |addr, id: &str| on_task(addr, "tasks/get", id);
     let until_done = |addr, id: &str| {
         let deadline = Instant::now() + WAIT;
         loop {
@@ -659,18 +661,7 @@ fn a_task_is_answered_by_any_replica_and_a_dead_replicas_task_is_unknown() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let cancel = |addr, id: &str| {
-        rt.block_on(super::replica::rpc(
-            addr,
-            None,
-            98,
-            "tasks/cancel",
-            id,
-            json!({"taskId": id}),
-            tasks.clone(),
-        ))
-        .unwrap()
-    };
+    let cancel = |addr, id: &str| on_task(addr, "tasks/cancel", id);
 
     // Only the replica that runs a task can interrupt it: another one
     // says where it runs and leaves it running.
