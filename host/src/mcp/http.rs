@@ -1065,6 +1065,10 @@ pub async fn serve_http_until(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
+        // Its sends never raise SIGPIPE (`runtime::Tcp`): a client that
+        // goes away mid-response cannot end a program that embeds the
+        // server and keeps the signal's default action.
+        let stream = crate::runtime::Tcp::new(stream);
         let front = front.clone();
         let service = hyper::service::service_fn(move |request| {
             let front = front.clone();

@@ -45,6 +45,8 @@ pub use self::load::{
     read_wasm_file,
 };
 pub use self::store::Receipt;
+#[cfg(feature = "mcp")]
+pub(crate) use self::tcp::Tcp;
 
 pub(crate) use self::invoke::{OnAbandon, Watch, race};
 pub(crate) use self::program::Program;

@@ -1,5 +1,6 @@
-//! The TCP connections of the host's HTTP client: each operation is tried
-//! on the socket at once, and waited for only when it would block.
+//! The TCP connections of the host's HTTP client and of the MCP HTTP
+//! server: each operation is tried on the socket at once, and waited for
+//! only when it would block; no send raises `SIGPIPE`.
 //!
 //! tokio does not try a new socket before its I/O driver has reported it
 //! ready: the end of a connect, the first write and the first read each
@@ -69,11 +70,7 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
             }
         }
     }
-    Ok(Tcp {
-        stream,
-        read_waited: false,
-        write_waited: false,
-    })
+    Ok(Tcp::new(stream))
 }
 
 /// A non-blocking connect that has begun and ends later: `EINPROGRESS`
@@ -92,10 +89,22 @@ fn in_progress(e: &io::Error) -> bool {
 /// A connected TCP stream whose reads and writes are tried at once, each
 /// direction until it first has to wait: from then on tokio knows its
 /// readiness, and a poll that finds it not ready costs no system call.
-pub(super) struct Tcp {
+pub(crate) struct Tcp {
     stream: TcpStream,
     read_waited: bool,
     write_waited: bool,
+}
+
+impl Tcp {
+    /// A connected stream (one [`connect`] made, or one a listener
+    /// accepted), whose sends from now on never raise `SIGPIPE`.
+    pub(crate) fn new(stream: TcpStream) -> Tcp {
+        Tcp {
+            stream,
+            read_waited: false,
+            write_waited: false,
+        }
+    }
 }
 
 /// Whether an operation's error means "try again later" rather than a
@@ -422,7 +431,9 @@ mod tests {
     /// Sends to a peer that reset the connection fail with an error, and
     /// never raise `SIGPIPE`, which kills a program that embeds the host
     /// and keeps the signal's default action (the Rust runtime ignores it,
-    /// so the check runs in a child process of this test that restores it).
+    /// so the check runs in a child process of this test that restores it):
+    /// on a connection the host made (its HTTP client) and on one it
+    /// accepted (the MCP HTTP server's).
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_send_to_a_reset_peer_fails_without_sigpipe() {
@@ -435,7 +446,10 @@ mod tests {
                 .enable_all()
                 .build()
                 .unwrap_or_else(|e| panic!("{e}"));
-            runtime.block_on(sends_after_a_reset());
+            runtime.block_on(async {
+                sends_after_a_reset(Side::Connected).await;
+                sends_after_a_reset(Side::Accepted).await;
+            });
             return;
         }
         let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
@@ -466,16 +480,40 @@ mod tests {
         );
     }
 
-    /// Connects, has the peer reset the connection, then sends (plain and
-    /// vectored) until both fail.
+    /// Which end of a connection the host's stream is.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    async fn sends_after_a_reset() {
+    #[derive(Debug, Clone, Copy)]
+    enum Side {
+        /// Made by [`connect`].
+        Connected,
+        /// Accepted by a listener, then wrapped.
+        Accepted,
+    }
+
+    /// Opens a connection with the host's stream at `side`, has the peer
+    /// reset it, then sends (plain and vectored) until both fail.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    async fn sends_after_a_reset(side: Side) {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
-        let (peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+        let accept = || async {
+            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+            s
+        };
+        let (mut stream, peer) = match side {
+            Side::Connected => {
+                let stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
+                (stream, accept().await)
+            }
+            Side::Accepted => {
+                let peer = TcpStream::connect(addr)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                (Tcp::new(accept().await), peer)
+            }
+        };
         // Closed with a zero linger: a reset instead of a FIN.
         socket2::SockRef::from(&peer)
             .set_linger(Some(std::time::Duration::ZERO))
@@ -487,10 +525,11 @@ mod tests {
         let mut one = [0u8; 1];
         let read = tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut one))
             .await
-            .unwrap_or_else(|_| panic!("the reset never came"));
+            .unwrap_or_else(|_| panic!("the reset never came ({side:?})"));
         assert_eq!(
             read.err().map(|e| e.kind()),
-            Some(io::ErrorKind::ConnectionReset)
+            Some(io::ErrorKind::ConnectionReset),
+            "{side:?}"
         );
         for round in 0..4 {
             let sent = if round % 2 == 0 {
@@ -502,9 +541,60 @@ mod tests {
             assert_eq!(
                 sent.err().map(|e| e.kind()),
                 Some(io::ErrorKind::BrokenPipe),
-                "send {round}"
+                "send {round} ({side:?})"
             );
         }
+    }
+
+    /// A connection that always has data ready still lets its thread's
+    /// other tasks run: each read counts against tokio's cooperative
+    /// budget, and the task's turn ends when the budget is spent, though
+    /// no read ever had to wait.
+    #[test]
+    fn a_connection_that_is_always_ready_still_gives_up_its_thread() {
+        const SENT: usize = 64 << 10;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+            let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
+            let (peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+            // Sent before the first read, on a blocking socket: a loopback
+            // send is in the receiver's queue when it returns, so every
+            // read below finds data at once.
+            let mut peer = peer.into_std().unwrap_or_else(|e| panic!("{e}"));
+            peer.set_nonblocking(false)
+                .unwrap_or_else(|e| panic!("{e}"));
+            std::io::Write::write_all(&mut peer, &[7u8; SENT]).unwrap_or_else(|e| panic!("{e}"));
+            // Another task of this (one) thread: it runs only when the
+            // reader gives the thread up.
+            let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            tokio::spawn({
+                let ran = ran.clone();
+                async move { ran.store(true, std::sync::atomic::Ordering::SeqCst) }
+            });
+            // Small reads: a thousand of them, far more than one turn's
+            // budget.
+            let (mut read, mut small) = (0, [0u8; 64]);
+            while read < SENT && !ran.load(std::sync::atomic::Ordering::SeqCst) {
+                let n = stream
+                    .read(&mut small)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(n > 0, "the stream ended after {read} bytes");
+                read += n;
+            }
+            assert!(
+                ran.load(std::sync::atomic::Ordering::SeqCst),
+                "all {read} bytes were read in one turn: the other task never ran"
+            );
+            assert!(read < SENT, "{read}");
+        });
     }
 
     /// A refused connection is the connect's error, not a stream.
