@@ -53,8 +53,6 @@ pub(crate) struct Admitted<'h> {
     pub progress: Option<crate::state::ProgressSink>,
     /// What the call may reach on the network.
     pub network: NetworkGrant,
-    /// When and for whom the call started (its after-call record).
-    pub start: CallStart,
 }
 
 type Refusal = (ErrorCode, String);
@@ -113,27 +111,20 @@ impl Host {
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
-        let mut admitting = Admitting {
-            host: self,
-            call_id: &call_id,
-            tool: &tool_name,
-            start: &start,
-            over: false,
-        };
-        let admitted = self.admit(call_id.clone(), request, start.clone()).await;
-        admitting.over = true;
-        drop(admitting);
-        let admitted = match admitted {
+        let mut call = Unfinished::new(self, call_id.clone(), tool_name, start);
+        let admitted = match self.admit(call_id, request, call.start()).await {
             Ok(admitted) => admitted,
             Err((code, message)) => {
-                return self.refuse(&call_id, &tool_name, code, message, &start);
+                let refusal = call.refused(code, message);
+                return call.end(refusal);
             }
         };
+        call.admitted();
         if let Err(e) = self.checkpoint(&[&admitted]) {
-            return self.commit(aborted(&admitted, &e), &admitted.start);
+            return call.end(aborted(&admitted, &e));
         }
-        let open = Unresolved::new(self, call_id, tool_name, start);
-        self.dispatch(admitted, open).await
+        call.opened();
+        self.dispatch(admitted, call).await
     }
 
     /// Phase 6, the checkpoint: the intents of `admitted` in one commit
@@ -183,7 +174,7 @@ impl Host {
         &'h self,
         call_id: String,
         req: CallRequest,
-        start: CallStart,
+        start: &CallStart,
     ) -> Result<Admitted<'h>, Refusal> {
         // The call record is written with the call's next event (approval,
         // intent or refusal): it costs no commit of its own.
@@ -256,7 +247,6 @@ impl Host {
                 a.tool.descriptor.side_effect,
                 !a.ask_network.is_empty(),
             ),
-            start,
         })
     }
 
@@ -551,7 +541,7 @@ impl Host {
         // If this future is dropped while it waits (a caller's timeout, a
         // transport that drops its handler), the pair is still closed:
         // `approval/decided` `cancelled`, announced too (whoever admits the
-        // call then ends it, `CANCELLED`: `Admitting`, or a batch's own).
+        // call then ends it, `CANCELLED`: its `Unfinished` guard).
         let mut unpaired = Unpaired {
             host: self,
             call_id,
@@ -638,16 +628,16 @@ impl Host {
         }
     }
 
-    /// Phases 7-9 for a call whose intent is durable; `open` commits its
+    /// Phases 7-9 for a call whose intent is durable; `call` commits its
     /// result (or, dropped first, `TOOL_OUTCOME_UNKNOWN`).
     pub(crate) async fn dispatch(
         &self,
         admitted: Admitted<'_>,
-        open: Unresolved<'_>,
+        call: Unfinished<'_>,
     ) -> CallResult {
         let result = self.execute(&admitted).await;
         crate::crashpoint::reached("after-body");
-        let result = open.resolve(result);
+        let result = call.end(result);
         crate::crashpoint::reached("after-result");
         result
     }
@@ -1395,92 +1385,167 @@ fn redact_json(value: &mut serde_json::Value, fix: &impl Fn(&mut String)) {
     }
 }
 
-/// A call whose intent is written and whose result is not yet. Its future
-/// may be dropped before the result is committed (a caller's timeout
-/// around the call, a transport that drops its handler, a batch dropped
-/// with its calls); the guard then commits the result recovery would give
-/// the call after a crash, `TOOL_OUTCOME_UNKNOWN`, so that no intent stays
-/// pending in a log that lives on (the in-memory log never forgets a
-/// pending call) and no call ends without its result. A body still running
-/// then is stopped and abandoned by the runtime (`runtime::invoke`).
-pub(crate) struct Unresolved<'h> {
+/// A call from its admission until its result is committed: whatever the
+/// call's future is dropped at (a caller's timeout around the call, a
+/// transport that drops its handler, a batch dropped with its calls), the
+/// guard commits the result the call has reached, so that no call ends
+/// without one and no intent stays pending in a log that lives on (the
+/// in-memory log never forgets a pending call):
+///
+/// - being admitted (its only wait is for its approval, whose pair
+///   `Unpaired` closes first): `CANCELLED`;
+/// - admitted, its intent not written yet (a batch writes its calls'
+///   intents together): `CANCELLED`, its body never ran;
+/// - refused, its refusal not committed yet (a batch commits in call
+///   order): that refusal;
+/// - its intent written: `TOOL_OUTCOME_UNKNOWN`, the result recovery would
+///   give it after a crash. A body still running then is stopped and
+///   abandoned by the runtime (`runtime::invoke`).
+///
+/// A batch keeps one per call and ends them in call order ([`Ending`]).
+pub(crate) struct Unfinished<'h> {
     host: &'h Host,
     call_id: String,
     tool: String,
-    /// Taken when the result is committed.
-    start: Option<CallStart>,
+    start: CallStart,
+    stage: Stage,
 }
 
-impl<'h> Unresolved<'h> {
-    /// The guard of an admitted call, whose id, tool name and start
-    /// (copies of its own) the caller gives up to it.
+/// How far an [`Unfinished`] call has come.
+enum Stage {
+    Admitting,
+    Admitted,
+    Refused(Box<CallResult>),
+    Open,
+    /// Its result is committed: nothing left to do.
+    Ended,
+}
+
+impl<'h> Unfinished<'h> {
+    /// The guard of a call about to be admitted.
     pub(crate) fn new(
         host: &'h Host,
         call_id: String,
         tool: String,
         start: CallStart,
-    ) -> Unresolved<'h> {
-        Unresolved {
+    ) -> Unfinished<'h> {
+        Unfinished {
             host,
             call_id,
             tool,
-            start: Some(start),
+            start,
+            stage: Stage::Admitting,
         }
+    }
+
+    /// When and for whom the call started.
+    pub(crate) fn start(&self) -> &CallStart {
+        &self.start
+    }
+
+    /// Admission let the call through.
+    pub(crate) fn admitted(&mut self) {
+        self.stage = Stage::Admitted;
+    }
+
+    /// Admission refused the call with `code` and `message`: its refusal,
+    /// committed by [`Unfinished::end`] (or when the guard is dropped).
+    pub(crate) fn refused(&mut self, code: ErrorCode, message: String) -> CallResult {
+        let refusal = CallResult::error(
+            self.call_id.clone(),
+            self.tool.clone(),
+            code,
+            message,
+            Receipt::default(),
+        );
+        self.stage = Stage::Refused(Box::new(refusal.clone()));
+        refusal
+    }
+
+    /// Its intent is written (phase 6).
+    pub(crate) fn opened(&mut self) {
+        self.stage = Stage::Open;
     }
 
     /// Phase 9: commits the call's result.
-    pub(crate) fn resolve(mut self, result: CallResult) -> CallResult {
-        match self.start.take() {
-            Some(start) => self.host.commit(result, &start),
-            None => result,
-        }
+    pub(crate) fn end(mut self, result: CallResult) -> CallResult {
+        self.stage = Stage::Ended;
+        self.host.commit(result, &self.start)
     }
 }
 
-impl Drop for Unresolved<'_> {
+impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        let Some(start) = self.start.take() else {
-            return;
+        let (code, message) = match std::mem::replace(&mut self.stage, Stage::Ended) {
+            Stage::Ended => return,
+            Stage::Refused(refusal) => {
+                self.host.commit(*refusal, &self.start);
+                return;
+            }
+            Stage::Admitting => (ErrorCode::Cancelled, DROPPED_WHILE_ASKING),
+            // Only a batch waits between admitting a call and writing its
+            // intent (for its other calls' admission).
+            Stage::Admitted => (
+                ErrorCode::Cancelled,
+                "the batch was dropped by its caller before this call's intent was written; \
+                 its body never ran",
+            ),
+            Stage::Open => (
+                ErrorCode::ToolOutcomeUnknown,
+                "the call was dropped after its intent was written and before its result (its \
+                 caller gave up on it, or the host stopped): whether its body ran, and what it \
+                 did, is unknown",
+            ),
         };
-        let unknown = CallResult::error(
+        let result = CallResult::error(
             std::mem::take(&mut self.call_id),
             std::mem::take(&mut self.tool),
-            ErrorCode::ToolOutcomeUnknown,
-            "the call was dropped after its intent was written and before its result (its \
-             caller gave up on it, or the host stopped): whether its body ran, and what it did, \
-             is unknown",
+            code,
+            message,
             Receipt::default(),
         );
-        self.host.commit(unknown, &start);
+        self.host.commit(result, &self.start);
+    }
+}
+
+/// The calls of a batch that are not ended yet, in call order: dropped,
+/// each is ended in that order by its [`Unfinished`] guard.
+pub(crate) struct Ending<'h>(std::collections::VecDeque<Unfinished<'h>>);
+
+impl<'h> Ending<'h> {
+    pub(crate) fn with_capacity(n: usize) -> Ending<'h> {
+        Ending(std::collections::VecDeque::with_capacity(n))
+    }
+
+    /// The next call of the batch, `call`, last in order.
+    pub(crate) fn push(&mut self, call: Unfinished<'h>) -> &mut Unfinished<'h> {
+        self.0.push_back(call);
+        let last = self.0.len() - 1;
+        &mut self.0[last]
+    }
+
+    /// The calls, in order, to move through the stages.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Unfinished<'h>> {
+        self.0.iter_mut()
+    }
+
+    /// The first call not ended yet.
+    pub(crate) fn next(&mut self) -> Option<Unfinished<'h>> {
+        self.0.pop_front()
+    }
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        while let Some(call) = self.0.pop_front() {
+            drop(call);
+        }
     }
 }
 
 /// Why a call dropped while it waits for its approval ends (the only wait
 /// of its admission).
 pub(crate) const DROPPED_WHILE_ASKING: &str = "the call was dropped while waiting for approval";
-
-/// A call being admitted (phases 1-5): dropped before its admission is
-/// over, it ends `CANCELLED`, so that no call stays without a result (its
-/// approval's pair is closed first, by `Unpaired`). A batch ends its own
-/// calls, in their order (`Unended`).
-struct Admitting<'a> {
-    host: &'a Host,
-    call_id: &'a str,
-    tool: &'a str,
-    start: &'a CallStart,
-    over: bool,
-}
-
-impl Drop for Admitting<'_> {
-    fn drop(&mut self) {
-        if !self.over {
-            let message = DROPPED_WHILE_ASKING.to_string();
-            let code = ErrorCode::Cancelled;
-            self.host
-                .refuse(self.call_id, self.tool, code, message, self.start);
-        }
-    }
-}
 
 /// Closes an `approval/asked` whose wait was dropped before a decision:
 /// records (lazily) and announces `approval/decided` `cancelled`, so the
