@@ -6,8 +6,9 @@
 //! ready: the end of a connect, the first write and the first read each
 //! wait for a turn of the driver, which runs on a worker thread. A connect
 //! to a nearby server has usually finished when the system call returns,
-//! and a request fits the socket's send buffer, so those waits are for
-//! nothing. Here the system call comes first; only when it would block (or
+//! a request (or a response) fits the socket's send buffer, and an
+//! accepted connection's request has usually come with it, so those waits
+//! are for nothing. Here the system call comes first; only when it would block (or
 //! was interrupted) does the operation wait for the driver's readiness,
 //! and then it is tried again, as tokio's own are, through
 //! [`TcpStream::try_io`] (which clears a readiness that turns out stale).
@@ -22,8 +23,10 @@ use tokio::net::TcpStream;
 
 /// The flags of a send: never `SIGPIPE` for a peer that is gone (a program
 /// that embeds the host may keep the signal's default action, which ends
-/// it); the send fails with `EPIPE` instead. On Apple's systems socket2
-/// sets `SO_NOSIGPIPE` on the sockets it makes, which does the same.
+/// it); the send fails with `EPIPE` instead. On Apple's systems
+/// `SO_NOSIGPIPE` does the same: socket2 sets it on the sockets it makes
+/// (the client's), and mio on its listeners, whose accepted sockets
+/// inherit it (the MCP server's).
 #[cfg(not(target_vendor = "apple"))]
 const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
 #[cfg(target_vendor = "apple")]
@@ -119,43 +122,47 @@ fn again(e: &io::Error) -> bool {
 impl Tcp {
     /// `op` on the socket: at once (until its direction first waited),
     /// then after each readiness report of `interest` until it neither
-    /// would block nor was interrupted. It counts against the task's
-    /// cooperative budget as tokio's own operations do, so a connection
-    /// that always has data ready still lets the worker run its other tasks.
+    /// would block nor was interrupted. Each counts once against the
+    /// task's cooperative budget, as tokio's own operations do (the try at
+    /// once here, a wait in tokio's readiness), so that a connection that
+    /// always has data ready still lets the worker run its other tasks.
     fn poll_op<T>(
         &mut self,
         cx: &mut Context<'_>,
         interest: Interest,
         mut op: impl FnMut(socket2::SockRef<'_>) -> io::Result<T>,
     ) -> Poll<io::Result<T>> {
-        let coop = ready!(tokio::task::coop::poll_proceed(cx));
         let waited = if interest.is_writable() {
             &mut self.write_waited
         } else {
             &mut self.read_waited
         };
-        let socket = || socket2::SockRef::from(&self.stream);
-        let at_once = (!*waited).then(|| op(socket()));
-        let done = match at_once {
-            Some(done) if !done.as_ref().is_err_and(again) => done,
-            _ => {
-                *waited = true;
-                loop {
-                    let readiness = if interest.is_writable() {
-                        self.stream.poll_write_ready(cx)
-                    } else {
-                        self.stream.poll_read_ready(cx)
-                    };
-                    ready!(readiness)?;
-                    match self.stream.try_io(interest, || op(socket())) {
-                        Err(e) if again(&e) => {}
-                        done => break done,
-                    }
-                }
+        if !*waited {
+            let coop = ready!(tokio::task::coop::poll_proceed(cx));
+            let done = op(socket2::SockRef::from(&self.stream));
+            if !done.as_ref().is_err_and(again) {
+                coop.made_progress();
+                return Poll::Ready(done);
             }
-        };
-        coop.made_progress();
-        Poll::Ready(done)
+            // Not done: its budget unit goes back (`coop` is dropped without
+            // progress), and tokio's readiness counts the wait.
+            *waited = true;
+        }
+        loop {
+            let readiness = if interest.is_writable() {
+                self.stream.poll_write_ready(cx)
+            } else {
+                self.stream.poll_read_ready(cx)
+            };
+            ready!(readiness)?;
+            match self
+                .stream
+                .try_io(interest, || op(socket2::SockRef::from(&self.stream)))
+            {
+                Err(e) if again(&e) => {}
+                done => return Poll::Ready(done),
+            }
+        }
     }
 }
 
@@ -564,13 +571,31 @@ mod tests {
             let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
             let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
             let (peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
-            // Sent before the first read, on a blocking socket: a loopback
-            // send is in the receiver's queue when it returns, so every
-            // read below finds data at once.
+            // All in the stream's receive queue before the first read, so
+            // that every read below finds data at once.
             let mut peer = peer.into_std().unwrap_or_else(|e| panic!("{e}"));
             peer.set_nonblocking(false)
                 .unwrap_or_else(|e| panic!("{e}"));
             std::io::Write::write_all(&mut peer, &[7u8; SENT]).unwrap_or_else(|e| panic!("{e}"));
+            let queued = || {
+                let mut n: libc::c_int = 0;
+                // SAFETY: FIONREAD writes one int, the bytes queued for
+                // reading, through the pointer it is given.
+                let r = unsafe {
+                    libc::ioctl(
+                        std::os::fd::AsRawFd::as_raw_fd(&stream.stream),
+                        libc::FIONREAD,
+                        &mut n,
+                    )
+                };
+                assert_eq!(r, 0, "{}", io::Error::last_os_error());
+                usize::try_from(n).unwrap_or(0)
+            };
+            let by = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while queued() < SENT {
+                assert!(std::time::Instant::now() < by, "the data never arrived");
+                std::thread::yield_now();
+            }
             // Another task of this (one) thread: it runs only when the
             // reader gives the thread up.
             let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -594,6 +619,8 @@ mod tests {
                 "all {read} bytes were read in one turn: the other task never ran"
             );
             assert!(read < SENT, "{read}");
+            // The turn ended on the budget, not on a read that waited.
+            assert!(!stream.read_waited);
         });
     }
 
