@@ -624,6 +624,70 @@ mod tests {
         });
     }
 
+    /// A readiness that turns out stale (the data it announced is gone
+    /// before the read) is cleared, and the read waits for the next one,
+    /// instead of trying again at once for ever.
+    #[test]
+    fn a_stale_readiness_is_cleared_and_waited_for_again() {
+        let (done, result) = std::sync::mpsc::channel();
+        // On a thread of its own: a read that spins never gives its thread
+        // back, and the wait for it below must still end.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let got = runtime.block_on(async {
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+                let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
+                let (mut peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+                // A second descriptor of the same socket, which takes the
+                // byte that the stream's readiness announces.
+                // SAFETY: `dup` returns a new descriptor (checked below),
+                // owned from here by `thief` alone.
+                let thief = unsafe {
+                    let fd = libc::dup(std::os::fd::AsRawFd::as_raw_fd(&stream.stream));
+                    assert!(fd >= 0, "{}", io::Error::last_os_error());
+                    <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd)
+                };
+                peer.write_all(b"x").await.unwrap_or_else(|e| panic!("{e}"));
+                // The driver has seen it: the stream is marked readable.
+                let ready = stream
+                    .stream
+                    .ready(Interest::READABLE)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(ready.is_readable());
+                let mut taken = [0u8; 1];
+                assert_eq!(
+                    std::io::Read::read(&mut &thief, &mut taken).unwrap_or_else(|e| panic!("{e}")),
+                    1
+                );
+                // Marked readable with nothing to read: the read must
+                // wait, and get the byte sent after. Unconstrained by the
+                // cooperative budget, which would otherwise end a spin too.
+                let mut got = [0u8; 1];
+                let reading = tokio::task::coop::unconstrained(stream.read(&mut got));
+                let (read, sent) = tokio::join!(reading, async {
+                    tokio::task::yield_now().await;
+                    peer.write_all(b"y").await
+                });
+                sent.unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(read.unwrap_or_else(|e| panic!("{e}")), 1);
+                assert!(stream.read_waited);
+                got[0]
+            });
+            let _ = done.send(got);
+        });
+        let got = result
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("the read never ended: {e}"));
+        assert_eq!(got, b'y');
+    }
+
     /// A refused connection is the connect's error, not a stream.
     #[tokio::test]
     async fn a_refused_connect_is_an_error() {
