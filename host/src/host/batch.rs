@@ -8,7 +8,7 @@
 //! the calls were given, whatever order they finish. A result is committed
 //! as soon as every result before it is, so a crash loses as little as it can.
 
-use super::pipeline::{Admitted, Ending, Unfinished, aborted};
+use super::pipeline::{Admitted, Unfinished, aborted};
 use super::{CallRequest, Host};
 use crate::audit::CallStart;
 use crate::result::CallResult;
@@ -52,6 +52,7 @@ impl Host {
                 call_id.clone(),
                 req.tool.clone(),
                 start,
+                true,
             ));
             let admitted = self.admit(call_id, req, call.start()).await;
             slots.push(match admitted {
@@ -59,7 +60,11 @@ impl Host {
                     call.admitted();
                     Slot::Ready(a)
                 }
-                Err((code, message)) => Slot::Done(call.refused(code, message)),
+                Err((code, message)) => {
+                    let refusal = call.refusal(code, message);
+                    call.settled(&refusal);
+                    Slot::Done(refusal)
+                }
             });
         }
         // 6. one durable commit for every admitted intent.
@@ -85,8 +90,13 @@ impl Host {
             Err(e) => {
                 slots = slots
                     .into_iter()
-                    .map(|s| match s {
-                        Slot::Ready(a) => Slot::Done(aborted(&a, &e)),
+                    .zip(calls.iter_mut())
+                    .map(|(s, call)| match s {
+                        Slot::Ready(a) => {
+                            let abort = aborted(&a, &e);
+                            call.settled(&abort);
+                            Slot::Done(abort)
+                        }
                         done => done,
                     })
                     .collect();
@@ -114,10 +124,13 @@ impl Host {
             while let Some(r) = done.next().await {
                 // Committed here, by the call's guard, not in `finish`: a
                 // later call that ends first waits for the ones before it.
-                results.push(match calls.next() {
-                    Some(call) => call.end(r),
-                    None => r,
-                });
+                let Some(call) = calls.next() else {
+                    // Each slot was pushed with its guard: not reached.
+                    tracing::error!(call_id = %r.call_id, "a batch's call has no guard; its result is not recorded");
+                    results.push(r);
+                    continue;
+                };
+                results.push(call.end(r));
             }
         }
         crate::crashpoint::reached("after-result");
@@ -133,6 +146,43 @@ impl Host {
                 crate::crashpoint::reached("after-body");
                 r
             }
+        }
+    }
+}
+
+/// The calls of a batch that are not ended yet, in call order: dropped,
+/// each is ended in that order by its [`Unfinished`] guard.
+struct Ending<'h>(std::collections::VecDeque<Unfinished<'h>>);
+
+impl<'h> Ending<'h> {
+    fn with_capacity(n: usize) -> Ending<'h> {
+        Ending(std::collections::VecDeque::with_capacity(n))
+    }
+
+    /// The next call of the batch, `call`, last in order.
+    fn push(&mut self, call: Unfinished<'h>) -> &mut Unfinished<'h> {
+        self.0.push_back(call);
+        let last = self.0.len() - 1;
+        &mut self.0[last]
+    }
+
+    /// The calls, in order, to move through the stages.
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Unfinished<'h>> {
+        self.0.iter_mut()
+    }
+
+    /// The first call not ended yet.
+    fn next(&mut self) -> Option<Unfinished<'h>> {
+        self.0.pop_front()
+    }
+}
+
+/// Written out, though a `VecDeque` drops its items front to back too:
+/// the order is what this guard is for.
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        while let Some(call) = self.0.pop_front() {
+            drop(call);
         }
     }
 }

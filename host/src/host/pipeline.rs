@@ -111,11 +111,11 @@ impl Host {
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
-        let mut call = Unfinished::new(self, call_id.clone(), tool_name, start);
+        let mut call = Unfinished::new(self, call_id.clone(), tool_name, start, false);
         let admitted = match self.admit(call_id, request, call.start()).await {
             Ok(admitted) => admitted,
             Err((code, message)) => {
-                let refusal = call.refused(code, message);
+                let refusal = call.refusal(code, message);
                 return call.end(refusal);
             }
         };
@@ -1396,38 +1396,42 @@ fn redact_json(value: &mut serde_json::Value, fix: &impl Fn(&mut String)) {
 ///   `Unpaired` closes first): `CANCELLED`;
 /// - admitted, its intent not written yet (a batch writes its calls'
 ///   intents together): `CANCELLED`, its body never ran;
-/// - refused, its refusal not committed yet (a batch commits in call
-///   order): that refusal;
+/// - settled (refused, or aborted at the checkpoint), its result not
+///   committed yet (a batch commits in call order): that result;
 /// - its intent written: `TOOL_OUTCOME_UNKNOWN`, the result recovery would
 ///   give it after a crash. A body still running then is stopped and
 ///   abandoned by the runtime (`runtime::invoke`).
 ///
-/// A batch keeps one per call and ends them in call order ([`Ending`]).
+/// A batch keeps one per call and ends them in call order (`batch::Ending`).
 pub(crate) struct Unfinished<'h> {
     host: &'h Host,
     call_id: String,
     tool: String,
     start: CallStart,
     stage: Stage,
+    /// One of a batch's calls (what its `CANCELLED` says).
+    in_batch: bool,
 }
 
 /// How far an [`Unfinished`] call has come.
 enum Stage {
     Admitting,
     Admitted,
-    Refused(Box<CallResult>),
+    Settled(Box<CallResult>),
     Open,
     /// Its result is committed: nothing left to do.
     Ended,
 }
 
 impl<'h> Unfinished<'h> {
-    /// The guard of a call about to be admitted.
+    /// The guard of a call about to be admitted, alone or (`in_batch`) as
+    /// one of a batch's.
     pub(crate) fn new(
         host: &'h Host,
         call_id: String,
         tool: String,
         start: CallStart,
+        in_batch: bool,
     ) -> Unfinished<'h> {
         Unfinished {
             host,
@@ -1435,6 +1439,7 @@ impl<'h> Unfinished<'h> {
             tool,
             start,
             stage: Stage::Admitting,
+            in_batch,
         }
     }
 
@@ -1448,18 +1453,21 @@ impl<'h> Unfinished<'h> {
         self.stage = Stage::Admitted;
     }
 
-    /// Admission refused the call with `code` and `message`: its refusal,
-    /// committed by [`Unfinished::end`] (or when the guard is dropped).
-    pub(crate) fn refused(&mut self, code: ErrorCode, message: String) -> CallResult {
-        let refusal = CallResult::error(
+    /// Admission refused the call with `code` and `message`: its refusal.
+    pub(crate) fn refusal(&self, code: ErrorCode, message: String) -> CallResult {
+        CallResult::error(
             self.call_id.clone(),
             self.tool.clone(),
             code,
             message,
             Receipt::default(),
-        );
-        self.stage = Stage::Refused(Box::new(refusal.clone()));
-        refusal
+        )
+    }
+
+    /// The call's result is `result` (a refusal, an abort), committed in
+    /// its turn by [`Unfinished::end`], or when the guard is dropped first.
+    pub(crate) fn settled(&mut self, result: &CallResult) {
+        self.stage = Stage::Settled(Box::new(result.clone()));
     }
 
     /// Its intent is written (phase 6).
@@ -1478,17 +1486,21 @@ impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         let (code, message) = match std::mem::replace(&mut self.stage, Stage::Ended) {
             Stage::Ended => return,
-            Stage::Refused(refusal) => {
-                self.host.commit(*refusal, &self.start);
+            Stage::Settled(result) => {
+                self.host.commit(*result, &self.start);
                 return;
             }
             Stage::Admitting => (ErrorCode::Cancelled, DROPPED_WHILE_ASKING),
-            // Only a batch waits between admitting a call and writing its
-            // intent (for its other calls' admission).
-            Stage::Admitted => (
+            // A batch waits there (for its other calls' admission); a call
+            // alone ends there only by a panic while its intent is written.
+            Stage::Admitted if self.in_batch => (
                 ErrorCode::Cancelled,
                 "the batch was dropped by its caller before this call's intent was written; \
                  its body never ran",
+            ),
+            Stage::Admitted => (
+                ErrorCode::Cancelled,
+                "the call ended before its intent was written; its body never ran",
             ),
             Stage::Open => (
                 ErrorCode::ToolOutcomeUnknown,
@@ -1508,44 +1520,9 @@ impl Drop for Unfinished<'_> {
     }
 }
 
-/// The calls of a batch that are not ended yet, in call order: dropped,
-/// each is ended in that order by its [`Unfinished`] guard.
-pub(crate) struct Ending<'h>(std::collections::VecDeque<Unfinished<'h>>);
-
-impl<'h> Ending<'h> {
-    pub(crate) fn with_capacity(n: usize) -> Ending<'h> {
-        Ending(std::collections::VecDeque::with_capacity(n))
-    }
-
-    /// The next call of the batch, `call`, last in order.
-    pub(crate) fn push(&mut self, call: Unfinished<'h>) -> &mut Unfinished<'h> {
-        self.0.push_back(call);
-        let last = self.0.len() - 1;
-        &mut self.0[last]
-    }
-
-    /// The calls, in order, to move through the stages.
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Unfinished<'h>> {
-        self.0.iter_mut()
-    }
-
-    /// The first call not ended yet.
-    pub(crate) fn next(&mut self) -> Option<Unfinished<'h>> {
-        self.0.pop_front()
-    }
-}
-
-impl Drop for Ending<'_> {
-    fn drop(&mut self) {
-        while let Some(call) = self.0.pop_front() {
-            drop(call);
-        }
-    }
-}
-
 /// Why a call dropped while it waits for its approval ends (the only wait
 /// of its admission).
-pub(crate) const DROPPED_WHILE_ASKING: &str = "the call was dropped while waiting for approval";
+const DROPPED_WHILE_ASKING: &str = "the call was dropped while waiting for approval";
 
 /// Closes an `approval/asked` whose wait was dropped before a decision:
 /// records (lazily) and announces `approval/decided` `cancelled`, so the
