@@ -204,7 +204,7 @@ type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 /// A write to a pipe (or socket) whose reader is gone raises `SIGPIPE`,
 /// and no flag of the write can stop that for a pipe: a program that calls
 /// this must ignore the signal, as Rust programs do unless they restore
-/// its default action (the `toolhost` binary ignores it). The HTTP server
+/// its default action (the `toolhost` binary keeps Rust's: ignored). The HTTP server
 /// ([`serve_http`]) needs nothing of the kind: its sends never raise it.
 pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
     let stdio::Stdio {

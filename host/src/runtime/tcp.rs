@@ -2,13 +2,14 @@
 //! server: each operation is tried on the socket at once, and waited for
 //! only when it would block; no send raises `SIGPIPE`.
 //!
-//! tokio does not try a new socket before its I/O driver has reported it
-//! ready: the end of a connect, the first write and the first read each
-//! wait for a turn of the driver, which runs on a worker thread. A connect
-//! to a nearby server has usually finished when the system call returns,
-//! a request (or a response) fits the socket's send buffer, and an
-//! accepted connection's request has usually come with it, so those waits
-//! are for nothing. Here the system call comes first; only when it would block (or
+//! tokio does not try a socket it connected before its I/O driver has
+//! reported it ready: the end of a connect, the first write and the first
+//! read each wait for a turn of the driver, which runs on a worker thread.
+//! A connect to a nearby server has usually finished when the system call
+//! returns, and a request fits the socket's send buffer, so those waits
+//! are for nothing. (tokio tries an accepted socket at once already: what
+//! the MCP server's connections gain here is only the flag of their sends.)
+//! Here the system call comes first; only when it would block (or
 //! was interrupted) does the operation wait for the driver's readiness,
 //! and then it is tried again, as tokio's own are, through
 //! [`TcpStream::try_io`] (which clears a readiness that turns out stale).
@@ -122,9 +123,9 @@ fn again(e: &io::Error) -> bool {
 impl Tcp {
     /// `op` on the socket: at once (until its direction first waited),
     /// then after each readiness report of `interest` until it neither
-    /// would block nor was interrupted. Each counts once against the
-    /// task's cooperative budget, as tokio's own operations do (the try at
-    /// once here, a wait in tokio's readiness), so that a connection that
+    /// would block nor was interrupted. Each try counts against the task's
+    /// cooperative budget, as tokio's own operations do (the try at once
+    /// here, the others in tokio's readiness), so that a connection that
     /// always has data ready still lets the worker run its other tasks.
     fn poll_op<T>(
         &mut self,
@@ -222,6 +223,47 @@ impl AsyncWrite for Tcp {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A runtime on the test's own thread.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Which end of a connection the host's stream is.
+    #[derive(Debug, Clone, Copy)]
+    enum Side {
+        /// Made by [`connect`] (the HTTP client's).
+        Connected,
+        /// Accepted by a listener, then wrapped (the MCP server's).
+        Accepted,
+    }
+
+    /// A loopback connection: the host's stream, at `side`, and its peer.
+    async fn pair(side: Side) -> (Tcp, TcpStream) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let accept = || async {
+            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+            s
+        };
+        match side {
+            Side::Connected => {
+                let stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
+                (stream, accept().await)
+            }
+            Side::Accepted => {
+                let peer = TcpStream::connect(addr)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                (Tcp::new(accept().await), peer)
+            }
+        }
+    }
 
     /// Reads and writes that would block wait as tokio's do, in both
     /// directions and across many turns: a write larger than the socket
@@ -448,12 +490,9 @@ mod tests {
         if std::env::var_os(CHILD).is_some() {
             // SAFETY: sets the process's disposition of one signal; no
             // handler runs, so nothing else is assumed.
-            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap_or_else(|e| panic!("{e}"));
-            runtime.block_on(async {
+            let previous = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            assert_ne!(previous, libc::SIG_ERR, "{}", io::Error::last_os_error());
+            current_thread().block_on(async {
                 sends_after_a_reset(Side::Connected).await;
                 sends_after_a_reset(Side::Accepted).await;
             });
@@ -487,40 +526,11 @@ mod tests {
         );
     }
 
-    /// Which end of a connection the host's stream is.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    #[derive(Debug, Clone, Copy)]
-    enum Side {
-        /// Made by [`connect`].
-        Connected,
-        /// Accepted by a listener, then wrapped.
-        Accepted,
-    }
-
     /// Opens a connection with the host's stream at `side`, has the peer
     /// reset it, then sends (plain and vectored) until both fail.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     async fn sends_after_a_reset(side: Side) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let accept = || async {
-            let (s, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
-            s
-        };
-        let (mut stream, peer) = match side {
-            Side::Connected => {
-                let stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
-                (stream, accept().await)
-            }
-            Side::Accepted => {
-                let peer = TcpStream::connect(addr)
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-                (Tcp::new(accept().await), peer)
-            }
-        };
+        let (mut stream, peer) = pair(side).await;
         // Closed with a zero linger: a reset instead of a FIN.
         socket2::SockRef::from(&peer)
             .set_linger(Some(std::time::Duration::ZERO))
@@ -559,18 +569,12 @@ mod tests {
     /// no read ever had to wait.
     #[test]
     fn a_connection_that_is_always_ready_still_gives_up_its_thread() {
-        const SENT: usize = 64 << 10;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-            let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
-            let (peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+        // Within the connection's first window (so that it all comes
+        // before any read), and 256 reads of 64 bytes: twice a turn's
+        // budget.
+        const SENT: usize = 16 << 10;
+        current_thread().block_on(async {
+            let (mut stream, peer) = pair(Side::Connected).await;
             // All in the stream's receive queue before the first read, so
             // that every read below finds data at once.
             let mut peer = peer.into_std().unwrap_or_else(|e| panic!("{e}"));
@@ -603,8 +607,7 @@ mod tests {
                 let ran = ran.clone();
                 async move { ran.store(true, std::sync::atomic::Ordering::SeqCst) }
             });
-            // Small reads: a thousand of them, far more than one turn's
-            // budget.
+            // Small reads, more than one turn's budget.
             let (mut read, mut small) = (0, [0u8; 64]);
             while read < SENT && !ran.load(std::sync::atomic::Ordering::SeqCst) {
                 let n = stream
@@ -632,22 +635,13 @@ mod tests {
         let (done, result) = std::sync::mpsc::channel();
         // On a thread of its own: a read that spins never gives its thread
         // back, and the wait for it below must still end.
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap_or_else(|e| panic!("{e}"));
-            let got = runtime.block_on(async {
-                let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-                let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-                let mut stream = connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
-                let (mut peer, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+        let reader = std::thread::spawn(move || {
+            let got = current_thread().block_on(async {
+                let (mut stream, mut peer) = pair(Side::Connected).await;
                 // A second descriptor of the same socket, which takes the
                 // byte that the stream's readiness announces.
-                // SAFETY: `dup` returns a new descriptor (checked below),
-                // owned from here by `thief` alone.
+                // SAFETY: `dup` returns a new descriptor or -1 (checked
+                // before it is used), owned from here by `thief` alone.
                 let thief = unsafe {
                     let fd = libc::dup(std::os::fd::AsRawFd::as_raw_fd(&stream.stream));
                     assert!(fd >= 0, "{}", io::Error::last_os_error());
@@ -682,9 +676,15 @@ mod tests {
             });
             let _ = done.send(got);
         });
-        let got = result
-            .recv_timeout(std::time::Duration::from_secs(30))
-            .unwrap_or_else(|e| panic!("the read never ended: {e}"));
+        let got = match result.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(got) => got,
+            // The thread ended without its byte: its panic is the failure.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match reader.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => panic!("the reader ended without a result"),
+            },
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("the read never ended"),
+        };
         assert_eq!(got, b'y');
     }
 
