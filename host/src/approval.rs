@@ -495,6 +495,44 @@ mod tests {
         }
     }
 
+    /// A shared approver is asked as itself: every method of the trait
+    /// passes through the `Arc` (one that did not would fall back to the
+    /// trait's default without a word).
+    #[test]
+    fn a_shared_approver_answers_as_itself() {
+        struct Own;
+        impl Approver for Own {
+            fn name(&self) -> String {
+                "own".into()
+            }
+            fn durable_request(&self) -> bool {
+                true
+            }
+            fn single_use(&self) -> Option<serde_json::Value> {
+                Some(serde_json::json!("grant"))
+            }
+            fn wait(&self) -> Option<Duration> {
+                Some(Duration::from_secs(7))
+            }
+            fn decide<'a>(
+                &'a self,
+                _: &'a ApprovalRequest,
+            ) -> BoxFuture<'a, (ApprovalOutcome, Option<String>)> {
+                Box::pin(async { (ApprovalOutcome::Rejected, Some("own".into())) })
+            }
+        }
+        let shared: std::sync::Arc<dyn Approver> = std::sync::Arc::new(Own);
+        let asked: &dyn Approver = &shared;
+        assert_eq!(asked.name(), "own");
+        assert!(asked.durable_request());
+        assert_eq!(asked.single_use(), Some(serde_json::json!("grant")));
+        assert_eq!(asked.wait(), Some(Duration::from_secs(7)));
+        assert_eq!(
+            futures::executor::block_on(asked.decide(&request("a"))),
+            (ApprovalOutcome::Rejected, Some("own".into()))
+        );
+    }
+
     /// What the model or the caller wrote cannot drive the terminal: an
     /// escape sequence or a carriage return in the justification is shown
     /// escaped.

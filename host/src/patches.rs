@@ -11,7 +11,6 @@
 use crate::hooks::{ArgsAction, ArgsHook};
 use crate::registry::RegisteredTool;
 use serde_json::json;
-use std::panic::AssertUnwindSafe;
 use toolhost_core::ErrorCode;
 use toolhost_policy::{AppliedPatch, Patched, Policy};
 
@@ -37,12 +36,10 @@ pub(crate) fn apply(
     };
     for hook in hooks {
         // Library code: a panic in it (or in its name) blocks the call.
-        let hook_name = std::panic::catch_unwind(AssertUnwindSafe(|| hook.name().to_string()))
-            .unwrap_or_else(|_| "(a hook whose name panics)".to_string());
-        let action = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            hook.before_call(&tool.descriptor, &current)
-        }))
-        .unwrap_or_else(|_| ArgsAction::Block("the hook panicked".into()));
+        let hook_name = crate::state::unpanicked(|| hook.name().to_string())
+            .unwrap_or_else(|| "(a hook whose name panics)".to_string());
+        let action = crate::state::unpanicked(|| hook.before_call(&tool.descriptor, &current))
+            .unwrap_or_else(|| ArgsAction::Block("the hook panicked".into()));
         match action {
             ArgsAction::Keep => {}
             ArgsAction::Replace(v) if v == current => {}

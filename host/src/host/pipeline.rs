@@ -114,10 +114,7 @@ impl Host {
         let mut call = Unfinished::new(self, call_id.clone(), tool_name, start, false);
         let admitted = match self.admit(call_id, request, call.start()).await {
             Ok(admitted) => admitted,
-            Err((code, message)) => {
-                let refusal = call.refusal(code, message);
-                return call.end(refusal);
-            }
+            Err((code, message)) => return call.refuse(code, message),
         };
         call.admitted();
         if let Err(e) = self.checkpoint(&[&admitted]) {
@@ -837,12 +834,10 @@ impl Host {
     fn post_execute(&self, tool: &RegisteredTool, result: &mut CallResult) -> Result<(), String> {
         for hook in &self.post_hooks {
             // A hook is library code: a panic in it (or in its name) blocks.
-            let name = std::panic::catch_unwind(AssertUnwindSafe(|| hook.name().to_string()))
-                .unwrap_or_else(|_| "(a hook whose name panics)".to_string());
-            let action = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                hook.inspect(&tool.descriptor, result)
-            }))
-            .unwrap_or_else(|_| PostAction::Block(format!("post-execute hook {name} panicked")));
+            let name = crate::state::unpanicked(|| hook.name().to_string())
+                .unwrap_or_else(|| "(a hook whose name panics)".to_string());
+            let action = crate::state::unpanicked(|| hook.inspect(&tool.descriptor, result))
+                .unwrap_or_else(|| PostAction::Block(format!("post-execute hook {name} panicked")));
             match action {
                 PostAction::Keep => {}
                 PostAction::ReplaceContent(c) => result.content = c,
@@ -1453,7 +1448,8 @@ impl<'h> Unfinished<'h> {
         self.stage = Stage::Admitted;
     }
 
-    /// Admission refused the call with `code` and `message`: its refusal.
+    /// Admission refused the call with `code` and `message`: its refusal,
+    /// for a batch to commit in its turn ([`Unfinished::settled`]).
     pub(crate) fn refusal(&self, code: ErrorCode, message: String) -> CallResult {
         CallResult::error(
             self.call_id.clone(),
@@ -1462,6 +1458,14 @@ impl<'h> Unfinished<'h> {
             message,
             Receipt::default(),
         )
+    }
+
+    /// Admission refused the call with `code` and `message`: its refusal,
+    /// committed now.
+    pub(crate) fn refuse(mut self, code: ErrorCode, message: String) -> CallResult {
+        self.stage = Stage::Ended;
+        self.host
+            .refuse(&self.call_id, &self.tool, code, message, &self.start)
     }
 
     /// The call's result is `result` (a refusal, an abort), committed in
@@ -1509,14 +1513,8 @@ impl Drop for Unfinished<'_> {
                  did, is unknown",
             ),
         };
-        let result = CallResult::error(
-            std::mem::take(&mut self.call_id),
-            std::mem::take(&mut self.tool),
-            code,
-            message,
-            Receipt::default(),
-        );
-        self.host.commit(result, &self.start);
+        self.host
+            .refuse(&self.call_id, &self.tool, code, message.into(), &self.start);
     }
 }
 

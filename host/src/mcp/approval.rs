@@ -87,6 +87,12 @@ impl Approver for McpApprover {
         self.client().is_none() && self.fallback.durable_request()
     }
 
+    fn single_use(&self) -> Option<serde_json::Value> {
+        self.client()
+            .is_none()
+            .then(|| self.fallback.single_use())?
+    }
+
     fn wait(&self) -> Option<Duration> {
         match self.client() {
             Some(_) => Some(self.limit()),

@@ -1065,7 +1065,8 @@ pub async fn serve_http_until(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
-        // Its sends never raise SIGPIPE (`runtime::Tcp`): a client that
+        // Its sends never raise SIGPIPE (`runtime::Tcp`; tokio's vectored
+        // writes, which hyper makes, carry no MSG_NOSIGNAL): a client that
         // goes away mid-response cannot end a program that embeds the
         // server and keeps the signal's default action.
         let stream = crate::runtime::Tcp::new(stream);

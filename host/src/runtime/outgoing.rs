@@ -220,8 +220,7 @@ fn handle(
 ) -> wasmtime::Result<Handled> {
     let state = store.data_mut();
     let net = state.net.clone();
-    // Asked here, where the guest runs (a store may be built elsewhere).
-    let in_place = state.may_exchange_in_place && super::store::drives_its_own_io();
+    let may_exchange_in_place = state.may_exchange_in_place;
     let view = state.http();
     // The options are the guest's to give away (an owned handle): taken out
     // of the table, so that a guest passing them with every request does
@@ -235,9 +234,15 @@ fn handle(
     };
     let response = match net.admit_http(&request) {
         Err(refused) => PendingResponse::Ready(Err(refused)),
-        Ok(admitted) if has_body || !in_place => PendingResponse::Task(
-            wasmtime_wasi::runtime::spawn(net.send(admitted, request, options, false)),
-        ),
+        // Where the guest runs is asked here (a store may be built
+        // elsewhere), and only of a request that is sent.
+        Ok(admitted)
+            if has_body || !(may_exchange_in_place && super::store::drives_its_own_io()) =>
+        {
+            PendingResponse::Task(wasmtime_wasi::runtime::spawn(
+                net.send(admitted, request, options, false),
+            ))
+        }
         Ok(admitted) => {
             PendingResponse::InPlace(Box::pin(net.send(admitted, request, options, true)))
         }

@@ -22,6 +22,15 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
+/// Whether an operation's error means "try again later" rather than a
+/// failure.
+fn again(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
 /// The flags of a send: never `SIGPIPE` for a peer that is gone (a program
 /// that embeds the host may keep the signal's default action, which ends
 /// it); the send fails with `EPIPE` instead. On Apple's systems
@@ -109,18 +118,7 @@ impl Tcp {
             write_waited: false,
         }
     }
-}
 
-/// Whether an operation's error means "try again later" rather than a
-/// failure.
-fn again(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
-}
-
-impl Tcp {
     /// `op` on the socket: at once (until its direction first waited),
     /// then after each readiness report of `interest` until it neither
     /// would block nor was interrupted. Each try counts against the task's
