@@ -164,11 +164,12 @@ impl CredentialSpec {
                     source_name: self.source.to_string(),
                 })?,
             SecretSource::File(path) => {
-                let bytes = std::fs::read(path).map_err(|e| CredentialError::Unreadable {
+                let unreadable = |message: String| CredentialError::Unreadable {
                     host: self.host.clone(),
                     source_name: self.source.to_string(),
-                    message: e.to_string(),
-                })?;
+                    message,
+                };
+                let bytes = read_bounded(path, MAX_SECRET_BYTES + 2).map_err(unreadable)?;
                 let mut text = String::from_utf8(bytes).map_err(|_| CredentialError::NotUtf8 {
                     host: self.host.clone(),
                     source_name: self.source.to_string(),
@@ -183,6 +184,12 @@ impl CredentialSpec {
             }
         };
         let secret = Secret::new(raw);
+        if secret.expose().len() > MAX_SECRET_BYTES {
+            return Err(CredentialError::TooLong {
+                host: self.host.clone(),
+                source_name: self.source.to_string(),
+            });
+        }
         if secret.expose().is_empty() {
             return Err(CredentialError::Empty {
                 host: self.host.clone(),
@@ -204,6 +211,36 @@ impl CredentialSpec {
 
 /// True when `s` can be (part of) a header value: no control character
 /// except tab (RFC 9110 field-value, as the `http` crate checks it).
+/// The longest secret a credential may have, in bytes. Servers refuse
+/// longer header lines anyway (8 KiB is common), and a response is held
+/// back by at most this much while the host looks for a secret in it
+/// ([`StreamMask`]).
+pub const MAX_SECRET_BYTES: usize = 8192;
+
+/// The bytes of the regular file at `path`, refused when longer than `max`
+/// (a secret or a certificate file, never a device or a pipe, which could
+/// block or never end).
+///
+/// # Ambient Authority
+///
+/// Reads the file system with the process's own rights.
+pub fn read_bounded(path: &std::path::Path, max: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() > max {
+        return Err(format!("longer than {max} bytes"));
+    }
+    Ok(bytes)
+}
+
 pub(crate) fn is_header_value(s: &str) -> bool {
     !s.chars().any(|c| c.is_control() && c != '\t')
 }
@@ -242,6 +279,16 @@ pub enum CredentialError {
     /// Empty.
     #[error("credential for {host}: {source_name} is empty")]
     Empty {
+        /// The host of the credential.
+        host: Host,
+        /// Where the secret was looked for.
+        source_name: String,
+    },
+    /// Longer than [`MAX_SECRET_BYTES`].
+    #[error(
+        "credential for {host}: {source_name} is longer than {MAX_SECRET_BYTES} bytes, more than a header value can be"
+    )]
+    TooLong {
         /// The host of the credential.
         host: Host,
         /// Where the secret was looked for.
@@ -339,15 +386,150 @@ impl Credentials {
         self.0.iter()
     }
 
-    /// `text` with every loaded secret replaced by `replacement`.
+    /// Whether no credential is loaded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `text` with every loaded secret replaced by `replacement`, the
+    /// longest first: a secret inside another must not cut the other into
+    /// pieces that no longer read as it.
     pub fn redact<'a>(&self, text: &'a str, replacement: &str) -> Cow<'a, str> {
+        let mut by_length: Vec<&Credential> = self.0.iter().collect();
+        by_length.sort_by_key(|c| std::cmp::Reverse(c.secret.expose().len()));
         let mut out = Cow::Borrowed(text);
-        for c in &self.0 {
+        for c in by_length {
             if let Cow::Owned(s) = c.redact(&out, replacement) {
                 out = Cow::Owned(s);
             }
         }
         out
+    }
+
+    /// The secrets, as bytes.
+    fn secrets(&self) -> impl Iterator<Item = &[u8]> {
+        self.0
+            .iter()
+            .map(|c| c.secret.expose().as_bytes())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Overwrites every byte of `bytes` that belongs to an occurrence of a
+    /// loaded secret (overlapping ones too) with [`MASK_BYTE`]; whether
+    /// there was any. For a whole value, such as a response header's.
+    pub fn mask(&self, bytes: &mut [u8]) -> bool {
+        let mut hits = Vec::new();
+        self.occurrences(bytes, &mut hits);
+        for r in &hits {
+            bytes[r.clone()].fill(MASK_BYTE);
+        }
+        !hits.is_empty()
+    }
+
+    /// Every occurrence of every secret in `bytes`, overlapping ones
+    /// included, as ranges.
+    fn occurrences(&self, bytes: &[u8], hits: &mut Vec<std::ops::Range<usize>>) {
+        for secret in self.secrets() {
+            let finder = memchr::memmem::Finder::new(secret);
+            let mut from = 0;
+            while let Some(at) = bytes.get(from..).and_then(|rest| finder.find(rest)) {
+                hits.push(from + at..from + at + secret.len());
+                from += at + 1;
+            }
+        }
+    }
+
+    /// How many bytes at the end of `bytes` begin a secret without
+    /// completing it (the most, over all secrets): they must wait for what
+    /// follows before they can be passed on.
+    fn unfinished(&self, bytes: &[u8]) -> usize {
+        self.secrets()
+            .map(|secret| {
+                let most = (secret.len() - 1).min(bytes.len());
+                (1..=most)
+                    .rev()
+                    .find(|&k| bytes.ends_with(&secret[..k]))
+                    .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The byte that stands for each byte of a secret in what a server sends
+/// back: a response keeps its length (and so its framing and any
+/// `content-length`), and the guest never reads the secret.
+pub const MASK_BYTE: u8 = b'*';
+
+/// What [`StreamMask::push`] lets through of a chunk.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// The whole chunk, as it came.
+    Unchanged,
+    /// The chunk's first `n` bytes, as they came; the rest is held.
+    Prefix(usize),
+    /// These bytes (the held ones and the chunk's, masked), and nothing
+    /// more for now.
+    Replaced(Vec<u8>),
+}
+
+/// Hides the loaded secrets in a stream of bytes (a response body), chunk
+/// by chunk, wherever the chunks are cut: the bytes at a chunk's end that
+/// could begin a secret are held (at most [`MAX_SECRET_BYTES`] - 1) until
+/// what follows shows whether they do. Every byte of every occurrence,
+/// overlapping ones too, comes out as [`MASK_BYTE`]; nothing else changes,
+/// and nothing is lost ([`StreamMask::finish`] gives the held bytes back
+/// at the stream's end).
+#[derive(Debug, Default)]
+pub struct StreamMask {
+    /// The held bytes, as they came.
+    held: Vec<u8>,
+    /// The held bytes, with the occurrences already found masked.
+    held_masked: Vec<u8>,
+}
+
+impl StreamMask {
+    /// A mask for one stream.
+    pub fn new() -> StreamMask {
+        StreamMask::default()
+    }
+
+    /// `chunk`, the stream's next bytes: what of them (and of the held
+    /// ones) may be passed on now.
+    pub fn push(&mut self, secrets: &Credentials, chunk: &[u8]) -> Pushed {
+        let mut hits = Vec::new();
+        if self.held.is_empty() {
+            secrets.occurrences(chunk, &mut hits);
+            if hits.is_empty() {
+                let hold = secrets.unfinished(chunk);
+                if hold == 0 {
+                    return Pushed::Unchanged;
+                }
+                let n = chunk.len() - hold;
+                self.held.extend_from_slice(&chunk[n..]);
+                self.held_masked.extend_from_slice(&chunk[n..]);
+                return Pushed::Prefix(n);
+            }
+            hits.clear();
+        }
+        let mut seen = std::mem::take(&mut self.held);
+        seen.extend_from_slice(chunk);
+        let mut out = std::mem::take(&mut self.held_masked);
+        out.extend_from_slice(chunk);
+        secrets.occurrences(&seen, &mut hits);
+        for r in &hits {
+            out[r.clone()].fill(MASK_BYTE);
+        }
+        let n = seen.len() - secrets.unfinished(&seen);
+        self.held = seen.split_off(n);
+        self.held_masked = out.split_off(n);
+        Pushed::Replaced(out)
+    }
+
+    /// The stream ended: the bytes still held (they complete no secret).
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.held.clear();
+        std::mem::take(&mut self.held_masked)
     }
 }
 
@@ -402,6 +584,112 @@ mod tests {
             spec(SecretSource::File(file)).load(),
             Err(CredentialError::Unreadable { .. })
         ));
+    }
+
+    /// Credentials of these secrets, loaded from the environment.
+    fn loaded(secrets: &[&str]) -> Credentials {
+        Credentials(
+            secrets
+                .iter()
+                .map(|s| Credential {
+                    spec: spec(SecretSource::Env("UNUSED".into())),
+                    secret: Secret::new(s.to_string()),
+                })
+                .collect(),
+        )
+    }
+
+    /// `text` through a [`StreamMask`] in the chunks `cuts` make of it.
+    fn streamed(secrets: &Credentials, text: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let mut mask = StreamMask::new();
+        let mut out = Vec::new();
+        let mut from = 0;
+        for &to in cuts.iter().chain(std::iter::once(&text.len())) {
+            let chunk = &text[from..to];
+            match mask.push(secrets, chunk) {
+                Pushed::Unchanged => out.extend_from_slice(chunk),
+                Pushed::Prefix(n) => out.extend_from_slice(&chunk[..n]),
+                Pushed::Replaced(bytes) => out.extend_from_slice(&bytes),
+            }
+            from = to;
+        }
+        out.extend(mask.finish());
+        out
+    }
+
+    /// However a response is cut into chunks, what comes out is the whole
+    /// masked at once: every byte of every occurrence masked (overlapping
+    /// ones too), nothing else changed, nothing lost.
+    #[test]
+    fn a_secret_is_masked_wherever_the_stream_is_cut() {
+        let secrets = loaded(&["sk-123abc", "abab"]);
+        let text = b"head sk-123abc mid sk-12 sk-123ab ababab tail sk-123abcsk-123abc abab";
+        let mut whole = text.to_vec();
+        assert!(secrets.mask(&mut whole));
+        assert_eq!(
+            String::from_utf8_lossy(&whole),
+            "head ********* mid sk-12 sk-123ab ****** tail ****************** ****"
+        );
+        for a in 0..=text.len() {
+            for b in a..=text.len() {
+                let out = streamed(&secrets, text, &[a, b]);
+                assert_eq!(out, whole, "cut at {a} and {b}");
+            }
+        }
+        let bytewise: Vec<usize> = (1..text.len()).collect();
+        assert_eq!(streamed(&secrets, text, &bytewise), whole);
+    }
+
+    /// What could begin a secret is held, not lost: a stream that ends on
+    /// a secret's first bytes gives them back at its end, and a chunk with
+    /// nothing like a secret passes as it is.
+    #[test]
+    fn held_bytes_come_back_at_the_end() {
+        let secrets = loaded(&["sk-123abc"]);
+        let mut mask = StreamMask::new();
+        assert_eq!(mask.push(&secrets, b"plain text"), Pushed::Unchanged);
+        assert_eq!(mask.push(&secrets, b"ends with sk-12"), Pushed::Prefix(10));
+        assert_eq!(mask.finish(), b"sk-12");
+        assert_eq!(mask.push(&secrets, b"x"), Pushed::Unchanged);
+        assert!(mask.finish().is_empty());
+        assert_eq!(streamed(&loaded(&[]), b"sk-123abc", &[3]), b"sk-123abc");
+    }
+
+    /// A secret inside another is redacted after it, so that the longer
+    /// one is not cut into pieces that no longer read as it.
+    #[test]
+    fn the_longest_secret_is_redacted_first() {
+        let secrets = loaded(&["abc123", "xxabc123yy"]);
+        assert_eq!(secrets.redact("[xxabc123yy] [abc123]", "R"), "[R] [R]");
+    }
+
+    /// A secret file must be a regular file of at most the size given,
+    /// and a secret at most [`MAX_SECRET_BYTES`] long.
+    #[test]
+    fn secret_files_are_bounded() {
+        let dir = std::env::temp_dir().join(format!("toolhost-egress-b-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "x".repeat(MAX_SECRET_BYTES)).unwrap();
+        assert!(spec(SecretSource::File(file.clone())).load().is_ok());
+        std::fs::write(&file, "x".repeat(MAX_SECRET_BYTES + 1)).unwrap();
+        assert!(matches!(
+            spec(SecretSource::File(file.clone())).load(),
+            Err(CredentialError::TooLong { .. })
+        ));
+        std::fs::write(&file, "x".repeat(MAX_SECRET_BYTES + 3)).unwrap();
+        let err = spec(SecretSource::File(file.clone())).load().unwrap_err();
+        assert!(err.to_string().contains("longer than"), "{err}");
+        let err = spec(SecretSource::File(dir.clone())).load().unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        #[cfg(target_os = "linux")]
+        {
+            let err = spec(SecretSource::File("/dev/zero".into()))
+                .load()
+                .unwrap_err();
+            assert!(err.to_string().contains("not a regular file"), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use toolhost_egress::{
-    Decision, EgressOutcome, EgressRecord, GrantRef, Host, NO_RESPONSE, NOT_SENT, Refusal, Request,
-    Scheme, check_addr, connect_plan_approved,
+    Credentials, Decision, EgressOutcome, EgressRecord, GrantRef, Host, NO_RESPONSE, NOT_SENT,
+    Pushed, Refusal, Request, Scheme, StreamMask, check_addr, connect_plan_approved,
 };
 use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -551,9 +551,15 @@ impl CallNet {
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout),
         };
-        let response = head
+        let mut response = head
             .and_then(|r| r.map_err(HttpError::Hyper))
             .map_err(failed)?;
+        // The guest never reads a secret back: a server that echoes one
+        // (in a header, the body or the trailers) has it masked first.
+        let masking = !egress.credentials.is_empty();
+        if masking {
+            mask_headers(&egress.credentials, response.headers_mut());
+        }
         let status = response.status().as_u16();
         self.update(index, |r| {
             r.status = Some(status);
@@ -576,7 +582,7 @@ impl CallNet {
             conn => (conn, None),
         };
         let response = response.map(move |incoming| {
-            LimitedBody {
+            let body = LimitedBody {
                 inner: Box::pin(incoming),
                 conn,
                 net,
@@ -586,8 +592,19 @@ impl CallNet {
                 between: between_bytes_timeout.map(Between::new),
                 started,
                 done: false,
+            };
+            if masking {
+                MaskedBody {
+                    inner: body,
+                    egress,
+                    mask: StreamMask::new(),
+                    trailers: None,
+                    ended: false,
+                }
+                .boxed_unsync()
+            } else {
+                body.boxed_unsync()
             }
-            .boxed_unsync()
         });
         Ok((response, worker))
     }
@@ -953,6 +970,111 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
     }
 }
 
+/// `headers` with every loaded secret masked in their values; a header
+/// whose name holds one is dropped. The map is rebuilt only when some
+/// header holds a secret.
+fn mask_headers(credentials: &Credentials, headers: &mut http::HeaderMap) {
+    let holds = |bytes: &[u8]| credentials.mask(&mut bytes.to_vec());
+    if !headers
+        .iter()
+        .any(|(name, value)| holds(name.as_str().as_bytes()) || holds(value.as_bytes()))
+    {
+        return;
+    }
+    let mut kept = http::HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers.iter() {
+        if holds(name.as_str().as_bytes()) {
+            continue;
+        }
+        let mut bytes = value.as_bytes().to_vec();
+        let value = if credentials.mask(&mut bytes) {
+            // A mask byte is a visible character: the value stays valid.
+            match HeaderValue::from_bytes(&bytes) {
+                Ok(v) => v,
+                Err(_) => continue,
+            }
+        } else {
+            value.clone()
+        };
+        kept.append(name.clone(), value);
+    }
+    *headers = kept;
+}
+
+/// A response body with the call's secrets masked ([`StreamMask`]), its
+/// trailers' values too; the bytes held back at a frame's end come out
+/// before the trailers or at the body's end.
+struct MaskedBody<B> {
+    inner: B,
+    egress: Arc<Egress>,
+    mask: StreamMask,
+    /// Trailers that wait for the held bytes to go out first.
+    trailers: Option<http::HeaderMap>,
+    ended: bool,
+}
+
+impl<B> Body for MaskedBody<B>
+where
+    B: Body<Data = Bytes, Error = HttpError> + Unpin,
+{
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(trailers) = this.trailers.take() {
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                None => {
+                    this.ended = true;
+                    let held = this.mask.finish();
+                    if held.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Ok(frame)) => frame,
+            };
+            let frame = match frame.into_data() {
+                Ok(data) => {
+                    let out = match this.mask.push(&this.egress.credentials, &data) {
+                        Pushed::Unchanged => data,
+                        Pushed::Prefix(n) => data.slice(..n),
+                        Pushed::Replaced(bytes) => Bytes::from(bytes),
+                    };
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(out))));
+                }
+                Err(frame) => frame,
+            };
+            match frame.into_trailers() {
+                Ok(mut trailers) => {
+                    mask_headers(&this.egress.credentials, &mut trailers);
+                    let held = this.mask.finish();
+                    if held.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    this.trailers = Some(trailers);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                }
+                // A frame of another kind is passed on as it is.
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            }
+        }
+    }
+}
+
 /// The wasi:http hooks of every call. Requests are sent by the host's own
 /// `wasi:http/outgoing-handler` (`runtime::outgoing`), through
 /// [`CallNet`]; nothing the host links sends through this hook, and a
@@ -1117,6 +1239,88 @@ mod tests {
         assert!(matches!(second, Poll::Ready(Ok(()))), "{second:?}");
         let mut rest = Vec::new();
         assert_eq!(far.read_to_end(&mut rest).await.ok(), Some(0));
+    }
+
+    /// A body's frames, one by one.
+    struct Frames(std::collections::VecDeque<Frame<Bytes>>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = HttpError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+    }
+
+    /// A server's echo of a secret reaches the guest masked, wherever its
+    /// frames cut it, in its headers and its trailers too; the bytes held
+    /// back at a frame's end come out before the trailers, and nothing
+    /// else changes.
+    #[tokio::test]
+    async fn an_echoed_secret_is_masked_in_headers_frames_and_trailers() {
+        const SECRET: &str = "sk-masked-0123";
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("token");
+        std::fs::write(&file, SECRET).unwrap_or_else(|e| panic!("{e}"));
+        let policy = toolhost_egress::NetworkPolicy::from_toml(
+            &format!(
+                "[network]\nallow = [\"https://api.example.com\"]\n\n[[credentials]]\n\
+                 host = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = {:?}\n",
+                file.display().to_string()
+            ),
+            "test.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let egress = Arc::new(Egress::load(&policy, None).unwrap_or_else(|e| panic!("{e}")));
+        let masked = "*".repeat(SECRET.len());
+
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-echo", HeaderValue::from_static("Bearer sk-masked-0123"));
+        headers.append("x-echo", HeaderValue::from_static("plain"));
+        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        mask_headers(&egress.credentials, &mut headers);
+        let echoed: Vec<_> = headers.get_all("x-echo").iter().collect();
+        assert_eq!(echoed, [format!("Bearer {masked}").as_str(), "plain"]);
+        assert_eq!(headers["content-type"], "text/plain");
+
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-trailer", HeaderValue::from_static("sk-masked-0123"));
+        let frames = Frames(
+            [
+                Frame::data(Bytes::from_static(b"a: sk-mas")),
+                Frame::data(Bytes::from_static(b"ked-0123 b: ")),
+                Frame::data(Bytes::from_static(b"sk-")),
+                Frame::trailers(trailers),
+            ]
+            .into(),
+        );
+        let mut body = MaskedBody {
+            inner: frames,
+            egress,
+            mask: StreamMask::new(),
+            trailers: None,
+            ended: false,
+        };
+        let mut data = Vec::new();
+        let mut got_trailers = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.unwrap_or_else(|e| panic!("{e}"));
+            assert!(got_trailers.is_none(), "data after the trailers");
+            match frame.into_data() {
+                Ok(d) => data.extend_from_slice(&d),
+                Err(f) => got_trailers = f.into_trailers().ok(),
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&data),
+            format!("a: {masked} b: sk-")
+        );
+        let got_trailers = got_trailers.unwrap_or_else(|| panic!("no trailers"));
+        assert_eq!(got_trailers["x-trailer"], masked.as_str());
     }
 
     /// A response body whose request time is up ends with a read timeout

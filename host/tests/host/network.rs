@@ -488,14 +488,14 @@ prefix = "Bearer "
             .count(),
         1
     );
-    // The server echoed it; the result carries it redacted everywhere.
+    // The server echoed it; the guest read it masked.
     let text = serde_json::to_string(&r).unwrap();
     assert!(!text.contains(SECRET), "{text}");
     assert!(
-        r.canonical["body"]
-            .as_str()
-            .unwrap()
-            .contains("authorization: Bearer [REDACTED]"),
+        r.canonical["body"].as_str().unwrap().contains(&format!(
+            "authorization: Bearer {}",
+            "*".repeat(SECRET.len())
+        )),
         "{r:?}"
     );
 
@@ -539,8 +539,8 @@ async fn the_content_cap_never_cuts_a_credential_in_two() {
     let r = fetch(&uncapped, json!({"url": with.url("/")})).await;
     let text = r.content[0].as_text().to_string();
     let at = text
-        .find("[REDACTED]")
-        .expect("the echoed secret, redacted");
+        .find(&"*".repeat(SECRET.len()))
+        .expect("the echoed secret, masked");
     let at = text[..at].chars().count();
     // A cap that falls six characters into it.
     let (_ws2, capped) = host(&policy(Some(at + 6))).await;
@@ -553,6 +553,65 @@ async fn the_content_cap_never_cuts_a_credential_in_two() {
     assert!(
         !log.contains(&SECRET[..6]),
         "part of the secret is in the log"
+    );
+}
+
+/// A server that echoes the credential (in a header, and in a body whose
+/// chunks cut it in two) never shows it to the guest: the host masks it
+/// before the guest reads, so a tool that cuts the body inside the secret
+/// (`max_body_bytes`, chosen by the model) passes on no part of it.
+#[tokio::test]
+async fn an_echoed_credential_is_masked_before_the_guest_reads_it() {
+    let echo = Server::start(
+        "127.0.0.1",
+        Box::new(|req| {
+            let value = req.header("authorization").unwrap_or("").to_string();
+            let (head, tail) = value.split_at(value.len().min(15));
+            let (first, second) = (format!("body: {head}"), format!("{tail} end"));
+            format!(
+                "HTTP/1.1 200 X\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\
+                 X-Echo: {value}\r\n\r\n{:x}\r\n{first}\r\n{:x}\r\n{second}\r\n0\r\n\r\n",
+                first.len(),
+                second.len()
+            )
+            .into_bytes()
+        }),
+    );
+    let dir = tempdir();
+    let secret_file = dir.path().join("token");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{port}\"]\n\n\
+         [[credentials]]\nhost = \"127.0.0.1\"\nscheme = \"http\"\nport = {port}\nheader = \"Authorization\"\nvalue_file = \"{}\"\nprefix = \"Bearer \"\n",
+        secret_file.display(),
+        port = echo.port(),
+    );
+    let (_ws, host) = host(&policy).await;
+    let masked = "*".repeat(SECRET.len());
+    let r = fetch(
+        &host,
+        json!({"url": echo.url("/"), "response_headers": ["x-echo"]}),
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(
+        echo.seen()[0].header("authorization"),
+        Some(format!("Bearer {SECRET}").as_str()),
+        "the server got the credential"
+    );
+    assert_eq!(r.canonical["headers"]["x-echo"], format!("Bearer {masked}"));
+    assert_eq!(r.canonical["body"], format!("body: Bearer {masked} end"));
+    // Cut one byte before the secret's end: nothing of it is left.
+    let cut = "body: Bearer ".len() + SECRET.len() - 1;
+    let r = fetch(&host, json!({"url": echo.url("/"), "max_body_bytes": cut})).await;
+    assert!(r.is_ok(), "{r:?}");
+    let everything = serde_json::to_string(&r).unwrap();
+    assert!(!everything.contains(&SECRET[..4]), "{everything}");
+    assert!(
+        r.canonical["body"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("body: Bearer ****")),
+        "{r:?}"
     );
 }
 
