@@ -69,7 +69,9 @@ pub use error::{
 pub use grant::{Grant, GrantList, GrantRef, HostPattern, Scheme};
 pub use host::{DomainName, Host, parse_ipv4_any};
 pub use policy::{Limits, NetworkPolicy};
-pub use record::{EgressOutcome, EgressRecord, NO_RESPONSE, NOT_SENT, redact_url};
+pub use record::{
+    EgressOutcome, EgressRecord, MAX_METHOD_BYTES, NO_RESPONSE, NOT_SENT, redact_url,
+};
 pub use request::Request;
 pub use resolve::{
     ConnectPlan, ResolveError, Resolver, StaticResolver, SystemResolver, check_resolved,

@@ -10,7 +10,7 @@
 
 use crate::decision::Refusal;
 use crate::grant::GrantRef;
-use crate::request::Request;
+use crate::request::{MAX_RECORDED_PATH, Request};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -110,9 +110,32 @@ impl EgressRecord {
         )
     }
 
+    /// A record of a request refused before it could be read as one (its
+    /// scheme not HTTP, its URL or its method malformed): `method` and
+    /// `url` as the guest gave them, bounded, the URL without userinfo or
+    /// query.
+    pub fn unreadable(method: &str, url: &str, code: &str, reason: String) -> EgressRecord {
+        EgressRecord {
+            method: Some(bounded(method, MAX_METHOD_BYTES).into_owned()),
+            url: bounded(&redact_url(url), MAX_RECORDED_PATH).into_owned(),
+            outcome: EgressOutcome::Refused {
+                code: code.to_string(),
+                reason,
+            },
+            status: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            ms: 0,
+            error: None,
+        }
+    }
+
     fn new(request: &Request, path: &str, outcome: EgressOutcome) -> EgressRecord {
         EgressRecord {
-            method: request.method.clone(),
+            method: request
+                .method
+                .as_deref()
+                .map(|m| bounded(m, MAX_METHOD_BYTES).into_owned()),
             url: request.url_without_query(path),
             outcome,
             status: None,
@@ -122,6 +145,28 @@ impl EgressRecord {
             error: None,
         }
     }
+}
+
+/// The longest method a request may have, in bytes (the standard ones and
+/// WebDAV's are at most 17): the host refuses a longer one before anything
+/// else, and records keep at most this much of any.
+pub const MAX_METHOD_BYTES: usize = 32;
+
+/// `text`, or its first `max` bytes (at a character boundary) and how many
+/// more there were: what a record keeps of text a guest chose.
+pub(crate) fn bounded(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}...[{} more bytes]",
+        &text[..end],
+        text.len() - end
+    ))
 }
 
 /// Cuts `s` at the first `?` or `#`.
@@ -147,6 +192,22 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a guest chose is kept bounded in a record: a long method, a
+    /// long URL that could not be read as a request.
+    #[test]
+    fn records_keep_a_bounded_method_and_url() {
+        let method = "A".repeat(1 << 20);
+        let url = format!("ws://user:pw@h/{}?key=x", "p".repeat(1 << 20));
+        let r = EgressRecord::unreadable(&method, &url, "unsupported_scheme", "why".into());
+        let m = r.method.unwrap_or_default();
+        assert!(m.starts_with(&"A".repeat(MAX_METHOD_BYTES)), "{m}");
+        assert!(m.len() < 64, "{m}");
+        assert!(r.url.starts_with("ws://h/ppp"), "{}", r.url);
+        assert!(r.url.len() < MAX_RECORDED_PATH + 64, "{}", r.url.len());
+        assert!(!r.url.contains("user") && !r.url.contains("key"));
+        assert_eq!(bounded("été", 2), "é...[3 more bytes]");
+    }
 
     #[test]
     fn urls_lose_userinfo_query_and_fragment() {

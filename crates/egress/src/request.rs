@@ -8,7 +8,7 @@
 use crate::error::UrlError;
 use crate::grant::{Scheme, parse_port, split_host_port};
 use crate::host::Host;
-use crate::record::strip_query;
+use crate::record::{bounded, strip_query};
 
 /// One outgoing request (http, https) or connection (tcp, udp).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -89,20 +89,9 @@ impl Request {
     /// request's path (with or without query); empty means `/` for http and
     /// nothing for sockets.
     pub fn url_without_query(&self, path: &str) -> String {
-        let path = strip_query(path);
         // What is recorded of a path is bounded: a guest's 64 KiB path,
         // refused again and again, would otherwise fill the receipt.
-        let cut;
-        let path = if path.len() > MAX_RECORDED_PATH {
-            let mut end = MAX_RECORDED_PATH;
-            while !path.is_char_boundary(end) {
-                end -= 1;
-            }
-            cut = format!("{}...[{} more bytes]", &path[..end], path.len() - end);
-            cut.as_str()
-        } else {
-            path
-        };
+        let path = bounded(strip_query(path), MAX_RECORDED_PATH);
         if !self.scheme.is_http() && path.is_empty() {
             return self.origin();
         }

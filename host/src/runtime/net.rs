@@ -199,7 +199,7 @@ impl CallNet {
     /// Records a refused request (receipt record and `denied` line).
     fn refuse(&self, request: &Request, path: &str, refusal: &Refusal) {
         let record = EgressRecord::refused(request, path, refusal);
-        self.file_refusal(None, request, record, refusal.code());
+        self.file_refusal(None, record, refusal.code());
     }
 
     /// Records a request refused by a per-call limit.
@@ -216,29 +216,37 @@ impl CallNet {
                       (network.request_timeout_ms, the call's deadline)";
         let mut record = EgressRecord::refused_with(request, path, code, reason.to_string());
         record.ms = elapsed_ms(started);
-        self.file_refusal(Some(at), request, record, code);
+        self.file_refusal(Some(at), record, code);
     }
 
     fn refuse_with(&self, request: &Request, path: &str, code: &str, reason: String) {
         let record = EgressRecord::refused_with(request, path, code, reason);
-        self.file_refusal(None, request, record, code);
+        self.file_refusal(None, record, code);
+    }
+
+    /// Records a request refused before it could be read as one (see
+    /// [`EgressRecord::unreadable`]).
+    pub(crate) fn refuse_unreadable(&self, method: &str, url: &str, code: &str, reason: String) {
+        let record = EgressRecord::unreadable(method, url, code, reason);
+        self.file_refusal(None, record, code);
     }
 
     /// Files a refusal's record and its `denied` line together, under the
     /// log's lock (then the `denied` list's): both are in the call's
-    /// receipt, or, once it was taken, neither is filed.
-    fn file_refusal(&self, at: Option<usize>, request: &Request, record: EgressRecord, code: &str) {
+    /// receipt, or, once it was taken, neither is filed. The line names the
+    /// record's method, or a socket's scheme.
+    fn file_refusal(&self, at: Option<usize>, record: EgressRecord, code: &str) {
         let Ok(mut l) = self.log.lock() else {
             return;
         };
         if l.closed {
             return;
         }
-        self.deny(format!(
-            "network: {} {}: {code}",
-            request.method.as_deref().unwrap_or(request.scheme.as_str()),
-            record.url
-        ));
+        let label = match &record.method {
+            Some(m) => m.as_str(),
+            None => record.url.split("://").next().unwrap_or_default(),
+        };
+        self.deny(format!("network: {label} {}: {code}", record.url));
         match at.and_then(|i| l.records.get_mut(i)) {
             Some(kept) => *kept = record,
             None => {
@@ -299,21 +307,16 @@ impl CallNet {
         let scheme = match uri.scheme_str().map(str::parse::<Scheme>) {
             Some(Ok(s)) if s.is_http() => s,
             _ => {
-                self.deny(format!(
-                    "network: {method} {}: unsupported scheme",
-                    toolhost_egress::redact_url(&uri.to_string())
-                ));
-                return Err(HttpError::HttpRequestUriInvalid);
+                let reason = "only http and https requests are sent".to_string();
+                self.refuse_unreadable(method, &uri.to_string(), "unsupported_scheme", reason);
+                return Err(HttpError::HttpProtocolError);
             }
         };
         let authority = uri.authority().map_or("", |a| a.as_str());
         let request = match Request::from_authority(scheme, authority, Some(method)) {
             Ok(r) => r,
             Err(e) => {
-                self.deny(format!(
-                    "network: {method} {}: {e}",
-                    toolhost_egress::redact_url(&uri.to_string())
-                ));
+                self.refuse_unreadable(method, &uri.to_string(), "invalid_url", e.to_string());
                 return Err(HttpError::HttpRequestUriInvalid);
             }
         };
@@ -454,7 +457,7 @@ impl CallNet {
             Ok(plan) => plan,
             Err(refusal) => {
                 let record = EgressRecord::refused(&request, &path, &refusal);
-                self.file_refusal(Some(index), &request, record, refusal.code());
+                self.file_refusal(Some(index), record, refusal.code());
                 return Err(http_error(&refusal));
             }
         };
@@ -611,6 +614,18 @@ impl CallNet {
 
     /// The socket address check: decides one use of `addr` by the guest.
     pub(crate) fn check_socket(&self, addr: SocketAddr, use_: SocketAddrUse) -> bool {
+        if matches!(use_, SocketAddrUse::UdpReceive) {
+            // A datagram that came, not an attempt of the guest's: taken
+            // from a peer the guest sent to (which its grant allowed),
+            // dropped unrecorded from anyone else, who could otherwise
+            // write the guest's receipt (a forged sender) and fill its
+            // refusal records.
+            return self
+                .log
+                .lock()
+                .map(|l| l.udp_peers.contains(&(addr.ip(), addr.port())))
+                .unwrap_or(false);
+        }
         let scheme = match use_ {
             SocketAddrUse::TcpBind
             | SocketAddrUse::TcpListen
@@ -679,7 +694,7 @@ impl CallNet {
             return false;
         }
         // A UDP peer's datagrams (and its replies) are one record.
-        let seen = matches!(use_, SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive)
+        let seen = matches!(use_, SocketAddrUse::UdpSend)
             && self
                 .log
                 .lock()
@@ -687,11 +702,6 @@ impl CallNet {
                 .unwrap_or(false);
         if seen {
             return true;
-        }
-        if matches!(use_, SocketAddrUse::UdpReceive) {
-            // Replies only from a peer the guest sent to.
-            self.deny(refuse_line("not_a_peer"));
-            return false;
         }
         let max = egress.policy.limits().max_requests;
         let approved = self.grant.ask_approved && rule.list == toolhost_egress::GrantList::Ask;
@@ -1186,7 +1196,9 @@ mod tests {
 
     /// A UDP reply is taken from the peer the guest sent to, whatever the
     /// flow label or scope its IPv6 address arrives with; replies from
-    /// another port, or before any send, are refused.
+    /// another port, or before any send, are dropped, and a datagram from
+    /// anyone else (a refused address among them) leaves no record: it is
+    /// not the guest's attempt.
     #[test]
     fn a_udp_reply_is_matched_to_its_peer_by_address_and_port() {
         let grant = match NetworkGrant::from_patterns(&["udp://[::1]:5353".to_string()], None, None)
@@ -1206,14 +1218,20 @@ mod tests {
         assert!(net.check_socket(SocketAddr::V6(reply), SocketAddrUse::UdpReceive));
         let other = std::net::SocketAddrV6::new(std::net::Ipv6Addr::LOCALHOST, 5354, 0, 0);
         assert!(!net.check_socket(SocketAddr::V6(other), SocketAddrUse::UdpReceive));
-        // One allowed record for the stream of datagrams (the other port
-        // is a refusal).
-        let allowed = net
-            .close()
-            .iter()
-            .filter(|r| matches!(r.outcome, EgressOutcome::Allowed { .. }))
-            .count();
-        assert_eq!(allowed, 1);
+        let metadata: SocketAddr = "169.254.169.254:53"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..1000 {
+            assert!(!net.check_socket(metadata, SocketAddrUse::UdpReceive));
+        }
+        // One record, allowed, for the stream of datagrams; nothing of the
+        // datagrams that were dropped.
+        let records = net.close();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert!(matches!(records[0].outcome, EgressOutcome::Allowed { .. }));
+        assert_eq!(net.dropped(), 0);
+        let denied = net.denied.lock().map(|d| d.clone()).unwrap_or_default();
+        assert!(denied.is_empty(), "{denied:?}");
     }
 
     /// A connection's shutdown first yields (waking its task, so that the

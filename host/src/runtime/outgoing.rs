@@ -34,12 +34,13 @@
 //! Everything else of `wasi:http` (fields, requests, bodies, responses) is
 //! wasmtime-wasi-http's.
 
-use crate::runtime::net::Sent;
+use crate::runtime::net::{CallNet, Sent};
 use crate::runtime::store::CallState;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use std::future::Future;
 use std::pin::Pin;
+use toolhost_egress::MAX_METHOD_BYTES;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, ResourceType};
 use wasmtime_wasi::p2::Pollable;
@@ -228,7 +229,7 @@ fn handle(
     let options = options.and_then(|o| view.table.delete(o).ok());
     let outgoing = view.table.delete(request)?;
     let has_body = outgoing.body.is_some();
-    let request = match to_http(outgoing, view.hooks) {
+    let request = match to_http(outgoing, view.hooks, &net) {
         Ok(request) => request,
         Err(code) => return Ok((Err(code),)),
     };
@@ -253,10 +254,13 @@ fn handle(
 
 /// The guest's request as an `http::Request`, checked as wasmtime-wasi-http
 /// checks it: a method `http` can carry, a supported scheme (or the default
-/// one), a URI that parses, and a `content-length` its body can keep.
+/// one), a URI that parses, and a `content-length` its body can keep. A
+/// request that fails is recorded (`net`) as refused before it was read,
+/// with what it named of its method and URL.
 fn to_http(
     outgoing: HostOutgoingRequest,
     hooks: &mut dyn WasiHttpHooks,
+    net: &CallNet,
 ) -> Result<http::Request<WasiBody>, ErrorCode> {
     let HostOutgoingRequest {
         method,
@@ -266,16 +270,66 @@ fn to_http(
         headers,
         body,
     } = outgoing;
+    // Only on a failure: the method and URL as the guest gave them.
+    let refuse = |code: ErrorCode, label: &str, reason: &str| {
+        let method = match &method {
+            Method::Other(m) => m.as_str(),
+            known => known_method(known),
+        };
+        let scheme = match &scheme {
+            Some(Scheme::Http) => "http",
+            Some(Scheme::Https) => "https",
+            Some(Scheme::Other(s)) => s.as_str(),
+            None => "",
+        };
+        let url = format!(
+            "{scheme}://{}{}",
+            authority.as_deref().unwrap_or_default(),
+            path_with_query.as_deref().unwrap_or_default()
+        );
+        net.refuse_unreadable(method, &url, label, reason.to_string());
+        code
+    };
     let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
     let length = match (lengths.next(), lengths.next()) {
         (None, _) => None,
-        (Some(v), None) => Some(content_length(v)?),
-        (Some(_), Some(_)) => return Err(internal("multiple `content-length` header values")),
+        (Some(v), None) => match content_length(v) {
+            Ok(n) => Some(n),
+            Err(code) => return Err(refuse(code, "invalid_request", "invalid content-length")),
+        },
+        (Some(_), Some(_)) => {
+            let why = "multiple `content-length` header values";
+            return Err(refuse(internal(why), "invalid_request", why));
+        }
     };
     if body.is_none() && length.is_some_and(|n| n != 0) {
-        return Err(ErrorCode::HttpRequestBodySize(Some(0)));
+        let why = "a content-length without a body";
+        return Err(refuse(
+            ErrorCode::HttpRequestBodySize(Some(0)),
+            "invalid_request",
+            why,
+        ));
     }
-    let method = match method {
+    let http_method = match &method {
+        Method::Other(m) if m.len() > MAX_METHOD_BYTES => {
+            let why = format!("a method is at most {MAX_METHOD_BYTES} bytes long");
+            return Err(refuse(
+                ErrorCode::HttpRequestMethodInvalid,
+                "method_refused",
+                &why,
+            ));
+        }
+        Method::Other(m) => match http::Method::from_bytes(m.as_bytes()) {
+            Ok(m) => m,
+            Err(_) => {
+                let why = "not a method";
+                return Err(refuse(
+                    ErrorCode::HttpRequestMethodInvalid,
+                    "method_refused",
+                    why,
+                ));
+            }
+        },
         Method::Get => http::Method::GET,
         Method::Head => http::Method::HEAD,
         Method::Post => http::Method::POST,
@@ -285,41 +339,72 @@ fn to_http(
         Method::Options => http::Method::OPTIONS,
         Method::Trace => http::Method::TRACE,
         Method::Patch => http::Method::PATCH,
-        Method::Other(m) => http::Method::from_bytes(m.as_bytes())
-            .map_err(|_| ErrorCode::HttpRequestMethodInvalid)?,
     };
-    let scheme = match scheme {
+    let unsupported = "only http and https requests are sent";
+    let http_scheme = match &scheme {
         Some(Scheme::Http) => http::uri::Scheme::HTTP,
         Some(Scheme::Https) => http::uri::Scheme::HTTPS,
-        Some(Scheme::Other(s)) => {
-            http::uri::Scheme::try_from(s.as_str()).map_err(|_| ErrorCode::HttpProtocolError)?
-        }
-        None => hooks.default_scheme().ok_or(ErrorCode::HttpProtocolError)?,
+        Some(Scheme::Other(s)) => match http::uri::Scheme::try_from(s.as_str()) {
+            Ok(s) => s,
+            Err(_) => {
+                let code = ErrorCode::HttpProtocolError;
+                return Err(refuse(code, "unsupported_scheme", unsupported));
+            }
+        },
+        None => match hooks.default_scheme() {
+            Some(s) => s,
+            None => {
+                let code = ErrorCode::HttpProtocolError;
+                return Err(refuse(code, "unsupported_scheme", unsupported));
+            }
+        },
     };
-    if !hooks.is_supported_scheme(&scheme) {
-        return Err(ErrorCode::HttpProtocolError);
+    if !hooks.is_supported_scheme(&http_scheme) {
+        let code = ErrorCode::HttpProtocolError;
+        return Err(refuse(code, "unsupported_scheme", unsupported));
     }
     let mut uri = http::Uri::builder()
-        .scheme(scheme)
-        .authority(authority.unwrap_or_default());
-    if let Some(path) = path_with_query {
+        .scheme(http_scheme)
+        .authority(authority.as_deref().unwrap_or_default());
+    if let Some(path) = path_with_query.as_deref() {
         uri = uri.path_and_query(path);
     }
-    let uri = uri
-        .build()
-        .map_err(wasmtime_wasi_http::p2::http_request_error)?;
+    let uri = match uri.build() {
+        Ok(uri) => uri,
+        Err(e) => {
+            let reason = e.to_string();
+            let code = wasmtime_wasi_http::p2::http_request_error(e);
+            return Err(refuse(code, "invalid_url", &reason));
+        }
+    };
     let body = body.unwrap_or_else(|| {
         Empty::<Bytes>::new()
             .map_err(|never| match never {})
             .boxed_unsync()
     });
     let mut request = http::Request::new(body);
-    *request.method_mut() = method;
+    *request.method_mut() = http_method;
     *request.uri_mut() = uri;
     for (name, value) in headers.iter() {
         request.headers_mut().append(name, value.clone());
     }
     Ok(request)
+}
+
+/// The name of a method wasi:http names by a case of its own.
+fn known_method(method: &Method) -> &'static str {
+    match method {
+        Method::Get => "GET",
+        Method::Head => "HEAD",
+        Method::Post => "POST",
+        Method::Put => "PUT",
+        Method::Delete => "DELETE",
+        Method::Connect => "CONNECT",
+        Method::Options => "OPTIONS",
+        Method::Trace => "TRACE",
+        Method::Patch => "PATCH",
+        Method::Other(_) => "",
+    }
 }
 
 /// A `content-length` value: decimal digits only (RFC 9110's `1*DIGIT`).

@@ -341,6 +341,87 @@ async fn egress_trace_and_connect_are_never_sent() {
     );
 }
 
+/// A request the host cannot read as an HTTP request it may send (a
+/// scheme other than http and https, a method longer than 32 bytes) is
+/// refused inside the guest with wasi:http's own error, never connects,
+/// and is recorded like any refusal (a record and a `denied` line); what a
+/// guest chose is kept bounded: 300 requests with a 100 KB method leave a
+/// receipt of a few tens of KB, not 30 MB.
+#[tokio::test]
+async fn egress_unreadable_requests_are_refused_and_recorded_bounded() {
+    let target = Counted::start("127.0.0.1");
+    let p = target.port;
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{p}\"]\n"
+    );
+    let (_ws, host) = egress_host(&policy, None).await;
+    let r = call(
+        &host,
+        "egress",
+        json!({"http": [format!("ws://127.0.0.1:{p}/chat"), format!("ftp://127.0.0.1:{p}/f")]}),
+        SandboxMode::None,
+    )
+    .await;
+    let attempts = r.canonical["attempts"].as_array().unwrap();
+    for a in attempts {
+        assert_eq!(a["ok"], false, "{a}");
+        let detail = a["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("HTTP-protocol-error"), "{detail}");
+    }
+    let codes: Vec<Value> = r
+        .receipt
+        .network
+        .iter()
+        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
+        .collect();
+    assert_eq!(
+        codes,
+        vec![json!("unsupported_scheme"); 2],
+        "{:?}",
+        r.receipt
+    );
+    assert!(
+        r.receipt
+            .denied
+            .iter()
+            .any(|d| d.contains("ws://127.0.0.1")),
+        "{:?}",
+        r.receipt.denied
+    );
+
+    let method = "M".repeat(100_000);
+    let urls = vec![format!("http://127.0.0.1:{p}/"); 300];
+    let r = call(
+        &host,
+        "egress",
+        json!({"http": urls, "method": method}),
+        SandboxMode::None,
+    )
+    .await;
+    let attempts = r.canonical["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 300);
+    for a in attempts {
+        assert_eq!(a["ok"], false, "{a}");
+        let detail = a["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("HTTP-request-method-invalid"), "{detail}");
+    }
+    let receipt = serde_json::to_string(&r.receipt).unwrap();
+    assert!(
+        receipt.len() < 200_000,
+        "the receipt holds {} bytes",
+        receipt.len()
+    );
+    assert!(
+        r.receipt.network.iter().all(|n| {
+            let v = serde_json::to_value(n).unwrap();
+            v["code"] == "method_refused" && v["method"].as_str().is_some_and(|m| m.len() < 64)
+        }),
+        "{:?}",
+        r.receipt.network.first()
+    );
+    assert_eq!(target.count(), 0, "an unreadable request connected");
+}
+
 /// Answers `n` requests on 127.0.0.1, one connection each, with the
 /// request's head as the body: a server that echoes the credential the
 /// host attached. Returns its port; the thread ends after the `n`th.
