@@ -65,7 +65,10 @@ impl InterfaceSet {
     /// Adds this set's interfaces to the component linker `linker`.
     fn add_to(self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         match self {
-            InterfaceSet::WasiP2 => wasmtime_wasi::p2::add_to_linker_async(linker),
+            InterfaceSet::WasiP2 => {
+                wasmtime_wasi::p2::add_to_linker_async(linker)?;
+                crate::runtime::net::refuse_name_lookups(linker)
+            }
             InterfaceSet::WasiHttp => crate::runtime::outgoing::add_to_linker(linker),
             InterfaceSet::ToolhostHost => {
                 ToolProvider::add_to_linker::<_, HasSelf<_>>(linker, |s: &mut CallState| {

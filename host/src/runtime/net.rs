@@ -1085,6 +1085,48 @@ where
     }
 }
 
+/// The `wasi:sockets/ip-name-lookup` interface the host shadows.
+const IP_NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
+
+/// Shadows wasmtime-wasi's `resolve-addresses` in `linker` (which must
+/// hold it already): a guest's name lookup is refused at once with
+/// `access-denied`, and recorded in the call's `denied` list. (wasmtime-wasi's
+/// own, told not to look names up, fails later with a resolver's failure and
+/// records nothing.) A lookup has no address the host could check, and is
+/// traffic of its own: names are looked up by the host, for `wasi:http`
+/// requests, after their decision.
+pub(crate) fn refuse_name_lookups(
+    linker: &mut wasmtime::component::Linker<crate::runtime::store::CallState>,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::p2::Network;
+    use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::ResolveAddressStream;
+    use wasmtime_wasi::p2::bindings::sockets::network::ErrorCode;
+    type Resolved = Result<Resource<ResolveAddressStream>, ErrorCode>;
+    linker.allow_shadowing(true);
+    let shadowed = linker.instance(IP_NAME_LOOKUP).and_then(|mut lookup| {
+        lookup.func_wrap(
+            "resolve-addresses",
+            |store: wasmtime::StoreContextMut<'_, crate::runtime::store::CallState>,
+             (_network, name): (Resource<Network>, String)|
+             -> wasmtime::Result<(Resolved,)> {
+                // A name is at most 253 bytes; the guest's may be any size.
+                let shown = name
+                    .char_indices()
+                    .nth(253)
+                    .map_or(&*name, |(i, _)| &name[..i]);
+                store
+                    .data()
+                    .net
+                    .deny(format!("network: lookup {shown}: lookup_refused"));
+                Ok((Err(ErrorCode::AccessDenied),))
+            },
+        )
+    });
+    linker.allow_shadowing(false);
+    shadowed
+}
+
 /// The wasi:http hooks of every call. Requests are sent by the host's own
 /// `wasi:http/outgoing-handler` (`runtime::outgoing`), through
 /// [`CallNet`]; nothing the host links sends through this hook, and a

@@ -125,7 +125,10 @@ pub(crate) fn build_wasi(
     // or receive from is decided by the check below against the grant's
     // `tcp://` and `udp://` entries (refusals are recorded for the
     // receipt). Name lookup is refused outright: it has no address to
-    // check, and a lookup is itself traffic.
+    // check, and a lookup is itself traffic (the linker's
+    // `resolve-addresses` is the host's, which answers `access-denied` and
+    // records it: `runtime::net::refuse_name_lookups`; this is the second
+    // wall).
     b.allow_tcp(true)
         .allow_udp(true)
         .allow_ip_name_lookup(false);

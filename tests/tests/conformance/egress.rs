@@ -194,7 +194,9 @@ allow = [
         "udp": [format!("127.0.0.1:{u}"), "10.0.0.1:53"],
         "lookup": ["localhost", "rebind.test", "example.com"],
     });
-    let attempts = run(&host, args).await;
+    let r = call(&host, "egress", args, SandboxMode::None).await;
+    assert!(r.is_ok(), "{r:?}");
+    let attempts = r.canonical["attempts"].as_array().unwrap().clone();
     assert!(attempts.len() >= 40, "only {} attempts", attempts.len());
     for a in &attempts {
         let target = a["target"].as_str().unwrap();
@@ -206,18 +208,50 @@ allow = [
                     || detail.starts_with("destination-IP-prohibited"),
                 "{target}: refused by the host, not by accident: {detail}"
             );
-        } else if !target.starts_with("lookup ") {
+        } else {
             assert!(
                 detail.contains("AccessDenied") || detail.contains("access-denied"),
                 "{target}: {detail}"
             );
         }
     }
+    // Every HTTP and TCP attempt has its refusal in the receipt (the
+    // `denied` list keeps its first lines, then counts).
+    let refused: Vec<String> = r
+        .receipt
+        .network
+        .iter()
+        .map(|n| serde_json::to_value(n).unwrap())
+        .filter(|n| n["decision"] == "refused")
+        .map(|n| n["url"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(refused.len(), http.len() + 4, "{refused:?}");
+    assert!(!r.receipt.denied.is_empty());
     assert_eq!(target.count(), 0, "a refused attempt reached the listener");
     let mut buf = [0u8; 64];
     match udp.recv_from(&mut buf) {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!("the UDP socket received a datagram: {other:?}"),
+    }
+
+    // A name lookup is refused at once and recorded.
+    let r = call(
+        &host,
+        "egress",
+        json!({"lookup": ["localhost", "rebind.test"]}),
+        SandboxMode::None,
+    )
+    .await;
+    for a in r.canonical["attempts"].as_array().unwrap() {
+        let detail = a["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.starts_with("resolve: ") && detail.contains("access-denied"),
+            "{a}"
+        );
+    }
+    for name in ["localhost", "rebind.test"] {
+        let line = format!("network: lookup {name}: lookup_refused");
+        assert!(r.receipt.denied.contains(&line), "{:?}", r.receipt.denied);
     }
 
     // The granted TCP address connects; the request limit holds per call.
@@ -290,6 +324,54 @@ async fn egress_a_bind_needs_a_grant_the_call_may_use() {
             );
         }
     }
+}
+
+/// With a UDP grant, datagrams go to the granted address only: one sent to
+/// another port of the same host, or to a private address, on a socket
+/// connected to it or naming it in the datagram, is refused inside the
+/// guest (`access-denied`), recorded, and never arrives.
+#[tokio::test]
+async fn egress_udp_sends_reach_only_granted_addresses() {
+    let granted = UdpSocket::bind("127.0.0.1:0").unwrap();
+    granted
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+    other.set_nonblocking(true).unwrap();
+    let g = format!("127.0.0.1:{}", granted.local_addr().unwrap().port());
+    let o = format!("127.0.0.1:{}", other.local_addr().unwrap().port());
+    let policy =
+        format!("version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"udp://{g}\"]\n");
+    let (_ws, host) = egress_host(&policy, None).await;
+    let r = call(
+        &host,
+        "egress",
+        json!({"udp": [o], "udp_to": [o, "10.0.0.1:53", "169.254.169.254:53", g]}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(r.is_ok(), "{r:?}");
+    let attempts = r.canonical["attempts"].as_array().unwrap();
+    let oks: Vec<bool> = attempts.iter().map(|a| a["ok"] == true).collect();
+    assert_eq!(oks, [false, false, false, false, true], "{attempts:?}");
+    for a in &attempts[..4] {
+        let detail = a["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("access-denied"), "{a}");
+    }
+    let mut buf = [0u8; 64];
+    let (n, _) = granted.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"escaped");
+    match other.recv_from(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        got => panic!("an ungranted port received a datagram: {got:?}"),
+    }
+    let refused = r
+        .receipt
+        .network
+        .iter()
+        .filter(|n| serde_json::to_value(n).unwrap()["decision"] == "refused")
+        .count();
+    assert_eq!(refused, 4, "{:?}", r.receipt.network);
 }
 
 /// TRACE echoes a request back, headers included, so a guest could read

@@ -20,9 +20,13 @@ struct Args {
     /// `a.b.c.d:port` to connect to over TCP.
     #[serde(default)]
     tcp: Vec<String>,
-    /// `a.b.c.d:port` to send one datagram to.
+    /// `a.b.c.d:port` to send one datagram to, on a socket connected to it.
     #[serde(default)]
     udp: Vec<String>,
+    /// `a.b.c.d:port` to send one datagram to, naming it in the datagram
+    /// (a socket connected to nothing).
+    #[serde(default)]
+    udp_to: Vec<String>,
     /// Names to look up.
     #[serde(default)]
     lookup: Vec<String>,
@@ -88,7 +92,9 @@ mod net {
             .map_err(|e| format!("finish-connect: {e:?}"))
     }
 
-    pub fn udp(target: &str) -> Result<String, String> {
+    /// One datagram to `target`: on a socket connected to it (`connected`),
+    /// or one connected to nothing, the datagram naming it.
+    pub fn udp(target: &str, connected: bool) -> Result<String, String> {
         let remote = parse(target)?;
         let sock = udp_create_socket::create_udp_socket(IpAddressFamily::Ipv4)
             .map_err(|e| format!("create: {e:?}"))?;
@@ -103,7 +109,7 @@ mod net {
         sock.finish_bind()
             .map_err(|e| format!("finish-bind: {e:?}"))?;
         let (_incoming, outgoing) = sock
-            .stream(Some(remote))
+            .stream(connected.then_some(remote))
             .map_err(|e| format!("stream: {e:?}"))?;
         outgoing.subscribe().block();
         outgoing
@@ -112,7 +118,7 @@ mod net {
         outgoing
             .send(&[wasip2::sockets::udp::OutgoingDatagram {
                 data: b"escaped".to_vec(),
-                remote_address: None,
+                remote_address: (!connected).then_some(remote),
             }])
             .map(|n| format!("sent {n}"))
             .map_err(|e| format!("send: {e:?}"))
@@ -140,7 +146,7 @@ mod net {
     pub fn tcp(_: &str) -> Result<String, String> {
         Err("native".into())
     }
-    pub fn udp(_: &str) -> Result<String, String> {
+    pub fn udp(_: &str, _: bool) -> Result<String, String> {
         Err("native".into())
     }
     pub fn lookup(_: &str) -> Result<String, String> {
@@ -183,8 +189,12 @@ impl Tool for Corpus {
             attempts.push(attempt(format!("tcp {t}"), r));
         }
         for t in args.udp {
-            let r = net::udp(&t);
+            let r = net::udp(&t, true);
             attempts.push(attempt(format!("udp {t}"), r));
+        }
+        for t in args.udp_to {
+            let r = net::udp(&t, false);
+            attempts.push(attempt(format!("udp-to {t}"), r));
         }
         for n in args.lookup {
             let r = net::lookup(&n);
