@@ -32,7 +32,7 @@ impl fmt::Debug for Egress {
 
 impl Egress {
     /// Loads `policy`'s credentials and TLS roots (the policy's `ca_file`
-    /// on top of the bundled web PKI roots); `resolver` resolves names
+    /// on top of the system's roots); `resolver` resolves names
     /// (the system's when `None`).
     ///
     /// # Ambient Authority
@@ -52,7 +52,7 @@ impl Egress {
             !g.scheme().is_http() && !matches!(g.host(), toolhost_egress::HostPattern::Ip(_))
         }) {
             return Err(format!(
-                "network grant {:?}: a tcp:// or udp:// grant names an IP address (sockets connect to addresses; the host looks up no name for them)",
+                "network grant {:?}: a tcp:// or udp:// grant must name an IP address, not a host name (sockets connect to addresses; the host looks up no name for them)",
                 g.as_str()
             ));
         }
@@ -68,38 +68,60 @@ impl Egress {
     }
 }
 
-/// A rustls client configuration trusting the bundled web PKI roots and
-/// the certificates of `ca_file` (PEM), if any. The crypto provider is
-/// named explicitly (ring), so that no process-wide default is needed.
+/// The most bytes a `ca_file` may have (a bundle of every public root is
+/// about 200 KB).
+const MAX_CA_FILE_BYTES: usize = 4 << 20;
+
+/// A rustls client configuration trusting the system's roots (as
+/// `rustls-native-certs` finds them: the platform's store, or the files
+/// that `SSL_CERT_FILE` / `SSL_CERT_DIR` name) and the certificates of
+/// `ca_file` (PEM), if any. Where the system has no root at all, the
+/// bundled web PKI roots stand in for them, and the host says so. The
+/// crypto provider is named explicitly (ring), so that no process-wide
+/// default is needed.
 fn tls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, String> {
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
+    let mut roots = rustls::RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    for e in &system.errors {
+        tracing::debug!("system TLS roots: {e}");
+    }
+    let (added, ignored) = roots.add_parsable_certificates(system.certs);
+    if ignored > 0 {
+        tracing::debug!("system TLS roots: {ignored} certificates could not be used");
+    }
+    if added == 0 {
+        tracing::warn!(
+            "no system TLS root certificates were found; trusting the bundled web PKI roots instead"
+        );
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    }
     if let Some(path) = ca_file {
-        let pem =
-            std::fs::read(path).map_err(|e| format!("network.ca_file {}: {e}", path.display()))?;
-        let mut added = 0usize;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("network.ca_file {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("network.ca_file {}: {e}", path.display()))?;
-            added += 1;
-        }
-        if added == 0 {
-            return Err(format!(
-                "network.ca_file {}: no PEM certificate in the file",
-                path.display()
-            ));
-        }
+        add_ca_file(&mut roots, path)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map(|b| b.with_root_certificates(roots).with_no_client_auth())
         .map_err(|e| format!("TLS configuration: {e}"))
+}
+
+/// Adds every certificate of the PEM file `path` (a regular file of at
+/// most [`MAX_CA_FILE_BYTES`]) to `roots`; a file with none is an error.
+fn add_ca_file(roots: &mut rustls::RootCertStore, path: &std::path::Path) -> Result<(), String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let failed = |e: &dyn fmt::Display| format!("network.ca_file {}: {e}", path.display());
+    let pem = toolhost_egress::read_bounded(path, MAX_CA_FILE_BYTES).map_err(|e| failed(&e))?;
+    let mut added = 0usize;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| failed(&e))?;
+        roots.add(cert).map_err(|e| failed(&e))?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err(failed(&"no PEM certificate in the file"));
+    }
+    Ok(())
 }
 
 /// What one call may reach on the network: nothing by default.

@@ -649,7 +649,7 @@ async fn a_socket_grant_by_name_stops_the_host() {
         b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
         let msg = b.build().await.unwrap_err().to_string();
         assert!(
-            msg.contains(grant) && msg.contains("names an IP address"),
+            msg.contains(grant) && msg.contains("must name an IP address"),
             "{msg}"
         );
     }
@@ -1123,6 +1123,88 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
     assert_eq!(r.canonical["body"], "over tls");
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
     assert!(server.connections.load(Ordering::SeqCst) >= 2);
+}
+
+/// A `ca_file` or a credential's `value_file` that is not a regular file
+/// (a directory, a device that never ends) stops the host with a message
+/// naming it, before any call; nothing is read from it.
+#[tokio::test]
+async fn certificate_and_secret_files_must_be_regular_files() {
+    let dir = tempdir();
+    for (key, path) in [
+        ("ca_file", dir.path().to_path_buf()),
+        ("value_file", std::path::PathBuf::from("/dev/zero")),
+    ] {
+        let policy = match key {
+            "ca_file" => format!(
+                "version = 1\n\n[network]\nallow = [\"https://127.0.0.1:1\"]\nca_file = {:?}\n",
+                path.display().to_string()
+            ),
+            _ => format!(
+                "version = 1\n\n[network]\nallow = [\"https://api.example.com\"]\n\n\
+                 [[credentials]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = {:?}\n",
+                path.display().to_string()
+            ),
+        };
+        let ws = tempdir();
+        let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
+        b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
+        let msg = b.build().await.unwrap_err().to_string();
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains("not a regular file"),
+            "{key}: {msg}"
+        );
+    }
+}
+
+/// HTTPS trusts the system's roots: the CLI, with `SSL_CERT_FILE` naming
+/// the test server's certificate (how a system store is pointed elsewhere),
+/// reaches the server with no `ca_file` in its policy; with the machine's
+/// own store, which does not hold that certificate, the handshake fails and
+/// no request is sent.
+#[test]
+fn https_trusts_the_system_roots() {
+    let server = TlsServer::start();
+    let dir = tempdir();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &server.ca_pem).unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        grant_policy(&format!("\"https://127.0.0.1:{}\"", server.port)),
+    )
+    .unwrap();
+    let workspace = tempdir();
+    let url = format!("https://127.0.0.1:{}/secure", server.port);
+    let run = |cert_file: Option<&std::path::Path>| {
+        let mut command = std::process::Command::new(crate::support::bin());
+        command
+            .args(["run", "http_fetch", "--mode", "none", "--json", "--args"])
+            .arg(json!({ "url": url }).to_string())
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--state")
+            .arg(dir.path().join("state"))
+            .arg("--workspace")
+            .arg(workspace.path())
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .env_remove("SSL_CERT_DIR")
+            .env_remove("SSL_CERT_FILE");
+        if let Some(file) = cert_file {
+            command.env("SSL_CERT_FILE", file);
+        }
+        let out = command.output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let untrusted = run(None);
+    let message = untrusted["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("TLS-"), "{untrusted:#}");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 0);
+    let trusted = run(Some(&ca));
+    assert_eq!(trusted["canonical"]["status"], 200, "{trusted:#}");
+    assert_eq!(trusted["canonical"]["body"], "over tls", "{trusted:#}");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
 }
 
 /// What the CLI and the MCP server show of the network: `run --json` and
