@@ -238,10 +238,13 @@ impl NetworkPolicy {
             policy.ask = compile_grants(&n.ask, &root.key("ask"))?;
             policy.limits = compile_limits(n, &root)?;
             if let Some(ca) = &n.ca_file {
-                if ca.as_os_str().is_empty() {
+                if !ca.is_absolute() {
                     return Err(ConfigError::invalid(
                         root.key("ca_file"),
-                        "an empty path; remove the key to use the system's roots only",
+                        format!(
+                            "{:?} is not an absolute path (a relative one would depend on the directory the host starts in); remove the key to use the system's roots only",
+                            ca.display().to_string()
+                        ),
                     ));
                 }
                 policy.ca_file = Some(ca.clone());
@@ -396,10 +399,13 @@ fn compile_credential(e: &CredentialEntry, path: &KeyPath) -> Result<CredentialS
             SecretSource::Env(var.clone())
         }
         (None, Some(file)) => {
-            if file.as_os_str().is_empty() {
+            if !file.is_absolute() {
                 return Err(ConfigError::invalid(
                     path.key("value_file"),
-                    "an empty path",
+                    format!(
+                        "{:?} is not an absolute path (a relative one would depend on the directory the host starts in)",
+                        file.display().to_string()
+                    ),
                 ));
             }
             SecretSource::File(file.clone())
@@ -533,6 +539,9 @@ prefix = "Bearer "
             }
         );
         assert_eq!(p.ca_file(), Some(std::path::Path::new("/etc/ca.pem")));
+        let e = err("[network]\nallow = [\"https://a.example.com\"]\nca_file = \"ca.pem\"\n");
+        assert!(e.message().contains("not an absolute path"), "{e}");
+        assert_eq!(e.line(), 3, "{e}");
         let c = &p.credentials()[0];
         assert_eq!(c.host().to_string(), "api.example.com");
         assert_eq!(c.header(), "authorization");
@@ -649,6 +658,11 @@ prefix = "Bearer "
                 "host = \"a.example.com\"\nheader = \"A\"\nvalue_env = \"\"",
                 4,
                 "not an environment variable",
+            ),
+            (
+                "host = \"a.example.com\"\nheader = \"A\"\nvalue_file = \"secrets/token\"",
+                4,
+                "not an absolute path",
             ),
             (
                 "host = \"a.example.com\"\nheader = \"A\"\nvalue_env = \"V\"\nprefix = \"a\\nb\"",

@@ -274,6 +274,29 @@ impl HostBuilder {
         // Network grants: secrets and CA roots are read now, so that a
         // missing one stops the host instead of failing a call later.
         let network = self.policy.network();
+        // Neither may be where a tool could write it (a workspace-write
+        // call would plant a root or a token) or read it (a read-only
+        // call would read the token).
+        if let Some(ca) = network.ca_file() {
+            check_outside_workspace(
+                ca,
+                &workspace,
+                "network.ca_file",
+                "the roots every TLS connection trusts, and read them",
+                "a ca_file",
+            )?;
+        }
+        for (i, c) in network.credentials().iter().enumerate() {
+            if let toolhost_policy::egress::SecretSource::File(file) = c.source() {
+                check_outside_workspace(
+                    file,
+                    &workspace,
+                    &format!("credentials[{i}].value_file"),
+                    "the secret, and read it",
+                    "a value_file",
+                )?;
+            }
+        }
         let egress = if network.is_enabled() {
             let egress = Egress::load(network, self.resolver.take()).map_err(HostError::Network)?;
             Some(Arc::new(egress))

@@ -1157,6 +1157,56 @@ async fn certificate_and_secret_files_must_be_regular_files() {
     }
 }
 
+/// A secret file or a CA file inside the workspace, where a tool could
+/// read the secret or plant a root, stops the host with a message naming
+/// it (a symlink from outside into the workspace included).
+#[tokio::test]
+async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
+    let ws = tempdir();
+    let inside = ws.path().join("secrets");
+    std::fs::create_dir(&inside).unwrap();
+    std::fs::write(inside.join("token"), "sk-in-the-workspace\n").unwrap();
+    std::fs::write(inside.join("ca.pem"), "not read").unwrap();
+    let outside = tempdir();
+    let link = outside.path().join("token-link");
+    std::os::unix::fs::symlink(inside.join("token"), &link).unwrap();
+    let cases = [
+        (
+            format!(
+                "ca_file = {:?}\n",
+                inside.join("ca.pem").display().to_string()
+            ),
+            "network.ca_file",
+        ),
+        (
+            format!(
+                "\n[[credentials]]\nhost = \"api.example.com\"\nheader = \"A\"\nvalue_file = {:?}\n",
+                inside.join("token").display().to_string()
+            ),
+            "credentials[0].value_file",
+        ),
+        (
+            format!(
+                "\n[[credentials]]\nhost = \"api.example.com\"\nheader = \"A\"\nvalue_file = {:?}\n",
+                link.display().to_string()
+            ),
+            "credentials[0].value_file",
+        ),
+    ];
+    for (extra, named) in cases {
+        let policy =
+            format!("version = 1\n\n[network]\nallow = [\"https://api.example.com\"]\n{extra}");
+        let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
+        b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
+        let msg = b.build().await.unwrap_err().to_string();
+        assert!(
+            msg.contains(named) && msg.contains("inside the workspace"),
+            "{named}: {msg}"
+        );
+        assert!(!msg.contains("sk-in-the-workspace"), "{msg}");
+    }
+}
+
 /// HTTPS trusts the system's roots: the CLI, with `SSL_CERT_FILE` naming
 /// the test server's certificate (how a system store is pointed elsewhere),
 /// reaches the server with no `ca_file` in its policy; with the machine's
