@@ -243,6 +243,16 @@ impl Grant {
         format!("{}://{}:{}", self.scheme, self.host, self.port)
     }
 
+    /// The pattern in canonical form and the methods it allows, as an
+    /// approval names it: `https://api.example.com:443 (GET, HEAD)`, or
+    /// `(any method)`.
+    pub fn described(&self) -> String {
+        match &self.methods {
+            Some(m) => format!("{} ({})", self.canonical(), m.join(", ")),
+            None => format!("{} (any method)", self.canonical()),
+        }
+    }
+
     /// The scheme.
     pub fn scheme(&self) -> Scheme {
         self.scheme

@@ -414,7 +414,7 @@ impl Host {
                 if tool.descriptor.side_effect == SideEffect::External
                     && trace.approval != ApprovalSetting::Never =>
             {
-                egress.policy.ask().iter().map(|g| g.canonical()).collect()
+                egress.policy.ask().iter().map(|g| g.described()).collect()
             }
             _ => Vec::new(),
         };

@@ -889,7 +889,8 @@ impl Approver for Asked {
 async fn an_ask_grant_is_approved_per_call_before_the_body() {
     let server = Server::ok("127.0.0.1", "asked for");
     let policy = format!(
-        "version = 1\ndefault = \"allow\"\n\n[network]\nask = [\"http://127.0.0.1:{}\"]\n",
+        "version = 1\ndefault = \"allow\"\n\n[network]\nask = [\"http://127.0.0.1:{}\", \
+         {{ url = \"https://*.example.com\", methods = [\"GET\", \"HEAD\"] }}]\n",
         server.port()
     );
     for (outcome, ok) in [
@@ -910,9 +911,13 @@ async fn an_ask_grant_is_approved_per_call_before_the_body() {
         let requests = asked.requests.lock().unwrap().clone();
         assert_eq!(requests.len(), 1, "asked once");
         assert_eq!(requests[0].tool, "http_fetch");
+        // The approval names each host it unlocks, with its methods.
         assert_eq!(
             requests[0].network,
-            [format!("http://127.0.0.1:{}", server.port())]
+            [
+                format!("http://127.0.0.1:{} (any method)", server.port()),
+                "https://*.example.com:443 (GET, HEAD)".to_string()
+            ]
         );
         if ok {
             assert!(r.is_ok(), "{r:?}");
