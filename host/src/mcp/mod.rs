@@ -201,11 +201,13 @@ type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 /// stdin (or the process gets SIGTERM / Ctrl-C). Builds the first host with
 /// `factory`; an error there is returned (a configuration error).
 ///
-/// A write to a pipe (or socket) whose reader is gone raises `SIGPIPE`,
-/// and no flag of the write can stop that for a pipe: a program that calls
-/// this must ignore the signal, as Rust programs do unless they restore
-/// its default action (the `toolhost` binary keeps Rust's: ignored). The HTTP server
-/// ([`serve_http`]) needs nothing of the kind: its sends never raise it.
+/// A write to a pipe whose reader is gone raises `SIGPIPE`, and no flag of
+/// the write can stop that for a pipe: a program that calls this with a
+/// pipe as its stdout must ignore the signal, as Rust programs do unless
+/// they restore its default action (the `toolhost` binary keeps Rust's:
+/// ignored). A socket as stdout (what Node's libuv gives a child process)
+/// needs nothing of the kind, nor does the HTTP server ([`serve_http`]):
+/// their sends never raise it.
 pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
     let stdio::Stdio {
         input,

@@ -122,13 +122,15 @@ pub(crate) fn open_input(fd: BorrowedFd<'_>) -> io::Result<Option<Input>> {
 }
 
 /// `fd` as a non-blocking output stream, if it is a pipe or a socket. The
-/// stream owns a duplicate of `fd`.
+/// stream owns a duplicate of `fd`. A socket's sends never raise `SIGPIPE`
+/// (`runtime::Stream`); a pipe's writes cannot help it (see
+/// [`serve_stdio`](super::serve_stdio)).
 pub(crate) fn open_output(fd: BorrowedFd<'_>) -> io::Result<Option<Output>> {
     use tokio::net::unix::pipe::Sender;
     open_as(
         fd,
         |dup| -> io::Result<Output> { Ok(Box::new(Sender::from_owned_fd(dup)?)) },
-        |socket| -> Output { Box::new(socket) },
+        |socket| -> Output { Box::new(crate::runtime::Stream::new(socket)) },
     )
 }
 
@@ -183,6 +185,46 @@ mod tests {
         let mut got = [0u8; 5];
         input.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"ping\n");
+    }
+
+    /// A socket as stdout (what Node's libuv gives a child process) whose
+    /// reader is gone fails the write, and never raises `SIGPIPE`, which
+    /// would end a program that embeds the server and keeps the signal's
+    /// default action.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_socket_stdout_whose_reader_is_gone_fails_without_sigpipe() {
+        crate::runtime::with_default_sigpipe(
+            "mcp::stdio::tests::a_socket_stdout_whose_reader_is_gone_fails_without_sigpipe",
+            || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let (ours, client) = std::os::unix::net::UnixStream::pair().unwrap();
+                    let mut output = open_output(ours.as_fd()).unwrap().unwrap();
+                    drop(ours);
+                    drop(client);
+                    // Plain and vectored (tokio's vectored writes to a
+                    // socket are `writev`, which has no flag against it).
+                    for round in 0..4 {
+                        let line = b"{\"jsonrpc\":\"2.0\"}\n";
+                        let sent = if round % 2 == 0 {
+                            output.write(line).await
+                        } else {
+                            let bufs = [std::io::IoSlice::new(line), std::io::IoSlice::new(line)];
+                            output.write_vectored(&bufs).await
+                        };
+                        assert_eq!(
+                            sent.err().map(|e| e.kind()),
+                            Some(std::io::ErrorKind::BrokenPipe),
+                            "write {round}"
+                        );
+                    }
+                });
+            },
+        );
     }
 
     #[test]

@@ -45,8 +45,10 @@ pub use self::load::{
     read_wasm_file,
 };
 pub use self::store::Receipt;
+#[cfg(all(test, feature = "mcp", any(target_os = "linux", target_os = "android")))]
+pub(crate) use self::tcp::with_default_sigpipe;
 #[cfg(feature = "mcp")]
-pub(crate) use self::tcp::Tcp;
+pub(crate) use self::tcp::{Stream, Tcp};
 
 pub(crate) use self::invoke::{OnAbandon, Watch, race};
 pub(crate) use self::program::Program;

@@ -1,6 +1,7 @@
 //! The TCP connections of the host's HTTP client and of the MCP HTTP
-//! server: each operation is tried on the socket at once, and waited for
-//! only when it would block; no send raises `SIGPIPE`.
+//! server, and the MCP stdio transport's output when it is a socket: each
+//! operation is tried on the socket at once, and waited for only when it
+//! would block; no send raises `SIGPIPE`.
 //!
 //! tokio does not try a socket it connected before its I/O driver has
 //! reported it ready: the end of a connect, the first write and the first
@@ -99,20 +100,65 @@ fn in_progress(e: &io::Error) -> bool {
     }
 }
 
-/// A connected TCP stream whose reads and writes are tried at once, each
-/// direction until it first has to wait: from then on tokio knows its
+/// What [`Stream`] needs of a connected stream socket registered with
+/// tokio: its readiness, and the socket for the system calls.
+pub(crate) trait Socket: AsyncWrite + Unpin {
+    /// The socket, for `recv` and `send`.
+    fn sock_ref(&self) -> socket2::SockRef<'_>;
+    /// tokio's `poll_read_ready`.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// tokio's `poll_write_ready`.
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// tokio's `try_io`.
+    fn try_io<R>(&self, interest: Interest, op: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+}
+
+/// [`Socket`] for tokio's stream types, whose methods of those names it
+/// forwards to.
+macro_rules! socket {
+    ($t:ty) => {
+        impl Socket for $t {
+            fn sock_ref(&self) -> socket2::SockRef<'_> {
+                socket2::SockRef::from(self)
+            }
+            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_read_ready(self, cx)
+            }
+            fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_write_ready(self, cx)
+            }
+            fn try_io<R>(
+                &self,
+                interest: Interest,
+                op: impl FnOnce() -> io::Result<R>,
+            ) -> io::Result<R> {
+                <$t>::try_io(self, interest, op)
+            }
+        }
+    };
+}
+socket!(TcpStream);
+#[cfg(unix)]
+socket!(tokio::net::UnixStream);
+
+/// A connected TCP stream (the HTTP client's and the MCP HTTP server's).
+pub(crate) type Tcp = Stream<TcpStream>;
+
+/// A connected stream socket whose reads and writes are tried at once,
+/// each direction until it first has to wait: from then on tokio knows its
 /// readiness, and a poll that finds it not ready costs no system call.
-pub(crate) struct Tcp {
-    stream: TcpStream,
+pub(crate) struct Stream<S> {
+    stream: S,
     read_waited: bool,
     write_waited: bool,
 }
 
-impl Tcp {
-    /// A connected stream (one [`connect`] made, or one a listener
-    /// accepted), whose sends from now on never raise `SIGPIPE`.
-    pub(crate) fn new(stream: TcpStream) -> Tcp {
-        Tcp {
+impl<S: Socket> Stream<S> {
+    /// A connected stream (one [`connect`] made, one a listener accepted,
+    /// or a socket the process was given), whose sends from now on never
+    /// raise `SIGPIPE`.
+    pub(crate) fn new(stream: S) -> Stream<S> {
+        Stream {
             stream,
             read_waited: false,
             write_waited: false,
@@ -138,7 +184,7 @@ impl Tcp {
         };
         if !*waited {
             let coop = ready!(tokio::task::coop::poll_proceed(cx));
-            let done = op(socket2::SockRef::from(&self.stream));
+            let done = op(self.stream.sock_ref());
             if !done.as_ref().is_err_and(again) {
                 coop.made_progress();
                 return Poll::Ready(done);
@@ -154,10 +200,7 @@ impl Tcp {
                 self.stream.poll_read_ready(cx)
             };
             ready!(readiness)?;
-            match self
-                .stream
-                .try_io(interest, || op(socket2::SockRef::from(&self.stream)))
-            {
+            match self.stream.try_io(interest, || op(self.stream.sock_ref())) {
                 Err(e) if again(&e) => {}
                 done => return Poll::Ready(done),
             }
@@ -165,7 +208,7 @@ impl Tcp {
     }
 }
 
-impl AsyncRead for Tcp {
+impl<S: Socket> AsyncRead for Stream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -183,7 +226,7 @@ impl AsyncRead for Tcp {
     }
 }
 
-impl AsyncWrite for Tcp {
+impl<S: Socket> AsyncWrite for Stream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -215,6 +258,42 @@ impl AsyncWrite for Tcp {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
+}
+
+/// Runs `body` in a child process of this test binary, in which `SIGPIPE`
+/// has its default action (the Rust runtime ignores it, so a send that
+/// raises it would pass unseen in the test's own process); fails when the
+/// child was killed by a signal or did not pass. `test` is the calling
+/// test's full path, which the child runs alone.
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+pub(crate) fn with_default_sigpipe(test: &str, body: impl FnOnce()) {
+    const CHILD: &str = "TOOLHOST_TEST_SIGPIPE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        // SAFETY: sets the process's disposition of one signal; no handler
+        // runs, so nothing else is assumed.
+        let previous = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        assert_ne!(previous, libc::SIG_ERR, "{}", io::Error::last_os_error());
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(exe)
+        .args(["--exact", test, "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        None,
+        "the child was killed by a signal"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("1 passed"),
+        "the child did not run the test: {stdout}"
+    );
 }
 
 #[cfg(test)]
@@ -484,43 +563,14 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_send_to_a_reset_peer_fails_without_sigpipe() {
-        const CHILD: &str = "TOOLHOST_TEST_SIGPIPE_CHILD";
-        if std::env::var_os(CHILD).is_some() {
-            // SAFETY: sets the process's disposition of one signal; no
-            // handler runs, so nothing else is assumed.
-            let previous = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-            assert_ne!(previous, libc::SIG_ERR, "{}", io::Error::last_os_error());
-            current_thread().block_on(async {
-                sends_after_a_reset(Side::Connected).await;
-                sends_after_a_reset(Side::Accepted).await;
-            });
-            return;
-        }
-        let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
-        let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "runtime::tcp::tests::a_send_to_a_reset_peer_fails_without_sigpipe",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            None,
-            "the child was killed by a signal"
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-            "the child did not run the test: {}",
-            String::from_utf8_lossy(&out.stdout)
+        with_default_sigpipe(
+            "runtime::tcp::tests::a_send_to_a_reset_peer_fails_without_sigpipe",
+            || {
+                current_thread().block_on(async {
+                    sends_after_a_reset(Side::Connected).await;
+                    sends_after_a_reset(Side::Accepted).await;
+                })
+            },
         );
     }
 
