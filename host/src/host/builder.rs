@@ -282,7 +282,7 @@ impl HostBuilder {
                 ca,
                 &workspace,
                 "network.ca_file",
-                "the roots every TLS connection trusts, and read them",
+                "the roots every TLS connection trusts",
                 "a ca_file",
             )?;
         }
@@ -292,7 +292,7 @@ impl HostBuilder {
                     file,
                     &workspace,
                     &format!("credentials[{i}].value_file"),
-                    "the secret, and read it",
+                    "the secret (or read it)",
                     "a value_file",
                 )?;
             }

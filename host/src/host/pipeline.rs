@@ -1639,6 +1639,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_is_cut_after_its_secrets_are_redacted() {
         let dir = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
         let secret = "sk-cut-0123456789abcdef";
         let file = dir.path().join("token");
         std::fs::write(&file, secret).unwrap();
@@ -1652,7 +1653,7 @@ mod tests {
         )
         .unwrap();
         let mut b = crate::HostBuilder::new();
-        b.workspace(dir.path())
+        b.workspace(workspace.path())
             .policy(policy)
             .limits(crate::Limits {
                 max_output: 100,
