@@ -88,6 +88,23 @@ impl GrantEntry {
             GrantEntry::Table(t) => Grant::with_methods(&t.url, t.methods.as_deref()),
         }
     }
+
+    /// Reads one entry of a list of grants from a parsed document and
+    /// parses it, exactly as an entry of `[network] allow` is: a pattern
+    /// string or a `{ url, methods }` table. For a caller whose own format
+    /// holds lists of grants (a policy rule's `network`); errors name the
+    /// entry by `path` (`rules[2].network[0]: grant "htp://x": unknown
+    /// scheme ...`), with the messages `[network]`'s entries get.
+    pub fn grant_from_toml(value: &toml::Value, path: &KeyPath) -> Result<Grant, ConfigError> {
+        let entry: GrantEntry = value_as(value, path.clone())?;
+        entry.grant_at(path)
+    }
+
+    /// [`GrantEntry::to_grant`], its error named by `path`.
+    fn grant_at(&self, path: &KeyPath) -> Result<Grant, ConfigError> {
+        self.to_grant()
+            .map_err(|g| ConfigError::new(path.clone(), g))
+    }
 }
 
 impl<'de> Deserialize<'de> for GrantEntry {
@@ -333,7 +350,7 @@ fn compile_grants(entries: &[GrantEntry], path: &KeyPath) -> Result<Vec<Grant>, 
     entries
         .iter()
         .enumerate()
-        .map(|(i, e)| e.to_grant().map_err(|g| ConfigError::new(path.index(i), g)))
+        .map(|(i, e)| e.grant_at(&path.index(i)))
         .collect()
 }
 
@@ -619,6 +636,36 @@ prefix = "Bearer "
         let e = err("[network\n");
         assert!(e.config_error().is_none());
         assert_eq!(e.line(), 1);
+    }
+
+    /// An entry read on its own (a policy rule's `network`) parses, and
+    /// fails, exactly as the same entry of `[network] allow` does.
+    #[test]
+    fn an_entry_alone_reads_as_in_network_allow() {
+        let path = KeyPath::root().key("rules").index(2).key("network");
+        let entries: toml::Table = toml::from_str(
+            "a = [\"https://api.example.com\", { url = \"http://127.0.0.1:8080\", methods = [\"get\"] }, \"htp://bad\", { url = \"https://x.example.com\", method = [\"GET\"] }, \"https://*.github.io\", 3]",
+        )
+        .unwrap();
+        let entries = entries["a"].as_array().unwrap();
+        let read = |i: usize| GrantEntry::grant_from_toml(&entries[i], &path.index(i));
+        assert_eq!(
+            read(0).unwrap(),
+            Grant::parse("https://api.example.com").unwrap()
+        );
+        assert_eq!(read(1).unwrap().methods(), Some(&["GET".to_string()][..]));
+        for (i, entry) in entries.iter().enumerate().skip(2) {
+            let alone = read(i).unwrap_err().to_string();
+            let src = format!("[network]\nallow = [{entry}]\n");
+            let in_network = err(&src).message().to_string();
+            let alone = alone.strip_prefix(&format!("rules[2].network[{i}]: "));
+            let in_network = in_network.strip_prefix("network.allow[0]: ");
+            assert!(
+                alone.is_some() && in_network.is_some(),
+                "{alone:?} / {in_network:?}"
+            );
+            assert_eq!(alone, in_network);
+        }
     }
 
     #[test]

@@ -328,22 +328,29 @@ pub enum GrantList {
     Allow,
     /// `[network] ask`: requests need an approval.
     Ask,
+    /// The `network` of the policy file's `[[rules]]` entry at this
+    /// 0-based position: `allow` grants of the calls that rule matches
+    /// ([`RuleGrants`](crate::RuleGrants)).
+    Rule(usize),
 }
 
 impl GrantList {
-    /// The key in the `[network]` section.
+    /// The key in the `[network]` section (`rule` for a rule's grants).
     pub fn as_str(self) -> &'static str {
         match self {
             GrantList::Allow => "allow",
             GrantList::Ask => "ask",
+            GrantList::Rule(_) => "rule",
         }
     }
 }
 
-/// Names a grant of a [`NetworkPolicy`](crate::NetworkPolicy): which list,
-/// its position there, and its pattern as written.
+/// Names a grant of a [`NetworkPolicy`](crate::NetworkPolicy) or of a
+/// policy rule ([`RuleGrants`](crate::RuleGrants)): which list, its
+/// position there, and its pattern as written.
 ///
-/// Displays as `network.allow[0] "https://api.example.com"`.
+/// Displays as `network.allow[0] "https://api.example.com"`, or for a
+/// rule's grant as `rules[2].network[0] "https://api.example.com"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct GrantRef {
     /// The list it is in.
@@ -356,13 +363,11 @@ pub struct GrantRef {
 
 impl fmt::Display for GrantRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "network.{}[{}] {:?}",
-            self.list.as_str(),
-            self.index,
-            self.pattern
-        )
+        match self.list {
+            GrantList::Rule(rule) => write!(f, "rules[{rule}].network")?,
+            list => write!(f, "network.{}", list.as_str())?,
+        }
+        write!(f, "[{}] {:?}", self.index, self.pattern)
     }
 }
 

@@ -16,6 +16,8 @@
 //! 2. [`NetworkPolicy::decide`] returns a [`Decision`]: allow or ask (naming
 //!    the grant, [`GrantRef`]) or deny (naming why, [`DenyReason`]). Deny by
 //!    default: a policy without `[network]` grants nothing.
+//!    [`NetworkPolicy::decide_with`] decides for a call that also holds the
+//!    grants of the policy rules it matched ([`RuleGrants`]).
 //! 3. [`connect_plan`] (or [`connect_plan_approved`] after an approval)
 //!    resolves the name once with a [`Resolver`] and checks every address
 //!    ([`check_addr`]): loopback, private, link-local, CGNAT, multicast,
@@ -33,7 +35,8 @@
 //! * `host`: [`Host`], [`DomainName`], the odd IPv4 spellings ([`parse_ipv4_any`]);
 //! * `grant`: [`Grant`], [`Scheme`], [`HostPattern`], [`GrantRef`];
 //! * `request`: [`Request`] and its URL / authority parsers;
-//! * `policy`: [`NetworkPolicy`], [`NetworkPolicy::decide`], [`Limits`];
+//! * `policy`: [`NetworkPolicy`], [`NetworkPolicy::decide`], [`Limits`],
+//!   [`RuleGrants`];
 //! * `config`: the file format ([`NetworkSection`], [`CredentialEntry`]) and loading;
 //! * `addr`: the address checks ([`classify`], [`check_addr`]);
 //! * `resolve`: [`Resolver`], [`connect_plan`], [`check_resolved`];
@@ -68,7 +71,7 @@ pub use error::{
 };
 pub use grant::{Grant, GrantList, GrantRef, HostPattern, Scheme};
 pub use host::{DomainName, Host, parse_ipv4_any};
-pub use policy::{Limits, NetworkPolicy};
+pub use policy::{Limits, NetworkPolicy, RuleGrants};
 pub use record::{
     EgressOutcome, EgressRecord, MAX_METHOD_BYTES, NO_RESPONSE, NOT_SENT, redact_url,
 };

@@ -13,6 +13,7 @@ use crate::host::Host;
 use crate::request::Request;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Per-call limits on egress.
@@ -95,10 +96,26 @@ impl NetworkPolicy {
     /// The address checks on resolved addresses are not part of this: see
     /// [`connect_plan`](crate::connect_plan).
     pub fn decide(&self, request: &Request) -> Decision {
+        self.decide_with(request, &[])
+    }
+
+    /// Decides one request of a call that also holds `rules`, the grants of
+    /// the policy rules that matched it. Pure, as [`NetworkPolicy::decide`]:
+    /// the first `allow` grant that covers the request allows it, else the
+    /// first grant of `rules` (in order) does, else the first `ask` grant
+    /// asks; otherwise it is denied, the reason looking at every grant.
+    pub fn decide_with(&self, request: &Request, rules: &[RuleGrants]) -> Decision {
         if let Some(index) = self.allow.iter().position(|g| g.matches(request)) {
             return Decision::Allow {
                 rule: self.grant_ref(GrantList::Allow, index),
             };
+        }
+        for r in rules {
+            if let Some(index) = r.grants.iter().position(|g| g.matches(request)) {
+                return Decision::Allow {
+                    rule: r.grant_ref(index),
+                };
+            }
         }
         if let Some(index) = self.ask.iter().position(|g| g.matches(request)) {
             return Decision::Ask {
@@ -106,20 +123,27 @@ impl NetworkPolicy {
             };
         }
         Decision::Deny {
-            reason: self.deny_reason(request),
+            reason: self.deny_reason(request, rules),
         }
     }
 
-    fn deny_reason(&self, request: &Request) -> DenyReason {
+    fn deny_reason(&self, request: &Request, rules: &[RuleGrants]) -> DenyReason {
         let host = &request.host;
-        let for_host: Vec<&Grant> = self.grants().filter(|g| g.matches_host(host)).collect();
+        let for_host: Vec<&Grant> = self
+            .grants()
+            .chain(rules.iter().flat_map(|r| r.grants.iter()))
+            .filter(|g| g.matches_host(host))
+            .collect();
         if for_host.is_empty() {
             if let Host::Ip(addr) = host
                 && let Some(risk) = classify(*addr)
             {
                 return DenyReason::AddressRefused { addr: *addr, risk };
             }
-            if self.allow.is_empty() && self.ask.is_empty() {
+            if self.allow.is_empty()
+                && self.ask.is_empty()
+                && rules.iter().all(|r| r.grants.is_empty())
+            {
                 return DenyReason::NetworkOff;
             }
             return DenyReason::HostNotGranted { host: host.clone() };
@@ -176,15 +200,28 @@ impl NetworkPolicy {
         match list {
             GrantList::Allow => &self.allow,
             GrantList::Ask => &self.ask,
+            GrantList::Rule(_) => &[],
         }
     }
 
     /// The grant a [`GrantRef`] names, if it exists and its pattern is
-    /// still the one named.
+    /// still the one named. A rule's grant is not the policy's own: see
+    /// [`NetworkPolicy::grant_with`].
     pub fn grant(&self, rule: &GrantRef) -> Option<&Grant> {
-        self.list(rule.list)
-            .get(rule.index)
-            .filter(|g| g.as_str() == rule.pattern)
+        self.grant_with(rule, &[])
+    }
+
+    /// As [`NetworkPolicy::grant`], for a call that also holds `rules`
+    /// (as given to [`NetworkPolicy::decide_with`]).
+    pub fn grant_with<'a>(&'a self, rule: &GrantRef, rules: &'a [RuleGrants]) -> Option<&'a Grant> {
+        let list = match rule.list {
+            GrantList::Rule(n) => rules
+                .iter()
+                .find(|r| r.rule == n)
+                .map_or(&[][..], |r| &r.grants[..]),
+            list => self.list(list),
+        };
+        list.get(rule.index).filter(|g| g.as_str() == rule.pattern)
     }
 
     /// True when at least one grant exists (`allow` or `ask`).
@@ -246,5 +283,52 @@ impl NetworkPolicy {
         self.credentials
             .iter()
             .find(|c| c.applies_to(scheme, host, port))
+    }
+}
+
+/// The network grants of one policy rule (`network = [...]` in a
+/// `[[rules]]` entry): `allow` grants that only the calls this rule
+/// matches hold, named `rules[N].network[i]`. Written and parsed as the
+/// entries of `[network] allow` are ([`GrantEntry::grant_from_toml`](crate::GrantEntry::grant_from_toml)).
+///
+/// Cheap to clone (the grants are shared). Which rules match a call is the
+/// policy's business; a call's requests are then decided with
+/// [`NetworkPolicy::decide_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleGrants {
+    rule: usize,
+    grants: Arc<[Grant]>,
+}
+
+impl RuleGrants {
+    /// The grants of the file's `[[rules]]` entry at 0-based position
+    /// `rule`, in the order written.
+    pub fn new(rule: usize, grants: Vec<Grant>) -> RuleGrants {
+        RuleGrants {
+            rule,
+            grants: grants.into(),
+        }
+    }
+
+    /// The rule's 0-based position among the file's `[[rules]]`.
+    pub fn rule(&self) -> usize {
+        self.rule
+    }
+
+    /// The grants, in the order written.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
+    }
+
+    fn grant_ref(&self, index: usize) -> GrantRef {
+        GrantRef {
+            list: GrantList::Rule(self.rule),
+            index,
+            pattern: self
+                .grants
+                .get(index)
+                .map(|g| g.as_str().to_string())
+                .unwrap_or_default(),
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::addr::check_addr;
 use crate::decision::{Decision, Refusal};
 use crate::grant::{Grant, GrantRef};
 use crate::host::Host;
-use crate::policy::NetworkPolicy;
+use crate::policy::{NetworkPolicy, RuleGrants};
 use crate::request::Request;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -160,9 +160,9 @@ pub fn connect_plan<R: Resolver + ?Sized>(
     resolver: &R,
 ) -> Result<ConnectPlan, Refusal> {
     match policy.decide(request) {
-        Decision::Allow { rule } => plan(request, policy, rule, resolver),
+        Decision::Allow { rule } => plan(request, policy.grant(&rule), rule, resolver),
         Decision::Ask { rule } => {
-            let plan = plan(request, policy, rule, resolver)?;
+            let plan = plan(request, policy.grant(&rule), rule, resolver)?;
             Err(Refusal::ApprovalRequired {
                 rule: plan.rule,
                 addrs: plan.addrs,
@@ -172,26 +172,31 @@ pub fn connect_plan<R: Resolver + ?Sized>(
     }
 }
 
-/// As [`connect_plan`], for a request whose `ask` decision a human approved
-/// (`allowed-once`): `rule` is the grant the decision named. It must still
-/// exist in `policy` and cover `request`, or the plan is refused
-/// ([`Refusal::StaleRule`]); an approval never widens a grant.
+/// As [`connect_plan`], for a request already decided: one whose `ask`
+/// decision a human approved (`allowed-once`), or one decided with
+/// [`NetworkPolicy::decide_with`] for a call holding `rules` (the grants of
+/// the policy rules that matched it; `&[]` for none). `rule` is the grant
+/// the decision named. It must still exist in `policy` (or `rules`) and
+/// cover `request`, or the plan is refused ([`Refusal::StaleRule`]); an
+/// approval never widens a grant.
 pub fn connect_plan_approved<R: Resolver + ?Sized>(
     request: &Request,
     policy: &NetworkPolicy,
+    rules: &[RuleGrants],
     rule: &GrantRef,
     resolver: &R,
 ) -> Result<ConnectPlan, Refusal> {
-    plan(request, policy, rule.clone(), resolver)
+    let grant = policy.grant_with(rule, rules);
+    plan(request, grant, rule.clone(), resolver)
 }
 
 fn plan<R: Resolver + ?Sized>(
     request: &Request,
-    policy: &NetworkPolicy,
+    grant: Option<&Grant>,
     rule: GrantRef,
     resolver: &R,
 ) -> Result<ConnectPlan, Refusal> {
-    let Some(grant) = policy.grant(&rule).filter(|g| g.matches(request)) else {
+    let Some(grant) = grant.filter(|g| g.matches(request)) else {
         return Err(Refusal::StaleRule { rule });
     };
     let resolved =

@@ -9,9 +9,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use toolhost_egress::{
-    AddrClass, Credentials, Decision, EgressOutcome, EgressRecord, Grant, Host, NetworkPolicy,
-    Refusal, Request, Scheme, StaticResolver, check_addr, classify, connect_plan,
-    connect_plan_approved, parse_ipv4_any, redact_url,
+    AddrClass, Credentials, Decision, EgressOutcome, EgressRecord, Grant, GrantList, Host,
+    NetworkPolicy, Refusal, Request, RuleGrants, Scheme, StaticResolver, check_addr, classify,
+    connect_plan, connect_plan_approved, parse_ipv4_any, redact_url,
 };
 
 const POLICY: &str = r#"
@@ -415,13 +415,13 @@ fn an_approval_plans_only_what_its_grant_covers() {
     let want: Vec<SocketAddr> = vec!["192.168.1.10:9000".parse().unwrap()];
     assert_eq!(addrs, want);
     // An approval that arrives later plans again, from the grant it names.
-    let plan = connect_plan_approved(&r, &policy, &rule, &resolver).unwrap();
+    let plan = connect_plan_approved(&r, &policy, &[], &rule, &resolver).unwrap();
     assert_eq!(plan.addrs, want);
     assert_eq!(plan.rule, rule);
 
     // The same approval does not stretch to another request...
     let other = Request::from_url("http://192.168.1.11:9000/", Some("POST")).unwrap();
-    let e = connect_plan_approved(&other, &policy, &rule, &resolver).unwrap_err();
+    let e = connect_plan_approved(&other, &policy, &[], &rule, &resolver).unwrap_err();
     assert_eq!(e.code(), "stale_rule");
     // ...nor survive a policy whose grant at that index changed.
     let changed = NetworkPolicy::from_toml(
@@ -429,11 +429,11 @@ fn an_approval_plans_only_what_its_grant_covers() {
         "changed.toml",
     )
     .unwrap();
-    let e = connect_plan_approved(&r, &changed, &rule, &resolver).unwrap_err();
+    let e = connect_plan_approved(&r, &changed, &[], &rule, &resolver).unwrap_err();
     assert_eq!(e.code(), "stale_rule");
     // ...nor does an allow decision's grant cover what it does not name.
     let api = Request::from_url("https://api.example.com/", Some("GET")).unwrap();
-    let e = connect_plan_approved(&api, &policy, &rule, &resolver).unwrap_err();
+    let e = connect_plan_approved(&api, &policy, &[], &rule, &resolver).unwrap_err();
     assert_eq!(e.code(), "stale_rule");
 
     // An ask grant by name whose name resolves to a refused address is
@@ -445,8 +445,99 @@ fn an_approval_plans_only_what_its_grant_covers() {
     let Decision::Ask { rule } = policy.decide(&gh) else {
         panic!("not ask");
     };
-    let e = connect_plan_approved(&gh, &policy, &rule, &resolver).unwrap_err();
+    let e = connect_plan_approved(&gh, &policy, &[], &rule, &resolver).unwrap_err();
     assert_eq!(e.code(), "address_refused");
+}
+
+/// A call's rule grants: allow grants named `rules[N].network[i]`, after
+/// the policy's own `allow` and before its `ask`; planned (and an exact
+/// address unlocked) like any other grant; unknown to a call that does not
+/// hold them.
+#[test]
+fn rule_grants_allow_for_the_calls_that_hold_them() {
+    let policy = policy();
+    let resolver = resolver();
+    let rules = [
+        RuleGrants::new(0, vec![Grant::parse("https://rules.example.net").unwrap()]),
+        RuleGrants::new(
+            3,
+            vec![
+                Grant::with_methods("http://127.0.0.9:7000", Some(&["GET".to_string()])).unwrap(),
+                Grant::parse("https://*.github.com").unwrap(),
+            ],
+        ),
+    ];
+    let local = Request::from_url("http://127.0.0.9:7000/x", Some("GET")).unwrap();
+    // Without the rules: a refused address, no grant names it.
+    let e = connect_plan(&local, &policy, &resolver).unwrap_err();
+    assert_eq!(e.code(), "address_refused");
+    let Decision::Allow { rule } = policy.decide_with(&local, &rules) else {
+        panic!("not allowed");
+    };
+    assert_eq!(rule.list, GrantList::Rule(3));
+    assert_eq!(
+        rule.to_string(),
+        "rules[3].network[0] \"http://127.0.0.9:7000\""
+    );
+    // The exact address the rule's grant names is unlocked, as a
+    // `[network]` grant of it would be.
+    let plan = connect_plan_approved(&local, &policy, &rules, &rule, &resolver).unwrap();
+    assert_eq!(
+        plan.addrs,
+        vec!["127.0.0.9:7000".parse::<SocketAddr>().unwrap()]
+    );
+    // Planned without the rules, the grant does not exist.
+    let e = connect_plan_approved(&local, &policy, &[], &rule, &resolver).unwrap_err();
+    assert_eq!(e.code(), "stale_rule");
+    // Nor with another rule's grants at that place.
+    let other = [RuleGrants::new(
+        3,
+        vec![Grant::parse("http://127.0.0.8:7000").unwrap()],
+    )];
+    let e = connect_plan_approved(&local, &policy, &other, &rule, &resolver).unwrap_err();
+    assert_eq!(e.code(), "stale_rule");
+    // A method the rule's grant does not list is refused, and says so.
+    let post = Request::from_url("http://127.0.0.9:7000/x", Some("POST")).unwrap();
+    let Decision::Deny { reason } = policy.decide_with(&post, &rules) else {
+        panic!("not denied");
+    };
+    assert_eq!(reason.code(), "method_not_granted");
+    // A rule's grant is an allow grant: it comes before `[network] ask`...
+    let gh = Request::from_url("https://api.github.com/", Some("GET")).unwrap();
+    assert!(matches!(policy.decide(&gh), Decision::Ask { .. }));
+    let Decision::Allow { rule } = policy.decide_with(&gh, &rules) else {
+        panic!("not allowed");
+    };
+    assert_eq!(
+        rule.to_string(),
+        "rules[3].network[1] \"https://*.github.com\""
+    );
+    // ...and after `[network] allow`.
+    let api = Request::from_url("https://api.example.com/", Some("GET")).unwrap();
+    let both = [RuleGrants::new(
+        1,
+        vec![Grant::parse("https://api.example.com").unwrap()],
+    )];
+    let Decision::Allow { rule } = policy.decide_with(&api, &both) else {
+        panic!("not allowed");
+    };
+    assert_eq!(rule.list, GrantList::Allow);
+    // A policy without `[network]`: the rules alone grant, and a request
+    // they do not cover is refused as a host not granted.
+    let off = NetworkPolicy::default();
+    let named = Request::from_url("https://rules.example.net/", Some("GET")).unwrap();
+    assert!(matches!(
+        off.decide_with(&named, &rules),
+        Decision::Allow { .. }
+    ));
+    let Decision::Deny { reason } = off.decide_with(&api, &rules) else {
+        panic!("not denied");
+    };
+    assert_eq!(reason.code(), "host_not_granted");
+    let Decision::Deny { reason } = off.decide_with(&api, &[]) else {
+        panic!("not denied");
+    };
+    assert_eq!(reason.code(), "network_off");
 }
 
 #[test]

@@ -436,11 +436,11 @@ impl CallNet {
         // it runs off the executor; a lookup that outlasts the request's
         // time is given up, its thread left to finish on its own).
         let plan = match &request.host {
-            Host::Ip(_) => connect_plan_approved(&request, &egress.policy, &rule, &NoLookup),
+            Host::Ip(_) => connect_plan_approved(&request, &egress.policy, &[], &rule, &NoLookup),
             Host::Name(_) => {
                 let (looked_up, egress, rule) = (request.clone(), egress.clone(), rule.clone());
                 let lookup = tokio::task::spawn_blocking(move || {
-                    connect_plan_approved(&looked_up, &egress.policy, &rule, &*egress.resolver)
+                    connect_plan_approved(&looked_up, &egress.policy, &[], &rule, &*egress.resolver)
                 });
                 match tokio::time::timeout_at(connected_by, lookup).await {
                     Ok(joined) => {
