@@ -64,6 +64,39 @@ pub(crate) struct RawRule {
     pub(crate) must_match: Vec<Spanned<RawExample>>,
     #[serde(default)]
     pub(crate) must_not_match: Vec<Spanned<RawExample>>,
+    /// Network grants of the calls the rule matches, each entry as in
+    /// `[network] allow` (read by `toolhost_egress`).
+    pub(crate) network: Option<Spanned<RawGrants>>,
+}
+
+/// A list of grants as written, each entry with its place in the file.
+pub(crate) struct RawGrants(pub(crate) Vec<Spanned<toml::Value>>);
+
+impl<'de> Deserialize<'de> for RawGrants {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ListVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for ListVisitor {
+            type Value = RawGrants;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of grants: network = [\"https://api.example.com\"]")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawGrants, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = seq.next_element()? {
+                    entries.push(entry);
+                }
+                Ok(RawGrants(entries))
+            }
+        }
+
+        d.deserialize_seq(ListVisitor)
+    }
 }
 
 #[derive(Deserialize)]

@@ -6,8 +6,8 @@ use crate::decision::{ApprovalSetting, DecisionKind};
 use crate::error::{LoadError, line_col};
 use crate::facts::CallFacts;
 use crate::file::{
-    RawArgMatcher, RawExample, RawGuard, RawPolicy, RawPostExecute, RawRule, VersionProbe,
-    table_to_json,
+    RawArgMatcher, RawExample, RawGrants, RawGuard, RawPolicy, RawPostExecute, RawRule,
+    VersionProbe, table_to_json,
 };
 use crate::guard::{Guard, GuardVerdict};
 use crate::matcher::{ArgMatcher, ToolPattern, check_pointer, path_glob, regex};
@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::str::FromStr;
 use toml::Spanned;
 use toolhost_core::SandboxMode;
+use toolhost_egress::{GrantEntry, KeyPath, RuleGrants};
 
 /// The only format version this crate reads.
 const VERSION: i64 = 1;
@@ -190,6 +191,19 @@ pub(crate) fn compile_rule(
                 .collect::<Result<Vec<_>>>()?,
         ),
     };
+    let network = match &r.network {
+        None => None,
+        Some(list) if !prefix.is_empty() => {
+            return Err(LoadError::new(
+                list.span(),
+                format!(
+                    "{key}.network: a layer only narrows and cannot grant network; \
+                     grant it in a top-level [[rules]] entry or in [network]"
+                ),
+            ));
+        }
+        Some(list) => compile_rule_network(list, index, decision, side_effects.as_deref())?,
+    };
     Ok(Rule::new(
         tool,
         decision,
@@ -197,7 +211,58 @@ pub(crate) fn compile_rule(
         args,
         side_effects,
         RuleOrigin::File { index, line },
-    ))
+    )
+    .with_network(network))
+}
+
+/// The `network` of the file's `rules[index]`: each entry read and parsed
+/// as an entry of `[network] allow` (by `toolhost_egress`, with its
+/// messages), located at the entry. Refused where it could never grant
+/// anything: in a deny rule (its calls never run) and in a rule whose
+/// `side_effect` list matches no call of a tool that declares `external`
+/// (the only tools network reaches). `None` for an empty list.
+fn compile_rule_network(
+    list: &Spanned<RawGrants>,
+    index: usize,
+    decision: DecisionKind,
+    side_effects: Option<&[SideEffect]>,
+) -> Result<Option<RuleGrants>> {
+    let refuse = |why: &str| {
+        Err(LoadError::new(
+            list.span(),
+            format!("rules[{index}].network: {why}"),
+        ))
+    };
+    if decision == DecisionKind::Deny {
+        return refuse(
+            "a deny rule grants nothing (the calls it matches never run); \
+             grant network in an allow or ask rule",
+        );
+    }
+    // An allow rule matches the side effect a call is seen with, `external`
+    // for such a tool; an ask rule any it may have, `none` never.
+    let reaches_external = |list: &[SideEffect]| match decision {
+        DecisionKind::Allow => list.contains(&SideEffect::External),
+        _ => list.iter().any(|e| *e != SideEffect::None),
+    };
+    if side_effects.is_some_and(|list| !reaches_external(list)) {
+        return refuse(
+            "network reaches only tools that declare side effect external, \
+             and this rule's side_effect list matches none of their calls",
+        );
+    }
+    let path = KeyPath::root().key("rules").index(index).key("network");
+    let grants = list
+        .get_ref()
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            GrantEntry::grant_from_toml(entry.get_ref(), &path.index(i))
+                .map_err(|e| LoadError::new(entry.span(), e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((!grants.is_empty()).then(|| RuleGrants::new(index, grants)))
 }
 
 fn compile_arg_matcher(raw: &Spanned<RawArgMatcher>, key: &str) -> Result<ArgMatcher> {

@@ -13,7 +13,7 @@ use crate::preset::Preset;
 use crate::rate_limit::RateLimits;
 use crate::rule::{Rule, RuleRef};
 use toolhost_core::SandboxMode;
-use toolhost_egress::NetworkPolicy;
+use toolhost_egress::{NetworkPolicy, RuleGrants};
 
 /// A policy: pre-execute rules, guards and post-execute rules.
 ///
@@ -43,6 +43,9 @@ use toolhost_egress::NetworkPolicy;
 /// # tool that declares "none" seen as "read" in any mode but "none".
 /// must_match = [ { tool = "write_file", args = { path = "src/a.rs", content = "TODO" }, side_effect = "write" } ]
 /// must_not_match = [ { tool = "write_file", args = { path = "docs/a.md", content = "x" }, side_effect = "write" } ]
+/// # optional, allow and ask rules only: network grants of the calls this rule
+/// # matches, entries as in [network] allow (see `Policy::network_grants`)
+/// # network = ["https://api.example.com", { url = "http://127.0.0.1:8080", methods = ["GET"] }]
 ///
 /// [[guards]]
 /// name = "no-secrets"          # optional; defaults to "guards[N]"
@@ -87,7 +90,7 @@ use toolhost_egress::NetworkPolicy;
 /// deny = ["grep"]              # hidden and refused
 /// default = "ask"              # optional: this layer's decision when none of its rules match
 /// approval = "never"           # optional
-/// [[layers.rules]]             # as [[rules]]; [[layers.guards]] as [[guards]]
+/// [[layers.rules]]             # as [[rules]] (but no `network`); [[layers.guards]] as [[guards]]
 /// tool = "read_file"
 /// decision = "allow"
 ///
@@ -168,7 +171,8 @@ impl Policy {
     }
 
     /// This policy with `network` as its network grants, limits and
-    /// credentials (replacing the file's `[network]` and `[[credentials]]`).
+    /// credentials (replacing the file's `[network]` and `[[credentials]]`;
+    /// the rules' own grants, [`Policy::network_grants`], stay).
     pub fn with_network(mut self, network: NetworkPolicy) -> Policy {
         self.network = network;
         self
@@ -253,6 +257,37 @@ impl Policy {
                 matched: None,
             },
         }
+    }
+
+    /// The network grants of the file's `[[rules]]` that match this call
+    /// (by [`Rule::matches`], the matching that decides it), in file
+    /// order: the rules' `network` entries, `allow` grants of this call
+    /// alone. Whether the call runs at all is [`Policy::trace`]'s answer
+    /// (an `ask` rule's call runs once approved; a call something denies
+    /// never runs); network reaches only tools that declare `external`,
+    /// which is the host's to enforce.
+    ///
+    /// Empty, and nothing allocated, when no matching rule grants network.
+    pub fn network_grants(&self, facts: &CallFacts<'_>) -> Vec<RuleGrants> {
+        self.rules
+            .iter()
+            .filter_map(|r| r.network().filter(|_| r.matches(facts)))
+            .cloned()
+            .collect()
+    }
+
+    /// Every rule's network grants, in file order.
+    pub fn rule_grants(&self) -> impl Iterator<Item = &RuleGrants> {
+        self.rules.iter().filter_map(Rule::network)
+    }
+
+    /// Whether a rule's network grants could reach some call of `tool`: a
+    /// rule that grants network and whose tool pattern matches it (its
+    /// other matchers depend on the call).
+    pub fn may_grant_network(&self, tool: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.network().is_some() && r.matches_tool(tool))
     }
 
     /// The sandbox mode calls run in unless they escalate.

@@ -7,6 +7,7 @@ use crate::matcher::{ArgMatcher, ToolPattern};
 use crate::preset::Preset;
 use crate::side_effect::SideEffect;
 use std::fmt;
+use toolhost_egress::RuleGrants;
 
 /// Where a rule came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +50,8 @@ pub struct Rule {
     args: Vec<ArgMatcher>,
     side_effects: Option<Vec<SideEffect>>,
     origin: RuleOrigin,
+    /// The network grants of the calls it matches (`None` when it grants none).
+    network: Option<RuleGrants>,
 }
 
 impl Rule {
@@ -67,7 +70,14 @@ impl Rule {
             args,
             side_effects,
             origin,
+            network: None,
         }
+    }
+
+    /// This rule granting `network` to the calls it matches.
+    pub(crate) fn with_network(mut self, network: Option<RuleGrants>) -> Self {
+        self.network = network;
+        self
     }
 
     /// The rule a preset adds, if any.
@@ -102,6 +112,19 @@ impl Rule {
     /// Where the rule came from.
     pub fn origin(&self) -> RuleOrigin {
         self.origin
+    }
+
+    /// The network grants this rule adds to the calls it matches (its
+    /// `network` key), if any: `allow` grants, for tools that declare the
+    /// side effect `external` (see [`Policy::network_grants`](crate::Policy::network_grants)).
+    pub fn network(&self) -> Option<&RuleGrants> {
+        self.network.as_ref()
+    }
+
+    /// True when the tool pattern matches `tool` (whatever the call's
+    /// arguments and side effect).
+    pub fn matches_tool(&self, tool: &str) -> bool {
+        self.tool.matches(tool)
     }
 
     /// True when the tool pattern, every argument matcher and the side-effect
