@@ -323,7 +323,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
                     row,
                     Verdict::Warn,
                     format!(
-                        "ran in {mode} without network and ended {}: it needs {}; grant it in the policy's [network] to run this example",
+                        "ran in {mode} without network and ended {}: it needs {}; grant it in the policy's [network] (or a rule's network) to run this example",
                         e.code,
                         wanted.join(", ")
                     ),
@@ -342,7 +342,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
                 format!("network:{}", d.name),
                 Verdict::Warn,
                 format!(
-                    "its examples ask for {}: a policy must grant these (`[network] allow` or `ask`) for such calls to reach them",
+                    "its examples ask for {}: a policy must grant these (`[network] allow` or `ask`, or a rule's `network`) for such calls to reach them",
                     asks.into_iter().collect::<Vec<_>>().join(", ")
                 ),
             );

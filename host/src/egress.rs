@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use toolhost_egress::{Credentials, NetworkPolicy, Resolver, SystemResolver};
+use toolhost_egress::{Credentials, NetworkPolicy, Resolver, RuleGrants, SystemResolver};
 
 /// A resolver the host may share between calls and threads.
 pub type SharedResolver = Arc<dyn Resolver + Send + Sync>;
@@ -33,7 +33,9 @@ impl fmt::Debug for Egress {
 impl Egress {
     /// Loads `policy`'s credentials and TLS roots (the policy's `ca_file`
     /// on top of the system's roots); `resolver` resolves names
-    /// (the system's when `None`).
+    /// (the system's when `None`). `rules` are the policy rules' grants,
+    /// checked here as `policy`'s are (each call gets those of the rules
+    /// it matches).
     ///
     /// # Ambient Authority
     ///
@@ -42,17 +44,29 @@ impl Egress {
     /// file, never a secret.
     pub(crate) fn load(
         policy: &NetworkPolicy,
+        rules: &[&RuleGrants],
         resolver: Option<SharedResolver>,
     ) -> Result<Egress, String> {
         // The host decides a socket's address as the guest connects it and
         // looks no name up for sockets (name lookup is refused to guests),
         // so a `tcp://`/`udp://` grant must name an address: one that
         // names a host name would never match anything.
-        if let Some(g) = policy.grants().find(|g| {
+        let by_name = |g: &&toolhost_egress::Grant| {
             !g.scheme().is_http() && !matches!(g.host(), toolhost_egress::HostPattern::Ip(_))
-        }) {
+        };
+        let named = policy
+            .grants()
+            .find(by_name)
+            .map(|g| ("network".to_string(), g))
+            .or_else(|| {
+                rules.iter().find_map(|r| {
+                    let g = r.grants().iter().find(by_name)?;
+                    Some((format!("rules[{}].network", r.rule()), g))
+                })
+            });
+        if let Some((key, g)) = named {
             return Err(format!(
-                "network grant {:?}: a tcp:// or udp:// grant must name an IP address, not a host name (sockets connect to addresses; the host looks up no name for them)",
+                "{key} grant {:?}: a tcp:// or udp:// grant must name an IP address, not a host name (sockets connect to addresses; the host looks up no name for them)",
                 g.as_str()
             ));
         }
@@ -127,11 +141,15 @@ fn add_ca_file(roots: &mut rustls::RootCertStore, path: &std::path::Path) -> Res
 /// What one call may reach on the network: nothing by default.
 ///
 /// Built by the pipeline from the host's policy: the `allow` grants always,
-/// the `ask` grants only when this call's approval covered them.
+/// the `ask` grants only when this call's approval covered them, and the
+/// grants of the policy rules that matched the call.
 #[derive(Clone, Default)]
 pub struct NetworkGrant {
     pub(crate) egress: Option<Arc<Egress>>,
     pub(crate) ask_approved: bool,
+    /// The grants of the policy rules that matched this call (`allow`
+    /// grants of this call alone; empty for most calls, allocating nothing).
+    pub(crate) rules: Vec<RuleGrants>,
     /// The policy has network grants, but the tool does not declare the
     /// side effect `external`, so it gets none of them (what a refusal
     /// says).
@@ -174,30 +192,37 @@ impl NetworkGrant {
             .map(|p| toolhost_egress::Grant::parse(p).map_err(|e| format!("{p:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         let policy = NetworkPolicy::from_grants(grants).with_ca_file(ca_file);
-        let egress = Egress::load(&policy, resolver)?;
-        Ok(NetworkGrant::new(Some(Arc::new(egress)), false))
+        let egress = Egress::load(&policy, &[], resolver)?;
+        Ok(NetworkGrant::new(Some(Arc::new(egress)), false, Vec::new()))
     }
 
-    pub(crate) fn new(egress: Option<Arc<Egress>>, ask_approved: bool) -> NetworkGrant {
+    pub(crate) fn new(
+        egress: Option<Arc<Egress>>,
+        ask_approved: bool,
+        rules: Vec<RuleGrants>,
+    ) -> NetworkGrant {
         NetworkGrant {
             egress,
             ask_approved,
+            rules,
             not_external: false,
         }
     }
 
     /// The grant of a call of a tool with the declared `side_effect`: the
     /// host's network grants for a tool that declares `external` (the
-    /// `ask` ones when `ask_approved`), none for any other. A tool cannot
+    /// `ask` ones when `ask_approved`, and `rules`, the grants of the
+    /// policy rules the call matched), none for any other. A tool cannot
     /// use the network while declaring that it does not act outside the
     /// host, which is what the policy's rules and presets decide on.
     pub(crate) fn for_tool(
         egress: Option<Arc<Egress>>,
         side_effect: toolhost_core::SideEffect,
         ask_approved: bool,
+        rules: Vec<RuleGrants>,
     ) -> NetworkGrant {
         if side_effect == toolhost_core::SideEffect::External {
-            return NetworkGrant::new(egress, ask_approved);
+            return NetworkGrant::new(egress, ask_approved, rules);
         }
         NetworkGrant {
             not_external: egress.is_some(),
@@ -214,17 +239,25 @@ impl NetworkGrant {
         }
     }
 
-    /// What the call may reach, for its intent: every `allow` grant, and
-    /// the `ask` grants (prefixed `ask:`) when they were approved for it.
+    /// What the call may reach, for its intent: every `allow` grant, the
+    /// `ask` grants (prefixed `ask:`) when they were approved for it, then
+    /// the grants of the policy rules it matched (each once).
     pub fn reachable(&self) -> Vec<String> {
         let Some(egress) = &self.egress else {
             return Vec::new();
         };
-        egress
+        let mut reachable: Vec<String> = egress
             .policy
             .reachable()
             .into_iter()
             .filter(|g| self.ask_approved || !g.starts_with("ask:"))
-            .collect()
+            .collect();
+        for grant in self.rules.iter().flat_map(RuleGrants::grants) {
+            let grant = grant.canonical();
+            if !reachable.contains(&grant) {
+                reachable.push(grant);
+            }
+        }
+        reachable
     }
 }

@@ -297,8 +297,12 @@ impl HostBuilder {
                 )?;
             }
         }
-        let egress = if network.is_enabled() {
-            let egress = Egress::load(network, self.resolver.take()).map_err(HostError::Network)?;
+        // Built when `[network]` or a rule grants anything (the rules' grants
+        // are the calls' own, under `[network]`'s limits, or the defaults).
+        let rules: Vec<_> = self.policy.rule_grants().collect();
+        let egress = if network.is_enabled() || !rules.is_empty() {
+            let egress =
+                Egress::load(network, &rules, self.resolver.take()).map_err(HostError::Network)?;
             Some(Arc::new(egress))
         } else {
             None

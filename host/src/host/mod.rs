@@ -226,7 +226,8 @@ pub struct Host {
     pub(crate) next_call: AtomicU64,
     pub(crate) gate: Arc<gate::Gate>,
     /// The policy's network grants, loaded (credentials read, TLS roots);
-    /// `None` when the policy grants no network.
+    /// `None` when the policy grants no network (neither `[network]` nor
+    /// a rule).
     pub(crate) egress: Option<Arc<crate::egress::Egress>>,
     pub(crate) rate: Arc<rate::RateLimiter>,
 }
@@ -324,19 +325,21 @@ impl Host {
     /// `openWorldHint` reports, and what makes a tool no longer read-only
     /// whatever its sandbox mode. The policy's grants apply only to the
     /// calls of tools that declare the side effect `external` (its `ask`
-    /// grants once asked for per call); without `[network]`, no tool may.
+    /// grants once asked for per call, a rule's to the calls it matches);
+    /// without `[network]` or a rule that grants network to `tool`, no
+    /// call of it may.
     pub fn may_reach_network(&self, tool: &str) -> bool {
         self.registry
             .resolve(None, tool)
-            .is_some_and(|t| self.grants_network_to(t.descriptor.side_effect))
+            .is_some_and(|t| self.grants_network_to(&t.descriptor))
     }
 
-    /// Whether the policy's network grants reach a tool that declares
-    /// `side_effect` (see [`Host::may_reach_network`]).
-    pub(crate) fn grants_network_to(&self, side_effect: toolhost_core::SideEffect) -> bool {
-        side_effect == toolhost_core::SideEffect::External
+    /// Whether the policy's network grants reach some call of `tool` (see
+    /// [`Host::may_reach_network`]).
+    pub(crate) fn grants_network_to(&self, tool: &crate::tool::Descriptor) -> bool {
+        tool.side_effect == toolhost_core::SideEffect::External
             && self.egress.as_ref().is_some_and(|egress| {
-                !egress.policy.allow().is_empty() || !egress.policy.ask().is_empty()
+                egress.policy.is_enabled() || self.policy.may_grant_network(&tool.name)
             })
     }
 }

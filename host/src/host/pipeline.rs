@@ -82,6 +82,13 @@ pub(crate) struct Assessed<'h> {
     /// The network `ask` grants this call would be approved for (see
     /// [`Host::assess`]); empty when none apply.
     pub ask_network: Vec<String>,
+    /// The network grants of the policy rules this call matches (for a
+    /// tool that declares `external`); empty when none apply.
+    pub rule_network: Vec<toolhost_policy::egress::RuleGrants>,
+    /// What an approval of this call would let it reach: the `ask` grants
+    /// and the rules' grants (empty when nobody is asked, or it reaches
+    /// nothing more).
+    pub approval_network: Vec<String>,
 }
 
 /// Refuses a tool a policy layer hides from `subject` in `mode`.
@@ -203,7 +210,7 @@ impl Host {
                 reason,
                 mode: a.mode,
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
-                network: a.ask_network.clone(),
+                network: a.approval_network.clone(),
                 principal: Some(start.principal.clone()),
                 code: Some(crate::approval::ApprovedCode {
                     sha256: match &a.tool.body {
@@ -238,11 +245,13 @@ impl Host {
                 self.policy.post_execute(),
             ),
             // Reaching this point with `ask` grants named means the
-            // approval above returned `allowed-once`.
+            // approval above returned `allowed-once`; so does reaching it
+            // with the grants of an `ask` rule.
             network: NetworkGrant::for_tool(
                 self.egress.clone(),
                 a.tool.descriptor.side_effect,
                 !a.ask_network.is_empty(),
+                a.rule_network,
             ),
         })
     }
@@ -418,6 +427,17 @@ impl Host {
             }
             _ => Vec::new(),
         };
+        // The grants of the policy rules this call matches (the facts it
+        // was decided on), `allow` grants of this call alone, for a tool
+        // that declares `external`: if the call is asked, they are reached
+        // once approved; if it is refused, never. Nothing is allocated
+        // when no matching rule grants network.
+        let rule_network = match &self.egress {
+            Some(_) if tool.descriptor.side_effect == SideEffect::External => {
+                self.policy.network_grants(&facts)
+            }
+            _ => Vec::new(),
+        };
 
         // What a human would be asked, if anything: for `ask`, for every
         // escalation, and for network `ask` grants.
@@ -433,15 +453,29 @@ impl Host {
             )),
             (None, None) => None,
         };
-        let reason = match (reason, ask_network.is_empty()) {
+        // An approval asked for any of these also decides whether the
+        // rules' grants are reached: the approver is told of them too.
+        let approval_network: Vec<String> = if reason.is_none() && ask_network.is_empty() {
+            Vec::new()
+        } else {
+            let mut list = ask_network.clone();
+            for grant in rule_network.iter().flat_map(|r| r.grants()) {
+                let grant = grant.canonical();
+                if !list.contains(&grant) {
+                    list.push(grant);
+                }
+            }
+            list
+        };
+        let reason = match (reason, approval_network.is_empty()) {
             (reason, true) => reason,
             (None, false) => Some(format!(
                 "the call may reach these network grants only if approved: {}",
-                ask_network.join(", ")
+                approval_network.join(", ")
             )),
             (Some(r), false) => Some(format!(
                 "{r}; the call may reach these network grants only if approved: {}",
-                ask_network.join(", ")
+                approval_network.join(", ")
             )),
         };
         let approval_reason = reason.map(|r| crate::patches::tell_approver(r, &patches));
@@ -458,6 +492,8 @@ impl Host {
             approval_reason,
             approval,
             ask_network,
+            rule_network,
+            approval_network,
         })
     }
 

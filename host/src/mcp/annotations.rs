@@ -48,7 +48,7 @@ impl Enforced {
                 .unwrap_or_else(|| host.policy().default_mode())
                 .min(tool.side_effect.widest_mode()),
             min_mode: tool.min_mode,
-            may_reach_network: host.grants_network_to(tool.side_effect),
+            may_reach_network: host.grants_network_to(tool),
         }
     }
 

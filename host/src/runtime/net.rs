@@ -6,7 +6,8 @@
 //! For every outgoing HTTP request:
 //!
 //! 1. the request's scheme, host, port and method are decided by the
-//!    policy (`toolhost_egress`); a refusal fails inside the guest with
+//!    policy (`toolhost_egress`: its `[network]` grants and those of the
+//!    policy rules the call matched); a refusal fails inside the guest with
 //!    wasi:http's own error code (`HTTP-request-denied`,
 //!    `destination-IP-prohibited`, `DNS-error`) and is recorded;
 //! 2. an allowed request is planned: its host is resolved once (by the
@@ -343,7 +344,7 @@ impl CallNet {
             );
             return Err(HttpError::HttpRequestMethodInvalid);
         }
-        let (rule, approved) = match egress.policy.decide(&request) {
+        let (rule, approved) = match egress.policy.decide_with(&request, &self.grant.rules) {
             Decision::Allow { rule } => (rule, false),
             Decision::Ask { rule } if self.grant.ask_approved => (rule, true),
             Decision::Ask { rule } => {
@@ -436,11 +437,25 @@ impl CallNet {
         // it runs off the executor; a lookup that outlasts the request's
         // time is given up, its thread left to finish on its own).
         let plan = match &request.host {
-            Host::Ip(_) => connect_plan_approved(&request, &egress.policy, &[], &rule, &NoLookup),
+            Host::Ip(_) => connect_plan_approved(
+                &request,
+                &egress.policy,
+                &self.grant.rules,
+                &rule,
+                &NoLookup,
+            ),
             Host::Name(_) => {
                 let (looked_up, egress, rule) = (request.clone(), egress.clone(), rule.clone());
+                let net = self.clone();
                 let lookup = tokio::task::spawn_blocking(move || {
-                    connect_plan_approved(&looked_up, &egress.policy, &[], &rule, &*egress.resolver)
+                    let rules = &net.grant.rules;
+                    connect_plan_approved(
+                        &looked_up,
+                        &egress.policy,
+                        rules,
+                        &rule,
+                        &*egress.resolver,
+                    )
                 });
                 match tokio::time::timeout_at(connected_by, lookup).await {
                     Ok(joined) => {
@@ -647,7 +662,9 @@ impl CallNet {
                 let covers = |grants: &[toolhost_egress::Grant]| {
                     addr.port() == 0 && grants.iter().any(|g| g.scheme() == scheme)
                 };
-                let (allowed, asked) = (covers(egress.policy.allow()), covers(egress.policy.ask()));
+                let allowed = covers(egress.policy.allow())
+                    || self.grant.rules.iter().any(|r| covers(r.grants()));
+                let asked = covers(egress.policy.ask());
                 let ok = allowed || (self.grant.ask_approved && asked);
                 if !ok {
                     // Named when only an unapproved `ask` grant would have let it.
@@ -666,7 +683,7 @@ impl CallNet {
             _ => {}
         }
         let request = Request::new(scheme, Host::Ip(addr.ip()), addr.port(), None);
-        let rule = match egress.policy.decide(&request) {
+        let rule = match egress.policy.decide_with(&request, &self.grant.rules) {
             Decision::Allow { rule } => rule,
             Decision::Ask { rule } if self.grant.ask_approved => rule,
             Decision::Ask { rule } => {
@@ -685,7 +702,7 @@ impl CallNet {
                 return false;
             }
         };
-        let Some(grant) = egress.policy.grant(&rule) else {
+        let Some(grant) = egress.policy.grant_with(&rule, &self.grant.rules) else {
             self.refuse(&request, "", &Refusal::StaleRule { rule });
             return false;
         };

@@ -643,15 +643,30 @@ value_file = "/nonexistent/toolhost-test-token"
 #[tokio::test]
 async fn a_socket_grant_by_name_stops_the_host() {
     for grant in ["tcp://db.example.com:5432", "udp://*.example.com:53"] {
-        let policy = format!("version = 1\n\n[network]\nallow = [\"{grant}\"]\n");
-        let ws = tempdir();
-        let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
-        b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
-        let msg = b.build().await.unwrap_err().to_string();
-        assert!(
-            msg.contains(grant) && msg.contains("must name an IP address"),
-            "{msg}"
-        );
+        // In [network], and in a rule's network.
+        let policies = [
+            (
+                format!("version = 1\n\n[network]\nallow = [\"{grant}\"]\n"),
+                "network grant",
+            ),
+            (
+                format!(
+                    "version = 1\n\n[[rules]]\ntool = \"*\"\ndecision = \"allow\"\nnetwork = [\"{grant}\"]\n"
+                ),
+                "rules[0].network grant",
+            ),
+        ];
+        for (policy, named) in policies {
+            let ws = tempdir();
+            let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
+            b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
+            let msg = b.build().await.unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("{named} \"{grant}\""))
+                    && msg.contains("must name an IP address"),
+                "{msg}"
+            );
+        }
     }
 }
 
@@ -923,6 +938,138 @@ async fn an_ask_grant_is_approved_per_call_before_the_body() {
             assert!(r.is_ok(), "{r:?}");
             let rec = serde_json::to_value(&r.receipt.network).unwrap();
             assert_eq!(rec[0]["decision"], "approved");
+            assert_eq!(server.connections(), before + 1);
+        } else {
+            assert_eq!(r.code(), Some(ErrorCode::ApprovalRejected), "{r:?}");
+            assert_eq!(server.connections(), before);
+        }
+    }
+}
+
+/// The first event of call `id` of the given kind.
+fn event(host: &Host, id: &str, kind: toolhost::log::EventKind) -> toolhost::log::Event {
+    host.log()
+        .events_for_call(id)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind == kind)
+        .unwrap()
+}
+
+/// A policy whose second rule grants `http://127.0.0.1:PORT` (GET) to the
+/// calls of `http_fetch` whose URL is under `/granted/`, with `decision`
+/// (and `tail` after the rules); no `[network]` grant at all.
+fn rule_grant_policy(port: u16, decision: &str, tail: &str) -> String {
+    format!(
+        "version = 1\ndefault = \"allow\"\n\n\
+         [[rules]]\ntool = \"read_file\"\ndecision = \"allow\"\n\n\
+         [[rules]]\ntool = \"http_fetch\"\ndecision = \"{decision}\"\nreason = \"fetches need a human\"\n\
+         args = [{{ pointer = \"/url\", glob = \"http://127.0.0.1:{port}/granted/**\" }}]\n\
+         network = [{{ url = \"http://127.0.0.1:{port}\", methods = [\"GET\"] }}]\n{tail}"
+    )
+}
+
+/// A rule's `network` grants the calls it matches, and only those: with
+/// no `[network]` grant, `http_fetch`'s GET of a URL the rule matches
+/// reaches the loopback server (an exact address the grant names, unlocked
+/// as a `[network]` grant of it would be), and its record and intent name
+/// the rule's grant; a call whose URL the rule's matcher does not match
+/// gets nothing and never connects. Limits come from `[network]`.
+#[tokio::test]
+async fn a_rules_network_grant_reaches_only_the_calls_it_matches() {
+    let server = Server::ok("127.0.0.1", "by rule");
+    let port = server.port();
+    let grant = format!("http://127.0.0.1:{port}");
+    let (_ws, host) = host(&rule_grant_policy(port, "allow", "")).await;
+    assert!(host.may_reach_network("http_fetch"));
+    assert!(!host.may_reach_network("read_file"));
+
+    let r = fetch(&host, json!({"url": server.url("/granted/items")})).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(r.canonical["body"], "by rule");
+    let rec = serde_json::to_value(&r.receipt.network).unwrap();
+    assert_eq!(rec[0]["decision"], "allowed", "{rec}");
+    assert_eq!(rec[0]["rule"], format!("rules[1].network[0] \"{grant}\""));
+    assert_eq!(server.connections(), 1);
+    let intent = event(&host, &r.call_id, toolhost::log::EventKind::ToolIntent);
+    assert_eq!(intent.payload["network"], json!([grant]));
+
+    // A URL the rule's matcher does not match: the call runs (the default
+    // allows it) without the rule's grant, and never connects.
+    let r = fetch(&host, json!({"url": server.url("/other")})).await;
+    assert!(
+        tool_error(&r).starts_with("destination-IP-prohibited"),
+        "{r:?}"
+    );
+    assert_eq!(record_codes(&r), ["address_refused"]);
+    let intent = event(&host, &r.call_id, toolhost::log::EventKind::ToolIntent);
+    assert!(
+        intent.payload.get("network").is_none(),
+        "{}",
+        intent.payload
+    );
+    // A call the rule matches, with a method its grant does not list.
+    let r = fetch(
+        &host,
+        json!({"url": server.url("/granted/x"), "method": "POST", "body": "x"}),
+    )
+    .await;
+    assert!(tool_error(&r).starts_with("HTTP-request-denied"), "{r:?}");
+    assert_eq!(record_codes(&r), ["method_not_granted"]);
+    assert_eq!(server.connections(), 1);
+
+    // The limits are [network]'s, with or without grants of its own.
+    let (_ws, limited) = self::host(&rule_grant_policy(
+        port,
+        "allow",
+        "\n[network]\nmax_response_bytes = 4\n",
+    ))
+    .await;
+    let r = fetch(&limited, json!({"url": server.url("/granted/")})).await;
+    assert!(
+        tool_error(&r).contains("body size exceeds limit: 4 bytes"),
+        "{r:?}"
+    );
+    assert_eq!(r.receipt.network[0].status, Some(200));
+    assert_eq!(server.connections(), 2);
+}
+
+/// An `ask` rule's grants are reached once its call is approved: the
+/// approver is told of them; rejected, the call never runs.
+#[tokio::test]
+async fn an_ask_rules_network_grant_is_reached_once_approved() {
+    let server = Server::ok("127.0.0.1", "approved");
+    let port = server.port();
+    let grant = format!("http://127.0.0.1:{port}");
+    for (outcome, ok) in [
+        (ApprovalOutcome::AllowedOnce, true),
+        (ApprovalOutcome::Rejected, false),
+    ] {
+        let asked = Asked {
+            outcome,
+            requests: Arc::default(),
+        };
+        let approver = asked.clone();
+        let (_ws, host) = host_with(&rule_grant_policy(port, "ask", ""), move |b| {
+            b.approver(Box::new(approver));
+        })
+        .await;
+        let before = server.connections();
+        let r = fetch(&host, json!({"url": server.url("/granted/")})).await;
+        let requests = asked.requests.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "asked once");
+        assert_eq!(requests[0].network, std::slice::from_ref(&grant));
+        assert!(
+            requests[0].reason.starts_with("fetches need a human; ")
+                && requests[0].reason.contains(&grant),
+            "{}",
+            requests[0].reason
+        );
+        if ok {
+            assert!(r.is_ok(), "{r:?}");
+            let rec = serde_json::to_value(&r.receipt.network).unwrap();
+            assert_eq!(rec[0]["decision"], "allowed", "{rec}");
+            assert_eq!(rec[0]["rule"], format!("rules[1].network[0] \"{grant}\""));
             assert_eq!(server.connections(), before + 1);
         } else {
             assert_eq!(r.code(), Some(ErrorCode::ApprovalRejected), "{r:?}");
