@@ -1352,7 +1352,7 @@ mod tests {
             "test.toml",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let egress = Arc::new(Egress::load(&policy, None).unwrap_or_else(|e| panic!("{e}")));
+        let egress = Arc::new(Egress::load(&policy, &[], None).unwrap_or_else(|e| panic!("{e}")));
         let masked = "*".repeat(SECRET.len());
 
         let mut headers = http::HeaderMap::new();
