@@ -90,18 +90,33 @@ const MAX_CA_FILE_BYTES: usize = 4 << 20;
 /// `rustls-native-certs` finds them: the platform's store, or the files
 /// that `SSL_CERT_FILE` / `SSL_CERT_DIR` name) and the certificates of
 /// `ca_file` (PEM), if any. Where the system has no root at all, the
-/// bundled web PKI roots stand in for them, and the host says so. The
-/// crypto provider is named explicitly (ring), so that no process-wide
-/// default is needed.
+/// bundled web PKI roots stand in for them, and the host says so; but a
+/// store the environment names (`SSL_CERT_FILE` / `SSL_CERT_DIR`) that
+/// cannot be read whole, or holds no root, stops the host: whoever pinned
+/// it did not mean the bundled roots. The crypto provider is named
+/// explicitly (ring), so that no process-wide default is needed.
 fn tls_config(ca_file: Option<&std::path::Path>) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
+    let pinned = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
     let system = rustls_native_certs::load_native_certs();
+    if pinned && let Some(e) = system.errors.first() {
+        return Err(format!(
+            "TLS roots named by SSL_CERT_FILE / SSL_CERT_DIR: {e}"
+        ));
+    }
     for e in &system.errors {
         tracing::debug!("system TLS roots: {e}");
     }
     let (added, ignored) = roots.add_parsable_certificates(system.certs);
     if ignored > 0 {
         tracing::debug!("system TLS roots: {ignored} certificates could not be used");
+    }
+    if added == 0 && pinned {
+        return Err(
+            "TLS roots named by SSL_CERT_FILE / SSL_CERT_DIR: no usable certificate there".into(),
+        );
     }
     if added == 0 {
         tracing::warn!(
@@ -171,7 +186,7 @@ impl NetworkGrant {
     }
 
     /// A grant of exactly `patterns` (`scheme://host[:port]`, as in the
-    /// policy's `[network] allow`), trusting `ca_file` beside the bundled
+    /// policy's `[network] allow`), trusting `ca_file` beside the system's
     /// roots: what `toolhost exec --allow-net` gives a program. Names are
     /// resolved by `resolver` (the system's when `None`).
     ///

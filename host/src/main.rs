@@ -306,8 +306,8 @@ struct ExecArgs {
     /// pattern names that exact address).
     #[arg(long = "allow-net", value_name = "URL_PATTERN")]
     allow_net: Vec<String>,
-    /// Extra certificates (PEM) to trust for `https` beside the bundled
-    /// web roots, for example a private service's CA.
+    /// Extra certificates (PEM) to trust for `https` beside the system's
+    /// roots, for example a private service's CA.
     #[arg(long, value_name = "FILE", requires = "allow_net")]
     ca_file: Option<PathBuf>,
     /// Wall-clock deadline, in milliseconds.

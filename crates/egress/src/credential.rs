@@ -140,14 +140,16 @@ impl CredentialSpec {
 
     /// Reads the secret and returns the loaded credential.
     ///
-    /// The secret must be non-empty valid UTF-8 without control characters
-    /// other than tab (it goes in a header). From a file, one trailing `\n` or `\r\n` is
-    /// dropped. Errors name the variable or file, never the value.
+    /// The secret must be valid UTF-8 of [`MIN_SECRET_BYTES`] to
+    /// [`MAX_SECRET_BYTES`] bytes without control characters other than
+    /// tab (it goes in a header). From a file (a regular one, with one
+    /// name), one trailing `\n` or `\r\n` is dropped. Errors name the
+    /// variable or file, never the value.
     ///
     /// # Ambient Authority
     ///
     /// This reads the host process's environment ([`std::env::var_os`]) or
-    /// filesystem ([`std::fs::read`]) with the process's own rights. It is
+    /// filesystem ([`read_bounded`]) with the process's own rights. It is
     /// the only function of this crate that does. Call it in the host, when
     /// the policy is loaded or before a call; never on a path or variable
     /// name that a guest chose.
@@ -164,12 +166,18 @@ impl CredentialSpec {
                     source_name: self.source.to_string(),
                 })?,
             SecretSource::File(path) => {
-                let unreadable = |message: String| CredentialError::Unreadable {
-                    host: self.host.clone(),
-                    source_name: self.source.to_string(),
-                    message,
-                };
-                let bytes = read_bounded(path, MAX_SECRET_BYTES + 2).map_err(unreadable)?;
+                // A trailing newline (`\r\n`) beyond the bound is dropped.
+                let bytes = read_bounded(path, MAX_SECRET_BYTES + 2).map_err(|e| match e {
+                    BoundedReadError::TooLong(_) => CredentialError::TooLong {
+                        host: self.host.clone(),
+                        source_name: self.source.to_string(),
+                    },
+                    e => CredentialError::Unreadable {
+                        host: self.host.clone(),
+                        source_name: self.source.to_string(),
+                        message: e.to_string(),
+                    },
+                })?;
                 let mut text = String::from_utf8(bytes).map_err(|_| CredentialError::NotUtf8 {
                     host: self.host.clone(),
                     source_name: self.source.to_string(),
@@ -186,6 +194,12 @@ impl CredentialSpec {
         let secret = Secret::new(raw);
         if secret.expose().len() > MAX_SECRET_BYTES {
             return Err(CredentialError::TooLong {
+                host: self.host.clone(),
+                source_name: self.source.to_string(),
+            });
+        }
+        if !secret.expose().is_empty() && secret.expose().len() < MIN_SECRET_BYTES {
+            return Err(CredentialError::TooShort {
                 host: self.host.clone(),
                 source_name: self.source.to_string(),
             });
@@ -209,38 +223,87 @@ impl CredentialSpec {
     }
 }
 
-/// True when `s` can be (part of) a header value: no control character
-/// except tab (RFC 9110 field-value, as the `http` crate checks it).
 /// The longest secret a credential may have, in bytes. Servers refuse
 /// longer header lines anyway (8 KiB is common), and a response is held
 /// back by at most this much while the host looks for a secret in it
 /// ([`StreamMask`]).
 pub const MAX_SECRET_BYTES: usize = 8192;
 
-/// The bytes of the regular file at `path`, refused when longer than `max`
-/// (a secret or a certificate file, never a device or a pipe, which could
-/// block or never end).
+/// The shortest secret a credential may have, in bytes. Every response a
+/// call reads has each secret masked in it, so a secret of a few bytes
+/// would alter any body that happens to hold them; tokens are far longer.
+pub const MIN_SECRET_BYTES: usize = 8;
+
+/// Why [`read_bounded`] read nothing.
+#[derive(Debug)]
+pub enum BoundedReadError {
+    /// Not a regular file (a directory, a device, a pipe).
+    NotAFile,
+    /// A regular file with more than one name, one of which could be
+    /// where a tool reads or writes it.
+    HardLinked(u64),
+    /// Longer than the bound.
+    TooLong(usize),
+    /// The file could not be opened or read.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for BoundedReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BoundedReadError::NotAFile => f.write_str("not a regular file"),
+            BoundedReadError::HardLinked(n) => write!(
+                f,
+                "the file has {n} hard links (one could be where a tool reads or writes it); give it one name"
+            ),
+            BoundedReadError::TooLong(max) => write!(f, "longer than {max} bytes"),
+            BoundedReadError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The bytes of the regular file at `path` that has one name, refused when
+/// longer than `max` (a secret or a certificate file: never a device or a
+/// pipe, which could block or never end). The file is opened without
+/// blocking and checked through the open handle, so that it cannot be
+/// swapped for a pipe between the check and the read.
 ///
 /// # Ambient Authority
 ///
 /// Reads the file system with the process's own rights.
-pub fn read_bounded(path: &std::path::Path, max: usize) -> Result<Vec<u8>, String> {
+pub fn read_bounded(path: &std::path::Path, max: usize) -> Result<Vec<u8>, BoundedReadError> {
     use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
     }
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let file = options.open(path).map_err(BoundedReadError::Io)?;
+    let meta = file.metadata().map_err(BoundedReadError::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotAFile);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.nlink() > 1 {
+            return Err(BoundedReadError::HardLinked(meta.nlink()));
+        }
+    }
     let mut bytes = Vec::new();
     file.take(max as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+        .map_err(BoundedReadError::Io)?;
     if bytes.len() > max {
-        return Err(format!("longer than {max} bytes"));
+        return Err(BoundedReadError::TooLong(max));
     }
     Ok(bytes)
 }
 
+/// True when `s` can be (part of) a header value: no control character
+/// except tab (RFC 9110 field-value, as the `http` crate checks it).
 pub(crate) fn is_header_value(s: &str) -> bool {
     !s.chars().any(|c| c.is_control() && c != '\t')
 }
@@ -279,6 +342,16 @@ pub enum CredentialError {
     /// Empty.
     #[error("credential for {host}: {source_name} is empty")]
     Empty {
+        /// The host of the credential.
+        host: Host,
+        /// Where the secret was looked for.
+        source_name: String,
+    },
+    /// Shorter than [`MIN_SECRET_BYTES`].
+    #[error(
+        "credential for {host}: {source_name} is shorter than {MIN_SECRET_BYTES} bytes: too short to be masked in responses without altering them"
+    )]
+    TooShort {
         /// The host of the credential.
         host: Host,
         /// Where the secret was looked for.
@@ -391,19 +464,33 @@ impl Credentials {
         self.0.is_empty()
     }
 
-    /// `text` with every loaded secret replaced by `replacement`, the
-    /// longest first: a secret inside another must not cut the other into
-    /// pieces that no longer read as it.
+    /// `text` with every occurrence of every loaded secret replaced by
+    /// `replacement`: where occurrences overlap or one holds another, the
+    /// whole stretch they cover is replaced once, so that no piece of
+    /// either is left.
     pub fn redact<'a>(&self, text: &'a str, replacement: &str) -> Cow<'a, str> {
-        let mut by_length: Vec<&Credential> = self.0.iter().collect();
-        by_length.sort_by_key(|c| std::cmp::Reverse(c.secret.expose().len()));
-        let mut out = Cow::Borrowed(text);
-        for c in by_length {
-            if let Cow::Owned(s) = c.redact(&out, replacement) {
-                out = Cow::Owned(s);
-            }
+        let mut hits = Vec::new();
+        self.occurrences(text.as_bytes(), &mut hits);
+        if hits.is_empty() {
+            return Cow::Borrowed(text);
         }
-        out
+        hits.sort_by_key(|r| r.start);
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        let mut hits = hits.into_iter().peekable();
+        while let Some(first) = hits.next() {
+            let mut end = first.end;
+            while let Some(next) = hits.next_if(|r| r.start <= end) {
+                end = end.max(next.end);
+            }
+            // Secrets are UTF-8 text, so each stretch starts and ends on a
+            // character boundary of `text`.
+            out.push_str(text.get(at..first.start).unwrap_or_default());
+            out.push_str(replacement);
+            at = end;
+        }
+        out.push_str(text.get(at..).unwrap_or_default());
+        Cow::Owned(out)
     }
 
     /// The secrets, as bytes.
@@ -558,16 +645,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("toolhost-egress-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("token");
-        std::fs::write(&file, "tok-123\r\n").unwrap();
+        std::fs::write(&file, "tok-12345\r\n").unwrap();
         let c = spec(SecretSource::File(file.clone())).load().unwrap();
-        assert_eq!(c.header_value().expose(), "Bearer tok-123");
+        assert_eq!(c.header_value().expose(), "Bearer tok-12345");
         let debug = format!("{c:?}");
-        assert!(!debug.contains("tok-123"), "{debug}");
+        assert!(!debug.contains("tok-12345"), "{debug}");
         assert!(debug.contains("[redacted]"), "{debug}");
         assert_eq!(
-            c.redact("echo: Bearer tok-123!", "[REDACTED]"),
+            c.redact("echo: Bearer tok-12345!", "[REDACTED]"),
             "echo: Bearer [REDACTED]!"
         );
+        std::fs::write(&file, "short\n").unwrap();
+        assert!(matches!(
+            spec(SecretSource::File(file.clone())).load(),
+            Err(CredentialError::TooShort { .. })
+        ));
 
         std::fs::write(&file, "two\nlines\n").unwrap();
         let err = spec(SecretSource::File(file.clone())).load().unwrap_err();
@@ -655,12 +747,16 @@ mod tests {
         assert_eq!(streamed(&loaded(&[]), b"sk-123abc", &[3]), b"sk-123abc");
     }
 
-    /// A secret inside another is redacted after it, so that the longer
-    /// one is not cut into pieces that no longer read as it.
+    /// A secret inside another, or two that overlap, are redacted as the
+    /// one stretch they cover: no piece of either is left.
     #[test]
-    fn the_longest_secret_is_redacted_first() {
-        let secrets = loaded(&["abc123", "xxabc123yy"]);
-        assert_eq!(secrets.redact("[xxabc123yy] [abc123]", "R"), "[R] [R]");
+    fn nested_and_overlapping_secrets_leave_no_piece() {
+        let secrets = loaded(&["abc123", "xxabc123yy", "123yyzz"]);
+        assert_eq!(
+            secrets.redact("[xxabc123yy] [abc123] [abc123yyzz] é", "R"),
+            "[R] [R] [R] é"
+        );
+        assert_eq!(secrets.redact("nothing here", "R"), "nothing here");
     }
 
     /// A secret file must be a regular file of at most the size given,
@@ -678,8 +774,15 @@ mod tests {
             Err(CredentialError::TooLong { .. })
         ));
         std::fs::write(&file, "x".repeat(MAX_SECRET_BYTES + 3)).unwrap();
+        assert!(matches!(
+            spec(SecretSource::File(file.clone())).load(),
+            Err(CredentialError::TooLong { .. })
+        ));
+        // A second name for the file (which could be in the workspace).
+        std::fs::write(&file, "x".repeat(MIN_SECRET_BYTES)).unwrap();
+        std::fs::hard_link(&file, dir.join("second-name")).unwrap();
         let err = spec(SecretSource::File(file.clone())).load().unwrap_err();
-        assert!(err.to_string().contains("longer than"), "{err}");
+        assert!(err.to_string().contains("2 hard links"), "{err}");
         let err = spec(SecretSource::File(dir.clone())).load().unwrap_err();
         assert!(err.to_string().contains("not a regular file"), "{err}");
         #[cfg(target_os = "linux")]

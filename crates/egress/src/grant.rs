@@ -243,11 +243,12 @@ impl Grant {
         format!("{}://{}:{}", self.scheme, self.host, self.port)
     }
 
-    /// The pattern in canonical form and the methods it allows, as an
-    /// approval names it: `https://api.example.com:443 (GET, HEAD)`, or
-    /// `(any method)`.
+    /// The pattern in canonical form and, for HTTP, the methods it allows,
+    /// as an approval names it: `https://api.example.com:443 (GET, HEAD)`,
+    /// `... (any method)`, or `tcp://10.0.0.5:5432` (sockets have none).
     pub fn described(&self) -> String {
         match &self.methods {
+            _ if !self.scheme.is_http() => self.canonical(),
             Some(m) => format!("{} ({})", self.canonical(), m.join(", ")),
             None => format!("{} (any method)", self.canonical()),
         }
@@ -500,6 +501,9 @@ mod tests {
         assert_eq!(g.scheme(), Scheme::Tcp);
         let g = Grant::parse("http://*.example.com:8080").unwrap();
         assert_eq!(g.canonical(), "http://*.example.com:8080");
+        assert_eq!(g.described(), "http://*.example.com:8080 (any method)");
+        let socket = Grant::parse("tcp://10.0.0.5:5432").unwrap();
+        assert_eq!(socket.described(), "tcp://10.0.0.5:5432");
         // Under a public suffix, one owner's name: a wildcard is accepted
         // (`city.kawasaki.jp` is an exception of the list's rule
         // `*.kawasaki.jp`; `local` is no listed suffix).

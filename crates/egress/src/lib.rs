@@ -62,8 +62,8 @@ mod resolve;
 pub use addr::{AddrClass, AddrRisk, Embedding, check_addr, classify};
 pub use config::{CredentialEntry, GrantEntry, GrantTable, NetworkSection};
 pub use credential::{
-    Credential, CredentialError, CredentialSpec, Credentials, MASK_BYTE, MAX_SECRET_BYTES, Pushed,
-    Secret, SecretSource, StreamMask, read_bounded,
+    BoundedReadError, Credential, CredentialError, CredentialSpec, Credentials, MASK_BYTE,
+    MAX_SECRET_BYTES, MIN_SECRET_BYTES, Pushed, Secret, SecretSource, StreamMask, read_bounded,
 };
 pub use decision::{Decision, DenyReason, Refusal};
 pub use error::{

@@ -78,7 +78,7 @@ impl NetworkPolicy {
     }
 
     /// This policy trusting the certificates of `ca_file` (PEM) beside the
-    /// bundled roots, as the `[network]` section's `ca_file` does.
+    /// system's roots, as the `[network]` section's `ca_file` does.
     pub fn with_ca_file(mut self, ca_file: Option<PathBuf>) -> NetworkPolicy {
         self.ca_file = ca_file;
         self

@@ -1672,6 +1672,75 @@ mod tests {
     /// credentials are redacted from it: a secret across the cut leaves
     /// nothing of itself (cutting first left its first bytes, which no
     /// longer read as the secret).
+    /// A secret that reaches a tool some other way than a server's echo
+    /// (which the host masks first) is redacted from its progress reports,
+    /// as they leave the host, and from its log records, message and
+    /// fields: with two secrets, one inside the other, no piece of either.
+    #[test]
+    fn secrets_are_redacted_from_progress_and_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (outer, inner) = ("sk-outer-0123456789", "0123456789");
+        let spec = |host: &str, file: &std::path::Path| {
+            format!(
+                "[[credentials]]\nhost = \"{host}\"\nheader = \"A\"\nvalue_file = {:?}\n",
+                file.display().to_string()
+            )
+        };
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, outer).unwrap();
+        std::fs::write(&b, inner).unwrap();
+        let network = toolhost_policy::egress::NetworkPolicy::from_toml(
+            &format!(
+                "[network]\nallow = [\"https://a.example.com\"]\n{}{}",
+                spec("a.example.com", &a),
+                spec("b.example.com", &b)
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let egress = Arc::new(crate::egress::Egress::load(&network, &[], None).unwrap());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = seen.clone();
+        let sink: crate::state::ProgressSink = Arc::new(move |p: &crate::state::Progress| {
+            into.lock()
+                .unwrap()
+                .push(p.message.clone().unwrap_or_default());
+        });
+        let rules = toolhost_policy::PostExecuteRules::default();
+        let progress = redacting_progress(Some(sink), Some(&egress), &rules).unwrap();
+        progress(&crate::state::Progress {
+            done: 1,
+            total: None,
+            message: Some(format!("token {outer}, then {inner}")),
+        });
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [format!(
+                "token {REDACTED}, then {REDACTED}",
+                REDACTED = toolhost_policy::REDACTED
+            )]
+        );
+
+        let mut result = CallResult::ok(
+            "t".into(),
+            "c".into(),
+            json!(null),
+            Vec::new(),
+            None,
+            Receipt::default(),
+        );
+        result.receipt.logs.push(crate::state::LogRecord {
+            level: "info",
+            message: format!("got {outer}"),
+            fields: Some(json!({"token": outer, "n": [inner]})),
+        });
+        redact_secrets(&mut result, &egress.credentials);
+        let text = serde_json::to_string(&result.receipt.logs).unwrap();
+        assert!(!text.contains("outer") && !text.contains(inner), "{text}");
+        assert!(text.contains(toolhost_policy::REDACTED), "{text}");
+    }
+
     #[tokio::test]
     async fn an_error_is_cut_after_its_secrets_are_redacted() {
         let dir = tempfile::tempdir().unwrap();

@@ -23,10 +23,12 @@
 //! 5. redirects are not followed: the guest sees the 3xx, and a request it
 //!    makes to the new location is decided again.
 //!
-//! Sockets (TCP connect, UDP send and receive) are decided per address
-//! against `tcp://` and `udp://` grants; binds are allowed only to port 0
-//! (the implicit bind of a connect) and only when some grant of that
-//! protocol exists; listening and accepting are always refused.
+//! Sockets (TCP connect, UDP send) are decided per address against
+//! `tcp://` and `udp://` grants; a UDP socket takes datagrams only from a
+//! peer it sent to (others are dropped unrecorded); binds are allowed only
+//! to port 0 (the implicit bind of a connect) and only when some grant of
+//! that protocol exists; listening and accepting are always refused; name
+//! lookups are refused at once ([`refuse_name_lookups`]).
 //!
 //! Every request and connection is recorded as an [`EgressRecord`] for the
 //! receipt; refusals are also listed in the receipt's `denied`.
@@ -34,7 +36,9 @@
 use crate::egress::{Egress, NetworkGrant};
 use crate::runtime::wasi::record_denied;
 use bytes::Bytes;
-use http::header::{HOST, HeaderName, HeaderValue};
+use http::header::{
+    ACCEPT_ENCODING, CONTENT_ENCODING, HOST, HeaderName, HeaderValue, IF_RANGE, RANGE,
+};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use std::future::Future;
@@ -54,9 +58,8 @@ use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// The most refusal records one call keeps: refusals do not count against
-/// `max_requests`, so a guest looping on refused requests (or anyone
-/// sending datagrams to a guest's UDP socket) must not grow them without
-/// bound. Later ones are counted, not kept. Records of allowed requests are
+/// `max_requests`, so a guest looping on refused requests must not grow
+/// them without bound. Later ones are counted, not kept. Records of allowed requests are
 /// always kept (`max_requests` bounds them), so refusals can never push the
 /// traffic that did happen out of the receipt. (An admitted request that
 /// its address check then refuses turns its own record into a refusal:
@@ -223,6 +226,22 @@ impl CallNet {
     fn refuse_with(&self, request: &Request, path: &str, code: &str, reason: String) {
         let record = EgressRecord::refused_with(request, path, code, reason);
         self.file_refusal(None, record, code);
+    }
+
+    /// Records a name lookup through `wasi:sockets`, refused: with why the
+    /// call has no network at all, or `lookup_refused`. The name is the
+    /// guest's text, quoted and escaped (a DNS name is at most 253 bytes:
+    /// no more is kept).
+    fn refuse_lookup(&self, name: &str) {
+        let shown = name
+            .char_indices()
+            .nth(253)
+            .map_or(name, |(i, _)| &name[..i]);
+        let code = match self.egress() {
+            None => self.grant.off_reason().code(),
+            Some(_) => "lookup_refused",
+        };
+        self.deny(format!("network: lookup {shown:?}: {code}"));
     }
 
     /// Records a request refused before it could be read as one (see
@@ -480,11 +499,11 @@ impl CallNet {
         // The credential of exactly this host, replacing the guest's header
         // of that name; the Host header names the request's host.
         let headers = req.headers_mut();
-        if let Some(c) =
+        let credential =
             egress
                 .credentials
-                .credential_for(request.scheme, &request.host, request.port)
-        {
+                .credential_for(request.scheme, &request.host, request.port);
+        if let Some(c) = credential {
             let name = HeaderName::from_bytes(c.header().as_bytes())
                 .map_err(|e| failed(HttpError::InternalError(Some(e.to_string()))))?;
             let secret = c.header_value();
@@ -493,6 +512,12 @@ impl CallNet {
             value.set_sensitive(true);
             headers.remove(&name);
             headers.insert(name, value);
+            // Its response must come as it is, so that an echo of the secret
+            // is found and masked: not compressed (which would hide it) and
+            // whole (a range could cut it).
+            headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            headers.remove(RANGE);
+            headers.remove(IF_RANGE);
         }
         let host_header = match request.scheme.default_port() {
             Some(p) if p == request.port => request.host.to_string(),
@@ -572,6 +597,19 @@ impl CallNet {
         let mut response = head
             .and_then(|r| r.map_err(HttpError::Hyper))
             .map_err(failed)?;
+        // A request that carried a credential asked for its response
+        // uncompressed; one that comes compressed anyway could hide an
+        // echo of the secret from the mask, and is refused.
+        if credential.is_some()
+            && let Some(coding) = response.headers().get(CONTENT_ENCODING)
+            && !coding
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"identity")
+        {
+            let coding = String::from_utf8_lossy(coding.as_bytes()).into_owned();
+            return Err(failed(HttpError::HttpResponseContentCoding(Some(coding))));
+        }
         // The guest never reads a secret back: a server that echoes one
         // (in a header, the body or the trailers) has it masked first.
         let masking = !egress.credentials.is_empty();
@@ -1068,7 +1106,10 @@ where
                     }
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
                 }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Err(e)) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
                 Some(Ok(frame)) => frame,
             };
             let frame = match frame.into_data() {
@@ -1127,15 +1168,7 @@ pub(crate) fn refuse_name_lookups(
             |store: wasmtime::StoreContextMut<'_, crate::runtime::store::CallState>,
              (_network, name): (Resource<Network>, String)|
              -> wasmtime::Result<(Resolved,)> {
-                // A name is at most 253 bytes; the guest's may be any size.
-                let shown = name
-                    .char_indices()
-                    .nth(253)
-                    .map_or(&*name, |(i, _)| &name[..i]);
-                store
-                    .data()
-                    .net
-                    .deny(format!("network: lookup {shown}: lookup_refused"));
+                store.data().net.refuse_lookup(&name);
                 Ok((Err(ErrorCode::AccessDenied),))
             },
         )

@@ -516,35 +516,39 @@ prefix = "Bearer "
 
 /// The content cap never leaves part of a credential: the secret is
 /// redacted before the policy cuts the content, so a cut that falls inside
-/// the echoed secret keeps no prefix of it.
+/// it keeps no prefix of it. (A server's echo is masked before a tool
+/// reads it; here the secret reaches the tool another way, in a file of
+/// the workspace that `read_file` returns whole.)
 #[tokio::test]
 async fn the_content_cap_never_cuts_a_credential_in_two() {
-    let with = echo_headers("127.0.0.1");
     let dir = tempdir();
     let secret_file = dir.path().join("token");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
     let policy = |cap: Option<usize>| {
         format!(
-            "version = 1\ndefault = \"allow\"\n{}\n[network]\nallow = [\"http://127.0.0.1:{}\"]\n\n\
-             [[credentials]]\nhost = \"127.0.0.1\"\nscheme = \"http\"\nport = {}\nheader = \"Authorization\"\nvalue_file = \"{}\"\nprefix = \"Bearer \"\n",
+            "version = 1\ndefault = \"allow\"\n{}\n[network]\nallow = [\"https://api.example.com\"]\n\n\
+             [[credentials]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = \"{}\"\nprefix = \"Bearer \"\n",
             cap.map(|c| format!("[post_execute]\nmax_content_chars = {c}\n"))
                 .unwrap_or_default(),
-            with.port(),
-            with.port(),
             secret_file.display()
         )
     };
+    let leaked = format!("config dump\nauthorization: Bearer {SECRET}\nmore lines after it\n");
+    let read =
+        || CallRequest::new("read_file", json!({"path": "leaked.txt"})).mode(SandboxMode::ReadOnly);
     // Where the secret starts in the content the model reads.
-    let (_ws1, uncapped) = host(&policy(None)).await;
-    let r = fetch(&uncapped, json!({"url": with.url("/")})).await;
+    let (ws1, uncapped) = host(&policy(None)).await;
+    std::fs::write(ws1.path().join("leaked.txt"), &leaked).unwrap();
+    let r = uncapped.call(read()).await;
+    assert!(r.is_ok(), "{r:?}");
     let text = r.content[0].as_text().to_string();
-    let at = text
-        .find(&"*".repeat(SECRET.len()))
-        .expect("the echoed secret, masked");
+    assert!(!text.contains(SECRET), "{text}");
+    let at = text.find("[REDACTED]").expect("the secret, redacted");
     let at = text[..at].chars().count();
     // A cap that falls six characters into it.
-    let (_ws2, capped) = host(&policy(Some(at + 6))).await;
-    let r = fetch(&capped, json!({"url": with.url("/")})).await;
+    let (ws2, capped) = host(&policy(Some(at + 6))).await;
+    std::fs::write(ws2.path().join("leaked.txt"), &leaked).unwrap();
+    let r = capped.call(read()).await;
     assert!(r.is_ok(), "{r:?}");
     let text = r.content[0].as_text();
     assert!(text.contains("characters cut by policy"), "{text}");
@@ -613,6 +617,56 @@ async fn an_echoed_credential_is_masked_before_the_guest_reads_it() {
             .is_some_and(|b| b.starts_with("body: Bearer ****")),
         "{r:?}"
     );
+}
+
+/// A request that carries a credential asks for its response whole and
+/// uncompressed, whatever the guest asked (compression or a range could
+/// hide an echo of the secret from the mask); a compressed response to it
+/// is refused (`HTTP-response-content-coding`). A request to another host
+/// keeps the guest's headers.
+#[tokio::test]
+async fn a_credentialed_request_asks_for_its_response_whole_and_uncompressed() {
+    let compressing = Server::start(
+        "127.0.0.1",
+        Box::new(|_| response(200, &[("Content-Encoding", "gzip")], b"\x1f\x8b")),
+    );
+    let plain = echo_headers("127.0.0.2");
+    let dir = tempdir();
+    let secret_file = dir.path().join("token");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"http://127.0.0.1:{port}\", \"http://127.0.0.2:{other}\"]\n\n\
+         [[credentials]]\nhost = \"127.0.0.1\"\nscheme = \"http\"\nport = {port}\nheader = \"Authorization\"\nvalue_file = \"{}\"\n",
+        secret_file.display(),
+        port = compressing.port(),
+        other = plain.port(),
+    );
+    let (_ws, host) = host(&policy).await;
+    let asked = json!({"accept-encoding": "gzip, br", "range": "bytes=0-5", "if-range": "\"e1\""});
+    let r = fetch(
+        &host,
+        json!({"url": compressing.url("/"), "headers": asked}),
+    )
+    .await;
+    let seen = &compressing.seen()[0];
+    assert_eq!(seen.header("accept-encoding"), Some("identity"));
+    assert_eq!(seen.header("range"), None);
+    assert_eq!(seen.header("if-range"), None);
+    assert!(
+        tool_error(&r).contains("HttpResponseContentCoding"),
+        "{r:?}"
+    );
+    let record = serde_json::to_value(&r.receipt.network[0]).unwrap();
+    assert!(
+        record["error"].as_str().is_some_and(|e| e.contains("gzip")),
+        "{record}"
+    );
+    // Another host: the guest's headers as it sent them.
+    let r = fetch(&host, json!({"url": plain.url("/"), "headers": asked})).await;
+    assert!(r.is_ok(), "{r:?}");
+    let seen = &plain.seen()[0];
+    assert_eq!(seen.header("accept-encoding"), Some("gzip, br"));
+    assert_eq!(seen.header("range"), Some("bytes=0-5"));
 }
 
 #[tokio::test]
@@ -1406,6 +1460,26 @@ fn https_trusts_the_system_roots() {
     let trusted = run(Some(&ca));
     assert_eq!(trusted["canonical"]["status"], 200, "{trusted:#}");
     assert_eq!(trusted["canonical"]["body"], "over tls", "{trusted:#}");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+    // A store the environment names but that cannot be read stops the
+    // host: no quiet fall-back to other roots.
+    let out = std::process::Command::new(crate::support::bin())
+        .args(["run", "http_fetch", "--mode", "none", "--args"])
+        .arg(json!({ "url": url }).to_string())
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .arg("--workspace")
+        .arg(workspace.path())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .env_remove("SSL_CERT_DIR")
+        .env("SSL_CERT_FILE", dir.path().join("no-such-bundle.pem"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("SSL_CERT_FILE"), "{stderr}");
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
 }
 

@@ -91,7 +91,8 @@ async fn capability_ambient() {
 /// `localhost`, all fail, through the WASI interfaces and through
 /// `std::net`; the host's listeners never see anything. Every address the
 /// guest tried to use is refused by the host's address check and listed in
-/// the receipt's `denied` (name lookup has no address, so it is not).
+/// the receipt's `denied`; so is the name lookup, refused at once with
+/// `access-denied`.
 #[tokio::test]
 async fn capability_net() {
     let ws = tempfile::tempdir().unwrap();
@@ -115,7 +116,7 @@ async fn capability_net() {
                 "{mode}: {what} must fail: {attempt}"
             );
         }
-        for what in ["tcp_connect", "udp_send"] {
+        for what in ["tcp_connect", "udp_send", "lookup_localhost"] {
             let detail = out[what]["detail"].as_str().unwrap();
             assert!(
                 detail.contains("access-denied"),
@@ -124,6 +125,14 @@ async fn capability_net() {
         }
         assert!(
             r.receipt.denied.iter().all(|d| d.starts_with("network: ")),
+            "{mode}: {:?}",
+            r.receipt.denied
+        );
+        assert!(
+            r.receipt
+                .denied
+                .iter()
+                .any(|d| d.starts_with("network: lookup \"localhost\": ")),
             "{mode}: {:?}",
             r.receipt.denied
         );

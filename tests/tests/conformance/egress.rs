@@ -250,7 +250,7 @@ allow = [
         );
     }
     for name in ["localhost", "rebind.test"] {
-        let line = format!("network: lookup {name}: lookup_refused");
+        let line = format!("network: lookup {name:?}: lookup_refused");
         assert!(r.receipt.denied.contains(&line), "{:?}", r.receipt.denied);
     }
 
