@@ -74,7 +74,7 @@ impl Egress {
             .map_err(|(path, e)| format!("policy {path}: {e}"))?;
         let tls = tls_config(policy.ca_file())?;
         Ok(Egress {
-            policy: policy.clone(),
+            policy: policy.clone().with_rule_grants(!rules.is_empty()),
             credentials,
             resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
             tls: Arc::new(tls),

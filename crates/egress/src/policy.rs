@@ -65,6 +65,10 @@ pub struct NetworkPolicy {
     pub(crate) limits: Limits,
     pub(crate) ca_file: Option<PathBuf>,
     pub(crate) credentials: Vec<CredentialSpec>,
+    /// Whether some policy rule grants network to the calls it matches:
+    /// a call without any grant is then refused for its host, not for a
+    /// policy that grants nothing.
+    pub(crate) rules_grant: bool,
 }
 
 impl NetworkPolicy {
@@ -75,6 +79,13 @@ impl NetworkPolicy {
             allow,
             ..NetworkPolicy::default()
         }
+    }
+
+    /// This policy, knowing whether some of the file's rules grant network
+    /// (to the calls they match): see [`RuleGrants`].
+    pub fn with_rule_grants(mut self, some: bool) -> NetworkPolicy {
+        self.rules_grant = some;
+        self
     }
 
     /// This policy trusting the certificates of `ca_file` (PEM) beside the
@@ -142,6 +153,7 @@ impl NetworkPolicy {
             }
             if self.allow.is_empty()
                 && self.ask.is_empty()
+                && !self.rules_grant
                 && rules.iter().all(|r| r.grants.is_empty())
             {
                 return DenyReason::NetworkOff;

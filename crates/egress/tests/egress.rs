@@ -538,6 +538,12 @@ fn rule_grants_allow_for_the_calls_that_hold_them() {
         panic!("not denied");
     };
     assert_eq!(reason.code(), "network_off");
+    // A call no rule granted anything, under a policy whose rules grant to
+    // other calls: refused for its host, not for a policy without network.
+    let Decision::Deny { reason } = off.with_rule_grants(true).decide_with(&api, &[]) else {
+        panic!("not denied");
+    };
+    assert_eq!(reason.code(), "host_not_granted");
 }
 
 #[test]

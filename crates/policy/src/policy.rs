@@ -260,7 +260,7 @@ impl Policy {
     }
 
     /// The network grants of the file's `[[rules]]` that match this call
-    /// (by [`Rule::matches`], the matching that decides it), in file
+    /// (by [`Rule::grants_to`]: as an allow rule matches, strictly), in file
     /// order: the rules' `network` entries, `allow` grants of this call
     /// alone. Whether the call runs at all is [`Policy::trace`]'s answer
     /// (an `ask` rule's call runs once approved; a call something denies
@@ -271,7 +271,7 @@ impl Policy {
     pub fn network_grants(&self, facts: &CallFacts<'_>) -> Vec<RuleGrants> {
         self.rules
             .iter()
-            .filter_map(|r| r.network().filter(|_| r.matches(facts)))
+            .filter_map(|r| r.network().filter(|_| r.grants_to(facts)))
             .cloned()
             .collect()
     }

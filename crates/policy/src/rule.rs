@@ -134,7 +134,19 @@ impl Rule {
     /// rule can only make the call's decision stricter than the tool's own
     /// declaration would.
     pub fn matches(&self, facts: &CallFacts<'_>) -> bool {
-        let strict = self.decision() == DecisionKind::Allow;
+        self.matches_as(facts, self.decision() == DecisionKind::Allow)
+    }
+
+    /// True when the rule matches the call as an allow rule does (the
+    /// side effect it is seen with, every argument matcher strictly),
+    /// whatever its decision: a rule's network grants widen what the call
+    /// may do, so an `ask` rule's looser matching, which could only make a
+    /// call stricter, does not hand them out.
+    pub fn grants_to(&self, facts: &CallFacts<'_>) -> bool {
+        self.matches_as(facts, true)
+    }
+
+    fn matches_as(&self, facts: &CallFacts<'_>, strict: bool) -> bool {
         self.tool.matches(facts.tool)
             && self.side_effects.as_ref().is_none_or(|list| {
                 if strict {

@@ -460,7 +460,7 @@ impl Host {
         } else {
             let mut list = ask_network.clone();
             for grant in rule_network.iter().flat_map(|r| r.grants()) {
-                let grant = grant.canonical();
+                let grant = grant.described();
                 if !list.contains(&grant) {
                     list.push(grant);
                 }

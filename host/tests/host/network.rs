@@ -1112,10 +1112,12 @@ async fn an_ask_rules_network_grant_is_reached_once_approved() {
         let r = fetch(&host, json!({"url": server.url("/granted/")})).await;
         let requests = asked.requests.lock().unwrap().clone();
         assert_eq!(requests.len(), 1, "asked once");
-        assert_eq!(requests[0].network, std::slice::from_ref(&grant));
+        // The approval names the rule's grant with its methods.
+        let described = format!("{grant} (GET)");
+        assert_eq!(requests[0].network, std::slice::from_ref(&described));
         assert!(
             requests[0].reason.starts_with("fetches need a human; ")
-                && requests[0].reason.contains(&grant),
+                && requests[0].reason.contains(&described),
             "{}",
             requests[0].reason
         );

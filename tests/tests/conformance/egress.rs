@@ -374,6 +374,58 @@ async fn egress_udp_sends_reach_only_granted_addresses() {
     assert_eq!(refused, 4, "{:?}", r.receipt.network);
 }
 
+/// A policy rule's `tcp://` grant reaches the calls the rule matches and
+/// no other: with no `[network]` section, a call whose first target is the
+/// granted address binds and connects (the listener counts it); a call the
+/// rule does not match is refused at its bind, its targets the granted
+/// address among them, and nothing more reaches the listener.
+#[tokio::test]
+async fn egress_a_rules_socket_grant_reaches_only_the_calls_it_matches() {
+    let target = Counted::start("127.0.0.1");
+    let t = target.port;
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[[rules]]\ntool = \"egress\"\ndecision = \"allow\"\n\
+         args = [{{ pointer = \"/tcp/0\", glob = \"127.0.0.1:{t}\" }}]\nnetwork = [\"tcp://127.0.0.1:{t}\"]\n"
+    );
+    let (_ws, host) = egress_host(&policy, None).await;
+    let r = call(
+        &host,
+        "egress",
+        json!({"tcp": [format!("127.0.0.1:{t}")]}),
+        SandboxMode::None,
+    )
+    .await;
+    let attempts = r.canonical["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["ok"], true, "{attempts:?}");
+    assert_eq!(target.count_reaching(1), 1);
+    let rule = serde_json::to_value(&r.receipt.network[0]).unwrap();
+    assert_eq!(
+        rule["rule"],
+        format!("rules[0].network[0] \"tcp://127.0.0.1:{t}\""),
+        "{rule}"
+    );
+
+    let r = call(
+        &host,
+        "egress",
+        json!({"tcp": ["127.0.0.2:9", format!("127.0.0.1:{t}")]}),
+        SandboxMode::None,
+    )
+    .await;
+    let attempts = r.canonical["attempts"].as_array().unwrap();
+    for a in attempts {
+        assert_eq!(a["ok"], false, "{a}");
+        let detail = a["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("access-denied"), "{a}");
+    }
+    assert!(
+        r.receipt.denied.iter().any(|d| d.contains("bind_refused")),
+        "{:?}",
+        r.receipt.denied
+    );
+    assert_eq!(target.count(), 1, "an unmatched call reached the listener");
+}
+
 /// TRACE echoes a request back, headers included, so a guest could read
 /// the credential the host attaches to its origin; CONNECT would make the
 /// host a tunnel. Granted origin and credential or not, neither is sent:

@@ -228,3 +228,38 @@ fn a_rule_that_could_grant_nothing_is_an_error() {
         &["layers[0].rules[0].network: a layer only narrows"],
     );
 }
+
+/// A rule's grants go to the calls it matches as an allow rule matches
+/// them, whatever its decision: an `ask` rule's looser matching (any leaf
+/// inside an object or a list, `dir/**` matching `dir`) still makes such a
+/// call ask, but hands it no grant.
+#[test]
+fn an_ask_rules_grants_need_a_strict_match() {
+    let p = load(
+        r#"version = 1
+default = "allow"
+
+[[rules]]
+tool = "http_fetch"
+decision = "ask"
+reason = "docs fetches need a human"
+args = [{ pointer = "/headers", regex = "^x-token$" }, { pointer = "/url", glob = "https://docs.example.com/**" }]
+network = ["https://docs.example.com"]
+"#,
+    );
+    // The pointer names an object: an ask rule matches a leaf inside it
+    // (so the call asks), an allow rule never does (so no grant).
+    let loose = json!({"url": "https://docs.example.com/a", "headers": {"k": "x-token"}});
+    let f = facts("http_fetch", &loose, SideEffect::External);
+    assert!(p.rules()[0].matches(&f), "the ask rule applies");
+    assert!(p.network_grants(&f).is_empty(), "but grants nothing");
+    // `dir/**` matching `dir` itself is the loose reading too.
+    let bare = json!({"url": "https://docs.example.com", "headers": "x-token"});
+    let f = facts("http_fetch", &bare, SideEffect::External);
+    assert!(p.rules()[0].matches(&f));
+    assert!(p.network_grants(&f).is_empty());
+    // A call both readings match holds the grant.
+    let strict = json!({"url": "https://docs.example.com/a", "headers": "x-token"});
+    let f = facts("http_fetch", &strict, SideEffect::External);
+    assert_eq!(p.network_grants(&f).len(), 1);
+}
