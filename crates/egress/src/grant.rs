@@ -320,9 +320,9 @@ impl FromStr for Grant {
     }
 }
 
-/// Which list of the policy a grant is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// Which list of the policy a grant is in. Serialises as a string, as it
+/// reads in the file: `allow`, `ask`, or `rules[2].network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum GrantList {
     /// `[network] allow`: requests may go without asking.
@@ -342,6 +342,15 @@ impl GrantList {
             GrantList::Allow => "allow",
             GrantList::Ask => "ask",
             GrantList::Rule(_) => "rule",
+        }
+    }
+}
+
+impl Serialize for GrantList {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            GrantList::Rule(rule) => serializer.collect_str(&format_args!("rules[{rule}].network")),
+            list => serializer.serialize_str(list.as_str()),
         }
     }
 }

@@ -119,6 +119,11 @@ fn a_rule_grants_network_to_the_calls_it_matches() {
         panic!("not allowed");
     };
     assert_eq!(rule.list, GrantList::Rule(1));
+    // In JSON a rule's list reads as in the file, as the others do.
+    let json = serde_json::to_value(&rule).unwrap();
+    assert_eq!(json["list"], "rules[1].network", "{json}");
+    let allow = GrantList::Allow;
+    assert_eq!(serde_json::to_value(allow).unwrap(), "allow");
     assert_eq!(
         rule.to_string(),
         "rules[1].network[0] \"http://127.0.0.1:8080\""
