@@ -99,7 +99,8 @@ impl Report {
 }
 
 /// Interfaces that reach the network. The host links them; only a policy's
-/// `[network]` grants open them (no sandbox mode does), so under
+/// grants (`[network]`, a rule's `network`) open them (no sandbox mode
+/// does), and never its name lookups, so under
 /// conformance a call that uses them fails inside the tool.
 const NETWORK_IMPORTS: &[&str] = &["wasi:sockets/", "wasi:http/"];
 
@@ -196,7 +197,7 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
                 row,
                 Verdict::Warn,
                 format!(
-                    "minimum mode {}, side effect {}; imports {}: only a policy's [network] grants open them (no sandbox mode does), so without one a call that uses them fails inside the tool with the interface's own error (toolchains such as componentize-py import these interfaces whether or not the tool uses them)",
+                    "minimum mode {}, side effect {}; imports {}: only a policy's grants ([network], a rule's network) open them (no sandbox mode does; name lookup through wasi:sockets never), so without one a call that uses them fails inside the tool with the interface's own error (toolchains such as componentize-py import these interfaces whether or not the tool uses them)",
                     d.min_mode,
                     d.side_effect,
                     network.join(", ")
@@ -351,15 +352,31 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
     report
 }
 
-/// The refused destinations of a call's network records, each as
-/// `METHOD scheme://host:port` (`connect` for a socket), in order, once.
+/// The refusal codes a policy's grant could lift: a destination refused
+/// for one of these is what the tool will ask a policy for. The others (a
+/// malformed request, a method the host never sends, a limit, a lookup
+/// that failed) no grant changes.
+const GRANTABLE: &[&str] = &[
+    "network_off",
+    "not_external",
+    "host_not_granted",
+    "scheme_not_granted",
+    "port_not_granted",
+    "method_not_granted",
+    "approval_required",
+    "address_refused",
+];
+
+/// The destinations of a call's network records refused for want of a
+/// grant ([`GRANTABLE`]), each as `METHOD scheme://host:port` (`connect`
+/// for a socket), in order, once.
 fn destinations(records: &[toolhost_egress::EgressRecord]) -> Vec<String> {
     let mut seen = Vec::new();
     for record in records {
-        if !matches!(
-            record.outcome,
-            toolhost_egress::EgressOutcome::Refused { .. }
-        ) {
+        let toolhost_egress::EgressOutcome::Refused { code, .. } = &record.outcome else {
+            continue;
+        };
+        if !GRANTABLE.contains(&code.as_str()) {
             continue;
         }
         let origin = origin(&record.url);
@@ -410,4 +427,49 @@ pub fn runtime_for_checks() -> Result<Arc<Runtime>, crate::runtime::LoadError> {
         ..RuntimeOptions::default()
     })
     .map(Arc::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolhost_egress::{EgressOutcome, EgressRecord};
+
+    fn refused(method: &str, url: &str, code: &str) -> EgressRecord {
+        EgressRecord {
+            method: Some(method.into()),
+            url: url.into(),
+            outcome: EgressOutcome::Refused {
+                code: code.into(),
+                reason: String::new(),
+            },
+            status: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            ms: 0,
+            error: None,
+        }
+    }
+
+    /// Only what a grant could lift is reported as a destination to
+    /// grant: not a malformed request, a method the host never sends, or
+    /// a limit.
+    #[test]
+    fn only_refusals_a_grant_lifts_are_destinations() {
+        let records = [
+            refused("GET", "https://api.example.com:443/v1", "network_off"),
+            refused("GET", "https://api.example.com:443/v2", "host_not_granted"),
+            refused("GET", "ftp://h/f", "unsupported_scheme"),
+            refused("TRACE", "https://api.example.com:443/", "method_refused"),
+            refused("GET", "://h/x", "invalid_url"),
+            refused("POST", "https://b.example.com:443/", "limit_reached"),
+            refused("POST", "https://c.example.com:443/x", "approval_required"),
+        ];
+        assert_eq!(
+            destinations(&records),
+            [
+                "GET https://api.example.com:443",
+                "POST https://c.example.com:443"
+            ]
+        );
+    }
 }

@@ -1039,6 +1039,18 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
     for denied in &report.receipt.denied {
         eprintln!("toolhost: denied: {denied}");
     }
+    // And what the grants let through (a refusal is a `denied` line above).
+    for record in &report.receipt.network {
+        if matches!(
+            record.outcome,
+            toolhost::policy::egress::EgressOutcome::Refused { .. }
+        ) {
+            continue;
+        }
+        if let Ok(json) = serde_json::to_value(record) {
+            eprintln!("toolhost: network: {}", network_line(&json));
+        }
+    }
     Ok(match report.outcome {
         toolhost::exec::ExecOutcome::Exited(status) => ExitCode::from(status),
         toolhost::exec::ExecOutcome::Failed { code, message } => {
@@ -1435,33 +1447,34 @@ fn summary(payload: &serde_json::Value) -> String {
 /// `METHOD URL not-sent`, `no-response` or `failed`, then how many more.
 fn network_summary(records: &[serde_json::Value]) -> String {
     const SHOWN: usize = 3;
-    let mut out: Vec<String> = records
-        .iter()
-        .take(SHOWN)
-        .map(|r| {
-            let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("");
-            let method = match get("method") {
-                "" => "connect",
-                m => m,
-            };
-            use toolhost::policy::egress::{NO_RESPONSE, NOT_SENT};
-            let outcome = match (get("decision"), r.get("status").and_then(|v| v.as_u64())) {
-                ("refused", _) => format!("refused:{}", get("code")),
-                (_, Some(status)) => status.to_string(),
-                (decision, None) => match get("error") {
-                    "" => decision.to_string(),
-                    NOT_SENT => "not-sent".to_string(),
-                    NO_RESPONSE => "no-response".to_string(),
-                    _ => "failed".to_string(),
-                },
-            };
-            format!("{method} {} {outcome}", get("url"))
-        })
-        .collect();
+    let mut out: Vec<String> = records.iter().take(SHOWN).map(network_line).collect();
     if records.len() > SHOWN {
         out.push(format!("+{} more", records.len() - SHOWN));
     }
     out.join(", ")
+}
+
+/// One network record (as the receipt serialises it): `METHOD URL OUTCOME`,
+/// the outcome a status, `refused:CODE`, `failed`, `no-response` or
+/// `not-sent` (`connect` for a socket's method).
+fn network_line(r: &serde_json::Value) -> String {
+    let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("");
+    let method = match get("method") {
+        "" => "connect",
+        m => m,
+    };
+    use toolhost::policy::egress::{NO_RESPONSE, NOT_SENT};
+    let outcome = match (get("decision"), r.get("status").and_then(|v| v.as_u64())) {
+        ("refused", _) => format!("refused:{}", get("code")),
+        (_, Some(status)) => status.to_string(),
+        (decision, None) => match get("error") {
+            "" => decision.to_string(),
+            NOT_SENT => "not-sent".to_string(),
+            NO_RESPONSE => "no-response".to_string(),
+            _ => "failed".to_string(),
+        },
+    };
+    format!("{method} {} {outcome}", get("url"))
 }
 
 fn recover(a: StateArgs) -> Result<ExitCode> {

@@ -233,15 +233,27 @@ impl CallNet {
     /// guest's text, quoted and escaped (a DNS name is at most 253 bytes:
     /// no more is kept).
     fn refuse_lookup(&self, name: &str) {
-        let shown = name
+        // A DNS name is at most 253 bytes; escaped (quotes, control and
+        // other characters as escapes) at most 300 are kept, so that the
+        // line's code is never cut off.
+        let head = name
             .char_indices()
             .nth(253)
             .map_or(name, |(i, _)| &name[..i]);
+        let mut shown = format!("{head:?}");
+        if shown.len() > 300 {
+            let mut end = 300;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown.truncate(end);
+            shown.push_str("...");
+        }
         let code = match self.egress() {
             None => self.grant.off_reason().code(),
             Some(_) => "lookup_refused",
         };
-        self.deny(format!("network: lookup {shown:?}: {code}"));
+        self.deny(format!("network: lookup {shown}: {code}"));
     }
 
     /// Records a request refused before it could be read as one (see
@@ -340,17 +352,11 @@ impl CallNet {
                 return Err(HttpError::HttpRequestUriInvalid);
             }
         };
-        let Some(egress) = self.egress() else {
-            let refusal = Refusal::Denied {
-                reason: self.grant.off_reason(),
-            };
-            self.refuse(&request, &path, &refusal);
-            return Err(HttpError::HttpRequestDenied);
-        };
         // TRACE (and IIS's TRACK) echoes the request back, headers
         // included, so a guest could read the credential the host attaches;
         // CONNECT would make the host a tunnel. None is sent, in any case
-        // of spelling, whatever the grant.
+        // of spelling, whatever the grant (or
+        // whether the call has any).
         if ["TRACE", "TRACK", "CONNECT"]
             .iter()
             .any(|m| req.method().as_str().eq_ignore_ascii_case(m))
@@ -363,6 +369,13 @@ impl CallNet {
             );
             return Err(HttpError::HttpRequestMethodInvalid);
         }
+        let Some(egress) = self.egress() else {
+            let refusal = Refusal::Denied {
+                reason: self.grant.off_reason(),
+            };
+            self.refuse(&request, &path, &refusal);
+            return Err(HttpError::HttpRequestDenied);
+        };
         let (rule, approved) = match egress.policy.decide_with(&request, &self.grant.rules) {
             Decision::Allow { rule } => (rule, false),
             Decision::Ask { rule } if self.grant.ask_approved => (rule, true),

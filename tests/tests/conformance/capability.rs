@@ -275,7 +275,7 @@ async fn network_imports_are_a_warning_in_conformance() {
             row.detail.contains("wasi:sockets/")
                 && row
                     .detail
-                    .contains("only a policy's [network] grants open them"),
+                    .contains("only a policy's grants ([network], a rule's network) open them"),
             "{row:?}"
         );
     }

@@ -468,6 +468,25 @@ async fn egress_trace_and_connect_are_never_sent() {
             .collect();
         assert_eq!(codes, [json!("method_refused")], "{method}");
     }
+    // Without any grant it is refused for its method too, not for want
+    // of a grant: no policy could let it go (`toolhost conformance` then
+    // does not list it among the destinations to grant).
+    let (_ws, off) = egress_host("version = 1\ndefault = \"allow\"\n", None).await;
+    let url = format!("http://127.0.0.1:{}/", target.port);
+    let r = call(
+        &off,
+        "egress",
+        json!({"http": [url], "method": "TRACE"}),
+        SandboxMode::None,
+    )
+    .await;
+    let codes: Vec<Value> = r
+        .receipt
+        .network
+        .iter()
+        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
+        .collect();
+    assert_eq!(codes, [json!("method_refused")]);
     assert_eq!(
         target.count(),
         0,

@@ -743,6 +743,12 @@ fn exec_network_only_through_allow_net() {
             assert_status(&out, 0, &what);
             assert_eq!(stdout(&out), "echo: hello\n", "{what}");
             assert_eq!(echo.count(), before + 1, "{what}: one connection");
+            // What the grant let through is named too.
+            assert!(
+                stderr(&out).contains(&format!("toolhost: network: connect tcp://{addr} allowed")),
+                "{what}: {}",
+                stderr(&out)
+            );
         } else {
             assert_status(&out, 1, &what);
             assert_eq!(
