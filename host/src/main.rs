@@ -1015,7 +1015,10 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             ..Limits::default()
         },
         network: toolhost::NetworkGrant::from_patterns(&a.allow_net, a.ca_file.clone(), None)
-            .map_err(|e| anyhow!("--allow-net: {e}"))?,
+            .map_err(|e| match e.strip_prefix("network.ca_file ") {
+                Some(rest) => anyhow!("--ca-file {rest}"),
+                None => anyhow!("--allow-net: {e}"),
+            })?,
     };
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();

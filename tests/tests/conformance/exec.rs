@@ -795,6 +795,19 @@ fn exec_allow_net_errors_exit_2() {
             );
         }
     }
+    // A `--ca-file` that is not a regular file is named as that flag.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--allow-net", "https://127.0.0.1:1", "--ca-file"])
+        .arg(dir.path())
+        .args(["--", "127.0.0.1:1", "x"]));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty(), "the program must not run");
+    assert!(
+        stderr(&out).contains("--ca-file") && stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A program that may write the workspace does not run while the compile
