@@ -32,9 +32,9 @@ pub struct ApprovalRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub justification: Option<String>,
     /// The network grants this approval unlocks for this call (the
-    /// policy's `ask` grants, canonical, with the methods each allows:
-    /// `https://*.github.com:443 (GET, HEAD)`, `... (any method)`); empty
-    /// when it unlocks none.
+    /// policy's `ask` grants and the grants of the rules the call matches,
+    /// canonical, with the methods each allows: `https://*.github.com:443
+    /// (GET, HEAD)`, `... (any method)`); empty when it unlocks none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network: Vec<String>,
     /// Who made the call (its principal); `None` in a request written by an

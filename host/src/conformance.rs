@@ -352,10 +352,11 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
     report
 }
 
-/// The refusal codes a policy's grant could lift: a destination refused
-/// for one of these is what the tool will ask a policy for. The others (a
+/// The refusal codes a policy could lift: by a grant, or (`not_external`)
+/// by a grant once the tool declares `external`. A destination refused for
+/// one of these is what the tool will ask a policy for. The others (a
 /// malformed request, a method the host never sends, a limit, a lookup
-/// that failed) no grant changes.
+/// that failed) no policy changes.
 const GRANTABLE: &[&str] = &[
     "network_off",
     "not_external",

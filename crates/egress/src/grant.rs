@@ -336,7 +336,8 @@ pub enum GrantList {
 }
 
 impl GrantList {
-    /// The key in the `[network]` section (`rule` for a rule's grants).
+    /// The key in the `[network]` section (`rule` for a rule's grants,
+    /// which `Display` and JSON spell `rules[N].network`).
     pub fn as_str(self) -> &'static str {
         match self {
             GrantList::Allow => "allow",

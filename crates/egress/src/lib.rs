@@ -73,7 +73,7 @@ pub use grant::{Grant, GrantList, GrantRef, HostPattern, Scheme};
 pub use host::{DomainName, Host, parse_ipv4_any};
 pub use policy::{Limits, NetworkPolicy, RuleGrants};
 pub use record::{
-    EgressOutcome, EgressRecord, MAX_METHOD_BYTES, NO_RESPONSE, NOT_SENT, redact_url,
+    EgressOutcome, EgressRecord, MAX_METHOD_BYTES, NO_RESPONSE, NOT_SENT, bounded, redact_url,
 };
 pub use request::Request;
 pub use resolve::{

@@ -154,7 +154,7 @@ pub const MAX_METHOD_BYTES: usize = 32;
 
 /// `text`, or its first `max` bytes (at a character boundary) and how many
 /// more there were: what a record keeps of text a guest chose.
-pub(crate) fn bounded(text: &str, max: usize) -> Cow<'_, str> {
+pub fn bounded(text: &str, max: usize) -> Cow<'_, str> {
     if text.len() <= max {
         return Cow::Borrowed(text);
     }

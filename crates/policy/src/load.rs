@@ -239,13 +239,11 @@ fn compile_rule_network(
              grant network in an allow or ask rule",
         );
     }
-    // An allow rule matches the side effect a call is seen with, `external`
-    // for such a tool; an ask rule any it may have, `none` never.
-    let reaches_external = |list: &[SideEffect]| match decision {
-        DecisionKind::Allow => list.contains(&SideEffect::External),
-        _ => list.iter().any(|e| *e != SideEffect::None),
-    };
-    if side_effects.is_some_and(|list| !reaches_external(list)) {
+    // A rule's grants go to the calls it matches strictly
+    // (`Rule::grants_to`): by the side effect a call is seen with, which
+    // is `external` for the only tools network reaches, whatever the
+    // rule's decision.
+    if side_effects.is_some_and(|list| !list.contains(&SideEffect::External)) {
         return refuse(
             "network reaches only tools that declare side effect external, \
              and this rule's side_effect list matches none of their calls",

@@ -64,7 +64,7 @@ use toolhost_egress::{NetworkPolicy, RuleGrants};
 /// max_content_chars = 20000
 /// block_matching = "BEGIN PRIVATE KEY"  # blocks when content or canonical matches
 ///
-/// [network]                    # optional; without it no call reaches the network
+/// [network]                    # optional; without it (or a rule's network) no call reaches the network
 /// allow = ["https://api.example.com", { url = "http://127.0.0.1:8080", methods = ["GET"] }]
 /// ask = ["https://*.github.com"]        # needs an approval per call (see the host's docs)
 /// max_requests = 32                     # per call

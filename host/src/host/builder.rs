@@ -278,22 +278,20 @@ impl HostBuilder {
         // call would plant a root or a token) or read it (a read-only
         // call would read the token).
         if let Some(ca) = network.ca_file() {
-            check_outside_workspace(
+            check_file_outside_workspace(
                 ca,
                 &workspace,
                 "network.ca_file",
-                "the roots every TLS connection trusts",
-                "a ca_file",
+                "plant a root that every TLS connection would trust",
             )?;
         }
         for (i, c) in network.credentials().iter().enumerate() {
             if let toolhost_policy::egress::SecretSource::File(file) = c.source() {
-                check_outside_workspace(
+                check_file_outside_workspace(
                     file,
                     &workspace,
                     &format!("credentials[{i}].value_file"),
-                    "the secret (or read it)",
-                    "a value_file",
+                    "read the secret or replace it",
                 )?;
             }
         }
@@ -535,6 +533,28 @@ fn register(
         }
     }
     Ok(())
+}
+
+/// Refuses a file the host reads from the policy (`what`: a CA file, a
+/// secret) where calls could reach it: inside the workspace, or through a
+/// name inside it, a link a call could re-point
+/// ([`inside_workspace`](crate::sandbox::inside_workspace)), as for policy
+/// files and program tools.
+fn check_file_outside_workspace(
+    path: &Path,
+    workspace: &Path,
+    what: &str,
+    could: &str,
+) -> Result<(), HostError> {
+    match crate::sandbox::inside_workspace(path, workspace) {
+        Some(inside) => Err(HostError::UnsafeState(format!(
+            "{what} {} is inside the workspace {} (or named through it: {}), where tools could {could}; keep it outside the workspace",
+            path.display(),
+            workspace.display(),
+            inside.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Refuses `dir` (the `what` of `--flag`) inside the workspace: any call may

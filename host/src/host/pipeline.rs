@@ -1668,10 +1668,6 @@ mod tests {
         );
     }
 
-    /// A tool's error message is cut to the output cap only after the
-    /// credentials are redacted from it: a secret across the cut leaves
-    /// nothing of itself (cutting first left its first bytes, which no
-    /// longer read as the secret).
     /// A secret that reaches a tool some other way than a server's echo
     /// (which the host masks first) is redacted from its progress reports,
     /// as they leave the host, and from its log records, message and
@@ -1741,6 +1737,10 @@ mod tests {
         assert!(text.contains(toolhost_policy::REDACTED), "{text}");
     }
 
+    /// A tool's error message is cut to the output cap only after the
+    /// credentials are redacted from it: a secret across the cut leaves
+    /// nothing of itself (cutting first left its first bytes, which no
+    /// longer read as the secret).
     #[tokio::test]
     async fn an_error_is_cut_after_its_secrets_are_redacted() {
         let dir = tempfile::tempdir().unwrap();

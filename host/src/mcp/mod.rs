@@ -205,9 +205,10 @@ type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 /// the write can stop that for a pipe: a program that calls this with a
 /// pipe as its stdout must ignore the signal, as Rust programs do unless
 /// they restore its default action (the `toolhost` binary keeps Rust's:
-/// ignored). A socket as stdout (what Node's libuv gives a child process)
-/// needs nothing of the kind, nor does the HTTP server ([`serve_http`]):
-/// their sends never raise it.
+/// ignored). On Linux a socket as stdout (what Node's libuv gives a child
+/// process) needs nothing of the kind, nor does the HTTP server
+/// ([`serve_http`]): their sends never raise it. (On Apple's systems an
+/// inherited socket may still raise it: ignore the signal there.)
 pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
     let stdio::Stdio {
         input,

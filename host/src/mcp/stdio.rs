@@ -123,8 +123,9 @@ pub(crate) fn open_input(fd: BorrowedFd<'_>) -> io::Result<Option<Input>> {
 
 /// `fd` as a non-blocking output stream, if it is a pipe or a socket. The
 /// stream owns a duplicate of `fd`. A socket's sends never raise `SIGPIPE`
-/// (`runtime::Stream`); a pipe's writes cannot help it (see
-/// [`serve_stdio`](super::serve_stdio)).
+/// on Linux (`runtime::Stream`; Apple's systems have no such send flag, and
+/// an inherited socket no `SO_NOSIGPIPE`); a pipe's writes cannot help it
+/// (see [`serve_stdio`](super::serve_stdio)).
 pub(crate) fn open_output(fd: BorrowedFd<'_>) -> io::Result<Option<Output>> {
     use tokio::net::unix::pipe::Sender;
     open_as(
@@ -149,8 +150,9 @@ fn open_as<S>(
 }
 
 /// A stream socket behind `fd`, non-blocking, registered with tokio. Reads
-/// and writes are plain `read(2)` and `write(2)` on the descriptor, so any
-/// stream socket works, not only a Unix one.
+/// are plain `read(2)` on the descriptor, and the output's writes
+/// (`runtime::Stream`) `send` with flags, so any stream socket works, not
+/// only a Unix one.
 fn stream_socket(fd: BorrowedFd<'_>) -> io::Result<tokio::net::UnixStream> {
     let owned: OwnedFd = fd.try_clone_to_owned()?;
     rustix::io::ioctl_fionbio(&owned, true)?;

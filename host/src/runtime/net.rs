@@ -15,8 +15,12 @@
 //!    connection goes to those addresses only, never through a second
 //!    lookup;
 //! 3. the credential of exactly that host (if any) is set, replacing any
-//!    header of the same name the guest sent; the `Host` header is the
-//!    request's host (never a userinfo the guest put in the authority);
+//!    header of the same name the guest sent, and its response is asked
+//!    for whole and uncompressed (`accept-encoding: identity`; the guest's
+//!    `range`, `if-range` and `te` dropped; an encoded response refused);
+//!    the `Host` header is the request's host (never a userinfo the guest
+//!    put in the authority); every response has the loaded secrets masked
+//!    before the guest reads it ([`MaskedBody`]);
 //! 4. per-call limits hold: at most `max_requests` requests, at most
 //!    `max_response_bytes` response body bytes summed, each request within
 //!    `request_timeout_ms` and the call's own deadline;
@@ -26,9 +30,10 @@
 //! Sockets (TCP connect, UDP send) are decided per address against
 //! `tcp://` and `udp://` grants; a UDP socket takes datagrams only from a
 //! peer it sent to (others are dropped unrecorded); binds are allowed only
-//! to port 0 (the implicit bind of a connect) and only when some grant of
-//! that protocol exists; listening and accepting are always refused; name
-//! lookups are refused at once ([`refuse_name_lookups`]).
+//! to port 0 (the implicit bind of a connect) and only with a grant of that
+//! protocol the call may use (an `allow` one, a matched rule's, an approved
+//! `ask` one); listening and accepting are always refused; name lookups are
+//! refused at once ([`refuse_name_lookups`]), with a `denied` line only.
 //!
 //! Every request and connection is recorded as an [`EgressRecord`] for the
 //! receipt; refusals are also listed in the receipt's `denied`.
@@ -37,7 +42,8 @@ use crate::egress::{Egress, NetworkGrant};
 use crate::runtime::wasi::record_denied;
 use bytes::Bytes;
 use http::header::{
-    ACCEPT_ENCODING, CONTENT_ENCODING, HOST, HeaderName, HeaderValue, IF_RANGE, RANGE,
+    ACCEPT_ENCODING, CONTENT_ENCODING, HOST, HeaderName, HeaderValue, IF_RANGE, RANGE, TE,
+    TRANSFER_ENCODING,
 };
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
@@ -50,7 +56,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use toolhost_egress::{
     Credentials, Decision, EgressOutcome, EgressRecord, GrantRef, Host, NO_RESPONSE, NOT_SENT,
-    Pushed, Refusal, Request, Scheme, StreamMask, check_addr, connect_plan_approved,
+    Pushed, Refusal, Request, Scheme, StreamMask, bounded, check_addr, connect_plan_approved,
 };
 use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -65,6 +71,9 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// its address check then refuses turns its own record into a refusal:
 /// those come on top, at most `max_requests` of them.)
 const MAX_REFUSED_RECORDS: usize = 256;
+
+/// Why a request of another scheme is refused (`unsupported_scheme`).
+pub(crate) const ONLY_HTTP: &str = "only http and https requests are sent";
 
 /// What a wasi:http hook's future resolves to.
 type SendResult = Result<
@@ -230,25 +239,11 @@ impl CallNet {
 
     /// Records a name lookup through `wasi:sockets`, refused: with why the
     /// call has no network at all, or `lookup_refused`. The name is the
-    /// guest's text, quoted and escaped (a DNS name is at most 253 bytes:
-    /// no more is kept).
+    /// guest's text, bounded (a DNS name is at most 253 bytes), quoted and
+    /// escaped, and bounded again, so that the line keeps its code.
     fn refuse_lookup(&self, name: &str) {
-        // A DNS name is at most 253 bytes; escaped (quotes, control and
-        // other characters as escapes) at most 300 are kept, so that the
-        // line's code is never cut off.
-        let head = name
-            .char_indices()
-            .nth(253)
-            .map_or(name, |(i, _)| &name[..i]);
-        let mut shown = format!("{head:?}");
-        if shown.len() > 300 {
-            let mut end = 300;
-            while !shown.is_char_boundary(end) {
-                end -= 1;
-            }
-            shown.truncate(end);
-            shown.push_str("...");
-        }
+        let quoted = format!("{:?}", bounded(name, 253));
+        let shown = bounded(&quoted, 300);
         let code = match self.egress() {
             None => self.grant.off_reason().code(),
             Some(_) => "lookup_refused",
@@ -339,7 +334,9 @@ impl CallNet {
         let scheme = match uri.scheme_str().map(str::parse::<Scheme>) {
             Some(Ok(s)) if s.is_http() => s,
             _ => {
-                let reason = "only http and https requests are sent".to_string();
+                // `to_http` refused it already, with the hooks' schemes:
+                // here for a caller that did not.
+                let reason = ONLY_HTTP.to_string();
                 self.refuse_unreadable(method, &uri.to_string(), "unsupported_scheme", reason);
                 return Err(HttpError::HttpProtocolError);
             }
@@ -532,6 +529,7 @@ impl CallNet {
             headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
             headers.remove(RANGE);
             headers.remove(IF_RANGE);
+            headers.remove(TE);
         }
         let host_header = match request.scheme.default_port() {
             Some(p) if p == request.port => request.host.to_string(),
@@ -615,13 +613,8 @@ impl CallNet {
         // uncompressed; one that comes compressed anyway could hide an
         // echo of the secret from the mask, and is refused.
         if credential.is_some()
-            && let Some(coding) = response.headers().get(CONTENT_ENCODING)
-            && !coding
-                .as_bytes()
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"identity")
+            && let Some(coding) = encoded(response.headers())
         {
-            let coding = String::from_utf8_lossy(coding.as_bytes()).into_owned();
             return Err(failed(HttpError::HttpResponseContentCoding(Some(coding))));
         }
         // The guest never reads a secret back: a server that echoes one
@@ -1049,6 +1042,27 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
     }
 }
 
+/// The first coding a response's `content-encoding` or `transfer-encoding`
+/// names other than `identity` (or, for the latter, `chunked`, which hyper
+/// undoes), in any of their values: a body the mask could not read.
+fn encoded(headers: &http::HeaderMap) -> Option<String> {
+    let codings = |name| {
+        headers
+            .get_all(name)
+            .into_iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|c| !c.is_empty())
+    };
+    let plain = |c: &&[u8], also: &[u8]| {
+        c.eq_ignore_ascii_case(b"identity") || c.eq_ignore_ascii_case(also)
+    };
+    codings(CONTENT_ENCODING)
+        .find(|c| !plain(c, b"identity"))
+        .or_else(|| codings(TRANSFER_ENCODING).find(|c| !plain(c, b"chunked")))
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+}
+
 /// `headers` with every loaded secret masked in their values; a header
 /// whose name holds one is dropped. The map is rebuilt only when some
 /// header holds a secret.
@@ -1363,6 +1377,35 @@ mod tests {
         assert!(matches!(second, Poll::Ready(Ok(()))), "{second:?}");
         let mut rest = Vec::new();
         assert_eq!(far.read_to_end(&mut rest).await.ok(), Some(0));
+    }
+
+    /// A response to a credentialed request is refused when any value of
+    /// its `content-encoding` names a coding, or its `transfer-encoding` one
+    /// other than `chunked`: the mask could not read such a body.
+    #[test]
+    fn any_coding_in_any_value_is_found() {
+        let map = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = http::HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert_eq!(encoded(&map(&[])), None);
+        assert_eq!(encoded(&map(&[("content-encoding", "identity")])), None);
+        assert_eq!(encoded(&map(&[("transfer-encoding", "chunked")])), None);
+        let cases: &[&[(&str, &str)]] = &[
+            &[
+                ("content-encoding", "identity"),
+                ("content-encoding", "gzip"),
+            ],
+            &[("content-encoding", "identity, br")],
+            &[("transfer-encoding", "gzip, chunked")],
+            &[("content-encoding", " GZIP ")],
+        ];
+        for pairs in cases {
+            assert!(encoded(&map(pairs)).is_some(), "{pairs:?}");
+        }
     }
 
     /// A body's frames, one by one.

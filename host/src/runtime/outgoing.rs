@@ -37,6 +37,7 @@
 use crate::runtime::net::{CallNet, Sent};
 use crate::runtime::store::CallState;
 use bytes::Bytes;
+use http::uri::{Authority, PathAndQuery};
 use http_body_util::{BodyExt, Empty};
 use std::future::Future;
 use std::pin::Pin;
@@ -270,12 +271,12 @@ fn to_http(
         headers,
         body,
     } = outgoing;
+    // Kept as `Bytes` (taken from the strings, not copied): the URI is
+    // built from them, and a failure's record names them.
+    let authority = Bytes::from(authority.unwrap_or_default());
+    let path_with_query = path_with_query.map(Bytes::from);
     // Only on a failure: the method and URL as the guest gave them.
     let refuse = |code: ErrorCode, label: &str, reason: &str| {
-        let method = match &method {
-            Method::Other(m) => m.as_str(),
-            known => known_method(known),
-        };
         let scheme = match &scheme {
             Some(Scheme::Http) => "http",
             Some(Scheme::Https) => "https",
@@ -284,10 +285,10 @@ fn to_http(
         };
         let url = format!(
             "{scheme}://{}{}",
-            authority.as_deref().unwrap_or_default(),
-            path_with_query.as_deref().unwrap_or_default()
+            String::from_utf8_lossy(&authority),
+            String::from_utf8_lossy(path_with_query.as_deref().unwrap_or_default())
         );
-        net.refuse_unreadable(method, &url, label, reason.to_string());
+        net.refuse_unreadable(method_name(&method), &url, label, reason.to_string());
         code
     };
     let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
@@ -340,7 +341,7 @@ fn to_http(
         Method::Trace => http::Method::TRACE,
         Method::Patch => http::Method::PATCH,
     };
-    let unsupported = "only http and https requests are sent";
+    let unsupported = crate::runtime::net::ONLY_HTTP;
     let http_scheme = match &scheme {
         Some(Scheme::Http) => http::uri::Scheme::HTTP,
         Some(Scheme::Https) => http::uri::Scheme::HTTPS,
@@ -363,13 +364,16 @@ fn to_http(
         let code = ErrorCode::HttpProtocolError;
         return Err(refuse(code, "unsupported_scheme", unsupported));
     }
-    let mut uri = http::Uri::builder()
-        .scheme(http_scheme)
-        .authority(authority.as_deref().unwrap_or_default());
-    if let Some(path) = path_with_query.as_deref() {
-        uri = uri.path_and_query(path);
-    }
-    let uri = match uri.build() {
+    let uri = (|| -> Result<http::Uri, http::Error> {
+        let mut uri = http::Uri::builder()
+            .scheme(http_scheme)
+            .authority(Authority::from_maybe_shared(authority.clone())?);
+        if let Some(path) = &path_with_query {
+            uri = uri.path_and_query(PathAndQuery::from_maybe_shared(path.clone())?);
+        }
+        uri.build()
+    })();
+    let uri = match uri {
         Ok(uri) => uri,
         Err(e) => {
             let reason = e.to_string();
@@ -391,8 +395,8 @@ fn to_http(
     Ok(request)
 }
 
-/// The name of a method wasi:http names by a case of its own.
-fn known_method(method: &Method) -> &'static str {
+/// A method's name, as the guest gave it.
+fn method_name(method: &Method) -> &str {
     match method {
         Method::Get => "GET",
         Method::Head => "HEAD",
@@ -403,7 +407,7 @@ fn known_method(method: &Method) -> &'static str {
         Method::Options => "OPTIONS",
         Method::Trace => "TRACE",
         Method::Patch => "PATCH",
-        Method::Other(_) => "",
+        Method::Other(m) => m,
     }
 }
 

@@ -642,7 +642,7 @@ async fn a_credentialed_request_asks_for_its_response_whole_and_uncompressed() {
         other = plain.port(),
     );
     let (_ws, host) = host(&policy).await;
-    let asked = json!({"accept-encoding": "gzip, br", "range": "bytes=0-5", "if-range": "\"e1\""});
+    let asked = json!({"accept-encoding": "gzip, br", "range": "bytes=0-5", "if-range": "\"e1\"", "te": "gzip"});
     let r = fetch(
         &host,
         json!({"url": compressing.url("/"), "headers": asked}),
@@ -652,6 +652,7 @@ async fn a_credentialed_request_asks_for_its_response_whole_and_uncompressed() {
     assert_eq!(seen.header("accept-encoding"), Some("identity"));
     assert_eq!(seen.header("range"), None);
     assert_eq!(seen.header("if-range"), None);
+    assert_eq!(seen.header("te"), None);
     assert!(
         tool_error(&r).contains("HttpResponseContentCoding"),
         "{r:?}"
@@ -1367,7 +1368,9 @@ async fn certificate_and_secret_files_must_be_regular_files() {
 
 /// A secret file or a CA file inside the workspace, where a tool could
 /// read the secret or plant a root, stops the host with a message naming
-/// it (a symlink from outside into the workspace included).
+/// it: a symlink from outside into the workspace included, and a path
+/// through a link inside the workspace that points out today (a call could
+/// re-point it).
 #[tokio::test]
 async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
     let ws = tempdir();
@@ -1378,6 +1381,11 @@ async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
     let outside = tempdir();
     let link = outside.path().join("token-link");
     std::os::unix::fs::symlink(inside.join("token"), &link).unwrap();
+    // A link inside the workspace that points out today: a call could
+    // re-point it.
+    std::fs::write(outside.path().join("real-token"), "sk-outside-today\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.path().join("certs")).unwrap();
+    let through = ws.path().join("certs").join("real-token");
     let cases = [
         (
             format!(
@@ -1400,6 +1408,13 @@ async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
             ),
             "credentials[0].value_file",
         ),
+        (
+            format!(
+                "\n[[credentials]]\nhost = \"api.example.com\"\nheader = \"A\"\nvalue_file = {:?}\n",
+                through.display().to_string()
+            ),
+            "credentials[0].value_file",
+        ),
     ];
     for (extra, named) in cases {
         let policy =
@@ -1413,6 +1428,28 @@ async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
         );
         assert!(!msg.contains("sk-in-the-workspace"), "{msg}");
     }
+}
+
+/// `toolhost run http_fetch --mode none --json` of `url`, with `policy`,
+/// `state` and `workspace`, on the suite's compile cache.
+fn cli_fetch(
+    url: &str,
+    policy: &std::path::Path,
+    state: &std::path::Path,
+    workspace: &std::path::Path,
+) -> std::process::Command {
+    let mut command = std::process::Command::new(crate::support::bin());
+    command
+        .args(["run", "http_fetch", "--mode", "none", "--json", "--args"])
+        .arg(json!({ "url": url }).to_string())
+        .arg("--policy")
+        .arg(policy)
+        .arg("--state")
+        .arg(state)
+        .arg("--workspace")
+        .arg(workspace)
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir());
+    command
 }
 
 /// HTTPS trusts the system's roots: the CLI, with `SSL_CERT_FILE` naming
@@ -1434,18 +1471,10 @@ fn https_trusts_the_system_roots() {
     .unwrap();
     let workspace = tempdir();
     let url = format!("https://127.0.0.1:{}/secure", server.port);
+    let state = dir.path().join("state");
     let run = |cert_file: Option<&std::path::Path>| {
-        let mut command = std::process::Command::new(crate::support::bin());
+        let mut command = cli_fetch(&url, &policy, &state, workspace.path());
         command
-            .args(["run", "http_fetch", "--mode", "none", "--json", "--args"])
-            .arg(json!({ "url": url }).to_string())
-            .arg("--policy")
-            .arg(&policy)
-            .arg("--state")
-            .arg(dir.path().join("state"))
-            .arg("--workspace")
-            .arg(workspace.path())
-            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
             .env_remove("SSL_CERT_DIR")
             .env_remove("SSL_CERT_FILE");
         if let Some(file) = cert_file {
@@ -1465,16 +1494,7 @@ fn https_trusts_the_system_roots() {
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
     // A store the environment names but that cannot be read stops the
     // host: no quiet fall-back to other roots.
-    let out = std::process::Command::new(crate::support::bin())
-        .args(["run", "http_fetch", "--mode", "none", "--args"])
-        .arg(json!({ "url": url }).to_string())
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--state")
-        .arg(dir.path().join("state"))
-        .arg("--workspace")
-        .arg(workspace.path())
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+    let out = cli_fetch(&url, &policy, &state, workspace.path())
         .env_remove("SSL_CERT_DIR")
         .env("SSL_CERT_FILE", dir.path().join("no-such-bundle.pem"))
         .output()
@@ -1510,16 +1530,7 @@ fn network_shows_in_json_in_mcp_meta_and_in_the_log() {
     let workspace = tempdir();
     let state = dir.path().join("state");
     let run = |url: &str| {
-        let out = std::process::Command::new(crate::support::bin())
-            .args(["run", "http_fetch", "--mode", "none", "--json", "--args"])
-            .arg(json!({ "url": url }).to_string())
-            .arg("--policy")
-            .arg(&policy)
-            .arg("--state")
-            .arg(&state)
-            .arg("--workspace")
-            .arg(workspace.path())
-            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        let out = cli_fetch(url, &policy, &state, workspace.path())
             .output()
             .unwrap();
         serde_json::from_slice::<Value>(&out.stdout)

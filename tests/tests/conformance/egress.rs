@@ -95,6 +95,15 @@ async fn egress_host(policy: &str, resolver: Option<StaticResolver>) -> (tempfil
     (ws, host)
 }
 
+/// The `code` of each of a call's network records (null for one allowed).
+fn record_codes(r: &toolhost::CallResult) -> Vec<Value> {
+    r.receipt
+        .network
+        .iter()
+        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
+        .collect()
+}
+
 async fn run(host: &Host, args: Value) -> Vec<Value> {
     let r = call(host, "egress", args, SandboxMode::None).await;
     assert!(r.is_ok(), "{r:?}");
@@ -226,7 +235,15 @@ allow = [
         .map(|n| n["url"].as_str().unwrap_or_default().to_string())
         .collect();
     assert_eq!(refused.len(), http.len() + 4, "{refused:?}");
-    assert!(!r.receipt.denied.is_empty());
+    // The four TCP targets' records, by the address tried.
+    for tcp in [
+        format!("tcp://127.0.0.1:{p}"),
+        "tcp://127.0.0.2:8080".to_string(),
+        "tcp://10.0.0.1:80".to_string(),
+        "tcp://169.254.169.254:80".to_string(),
+    ] {
+        assert!(refused.contains(&tcp), "{tcp}: {refused:?}");
+    }
     assert_eq!(target.count(), 0, "a refused attempt reached the listener");
     let mut buf = [0u8; 64];
     match udp.recv_from(&mut buf) {
@@ -274,12 +291,7 @@ allow = [
     let oks: Vec<bool> = attempts.iter().map(|a| a["ok"] == true).collect();
     assert_eq!(oks, [true, true, false], "{attempts:?}");
     assert_eq!(tcp_ok.count_reaching(3), 3);
-    let codes: Vec<Value> = r
-        .receipt
-        .network
-        .iter()
-        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
-        .collect();
+    let codes = record_codes(&r);
     assert_eq!(codes.last(), Some(&json!("limit_reached")), "{codes:?}");
 }
 
@@ -460,12 +472,7 @@ async fn egress_trace_and_connect_are_never_sent() {
             detail.contains("HTTP-request-method-invalid"),
             "{method}: {detail}"
         );
-        let codes: Vec<Value> = r
-            .receipt
-            .network
-            .iter()
-            .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
-            .collect();
+        let codes = record_codes(&r);
         assert_eq!(codes, [json!("method_refused")], "{method}");
     }
     // Without any grant it is refused for its method too, not for want
@@ -480,12 +487,7 @@ async fn egress_trace_and_connect_are_never_sent() {
         SandboxMode::None,
     )
     .await;
-    let codes: Vec<Value> = r
-        .receipt
-        .network
-        .iter()
-        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
-        .collect();
+    let codes = record_codes(&r);
     assert_eq!(codes, [json!("method_refused")]);
     assert_eq!(
         target.count(),
@@ -521,12 +523,7 @@ async fn egress_unreadable_requests_are_refused_and_recorded_bounded() {
         let detail = a["detail"].as_str().unwrap_or_default();
         assert!(detail.contains("HTTP-protocol-error"), "{detail}");
     }
-    let codes: Vec<Value> = r
-        .receipt
-        .network
-        .iter()
-        .map(|n| serde_json::to_value(n).unwrap()["code"].clone())
-        .collect();
+    let codes = record_codes(&r);
     assert_eq!(
         codes,
         vec![json!("unsupported_scheme"); 2],

@@ -779,7 +779,7 @@ fn exec_allow_net_errors_exit_2() {
         let out = run(exec(p2::TCP_SEND)
             .args(["--allow-net", bad, "--"])
             .args(["127.0.0.1:1", "x"]));
-        assert_ne!(out.status.code(), Some(0), "{bad}");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
         assert!(out.stdout.is_empty(), "{bad}: the program must not run");
         assert!(
             stderr(&out).contains("--allow-net"),
@@ -801,7 +801,7 @@ fn exec_allow_net_errors_exit_2() {
         .args(["--allow-net", "https://127.0.0.1:1", "--ca-file"])
         .arg(dir.path())
         .args(["--", "127.0.0.1:1", "x"]));
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty(), "the program must not run");
     assert!(
         stderr(&out).contains("--ca-file") && stderr(&out).contains("not a regular file"),

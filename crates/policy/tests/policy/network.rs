@@ -222,9 +222,13 @@ fn a_rule_that_could_grant_nothing_is_an_error() {
         7,
         &["side effect external"],
     );
-    // An ask rule about reads matches external tools' calls that may read.
-    load(
+    // An ask rule about reads asks before external tools' calls that may
+    // read, but its grants go only to calls it matches strictly, by the
+    // side effect they are seen with: never `read` for an external tool.
+    assert_error(
         "version = 1\n[[rules]]\ntool = \"http_fetch\"\ndecision = \"ask\"\nreason = \"r\"\nside_effect = [\"read\"]\nnetwork = [\"https://api.example.com\"]\n",
+        7,
+        &["side effect external"],
     );
     // A layer only narrows: its rules grant no network.
     assert_error(
