@@ -433,22 +433,10 @@ pub fn runtime_for_checks() -> Result<Arc<Runtime>, crate::runtime::LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolhost_egress::{EgressOutcome, EgressRecord};
+    use toolhost_egress::EgressRecord;
 
     fn refused(method: &str, url: &str, code: &str) -> EgressRecord {
-        EgressRecord {
-            method: Some(method.into()),
-            url: url.into(),
-            outcome: EgressOutcome::Refused {
-                code: code.into(),
-                reason: String::new(),
-            },
-            status: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            ms: 0,
-            error: None,
-        }
+        EgressRecord::unreadable(method, url, code, String::new())
     }
 
     /// Only what a grant could lift is reported as a destination to

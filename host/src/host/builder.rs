@@ -278,20 +278,24 @@ impl HostBuilder {
         // call would plant a root or a token) or read it (a read-only
         // call would read the token).
         if let Some(ca) = network.ca_file() {
-            check_file_outside_workspace(
+            check_outside_workspace(
                 ca,
                 &workspace,
+                Inside::ByName,
                 "network.ca_file",
                 "plant a root that every TLS connection would trust",
+                "keep it outside the workspace",
             )?;
         }
         for (i, c) in network.credentials().iter().enumerate() {
             if let toolhost_policy::egress::SecretSource::File(file) = c.source() {
-                check_file_outside_workspace(
+                check_outside_workspace(
                     file,
                     &workspace,
+                    Inside::ByName,
                     &format!("credentials[{i}].value_file"),
                     "read the secret or replace it",
+                    "keep it outside the workspace",
                 )?;
             }
         }
@@ -313,9 +317,10 @@ impl HostBuilder {
             check_outside_workspace(
                 dir,
                 &workspace,
+                Inside::Resolved,
                 "compile cache",
-                "the code the host runs natively",
-                "--cache (or TOOLHOST_CACHE_DIR)",
+                "rewrite the code the host runs natively",
+                "use --cache (or TOOLHOST_CACHE_DIR) outside the workspace",
             )?;
         }
         // Global tools first, then each scope in declaration order with its
@@ -362,9 +367,10 @@ impl HostBuilder {
                 check_outside_workspace(
                     &dir,
                     &workspace,
+                    Inside::Resolved,
                     "state directory",
-                    "the session log",
-                    "--state",
+                    "rewrite the session log",
+                    "use --state outside the workspace",
                 )?;
                 let log = SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?;
                 // Recovery on open: a call whose intent is durable but whose
@@ -535,45 +541,41 @@ fn register(
     Ok(())
 }
 
-/// Refuses a file the host reads from the policy (`what`: a CA file, a
-/// secret) where calls could reach it: inside the workspace, or through a
-/// name inside it, a link a call could re-point
-/// ([`inside_workspace`](crate::sandbox::inside_workspace)), as for policy
-/// files and program tools.
-fn check_file_outside_workspace(
-    path: &Path,
-    workspace: &Path,
-    what: &str,
-    could: &str,
-) -> Result<(), HostError> {
-    match crate::sandbox::inside_workspace(path, workspace) {
-        Some(inside) => Err(HostError::UnsafeState(format!(
-            "{what} {} is inside the workspace {} (or named through it: {}), where tools could {could}; keep it outside the workspace",
-            path.display(),
-            workspace.display(),
-            inside.display()
-        ))),
-        None => Ok(()),
-    }
+/// How a path is found inside the workspace.
+#[derive(Clone, Copy)]
+enum Inside {
+    /// By where it resolves to: for a directory the host creates and
+    /// writes (the state directory, the compile cache).
+    Resolved,
+    /// Also by every name on the way to it, a link a call could re-point
+    /// ([`inside_workspace`](crate::sandbox::inside_workspace), as for
+    /// policy files and program tools): for a file the policy names that
+    /// the host reads (a CA file, a secret).
+    ByName,
 }
 
-/// Refuses `dir` (the `what` of `--flag`) inside the workspace: any call may
-/// be escalated to a mode that writes the workspace, so tools could rewrite
-/// it there (`what_for`). The state directory holds the session log, the
-/// record of what tools did; the compile cache holds code the host maps and
-/// runs natively (its checksums catch accidents, not a writer who can
-/// rewrite them too).
+/// Refuses `path` (the host's `what`) inside the workspace, where tools
+/// could `could` (any call may be escalated to a mode that writes the
+/// workspace); `remedy` says what to do instead. The state directory
+/// holds the session log, the record of what tools did; the compile cache
+/// holds code the host maps and runs natively (its checksums catch
+/// accidents, not a writer who can rewrite them too).
 fn check_outside_workspace(
-    dir: &Path,
+    path: &Path,
     workspace: &Path,
+    how: Inside,
     what: &str,
-    what_for: &str,
-    flag: &str,
+    could: &str,
+    remedy: &str,
 ) -> Result<(), HostError> {
-    match crate::sandbox::resolved_inside(dir, workspace) {
-        Some(resolved) => Err(HostError::UnsafeState(format!(
-            "{what} {} is inside the workspace {}, where tools could rewrite {what_for}; use {flag} outside the workspace",
-            resolved.display(),
+    let found = match how {
+        Inside::Resolved => crate::sandbox::resolved_inside(path, workspace),
+        Inside::ByName => crate::sandbox::inside_workspace(path, workspace),
+    };
+    match found {
+        Some(found) => Err(HostError::UnsafeState(format!(
+            "{what} {} is inside the workspace {}, where tools could {could}; {remedy}",
+            found.display(),
             workspace.display()
         ))),
         None => Ok(()),

@@ -955,6 +955,27 @@ impl Approver for Asked {
     }
 }
 
+/// `http_fetch` of `url` on a host with `policy` whose approver answers
+/// `outcome`: the result, and what the approver was asked.
+async fn fetch_asked(
+    policy: &str,
+    outcome: ApprovalOutcome,
+    url: &str,
+) -> (CallResult, Vec<ApprovalRequest>) {
+    let asked = Asked {
+        outcome,
+        requests: Arc::default(),
+    };
+    let approver = asked.clone();
+    let (_ws, host) = host_with(policy, move |b| {
+        b.approver(Box::new(approver));
+    })
+    .await;
+    let r = fetch(&host, json!({ "url": url })).await;
+    let requests = asked.requests.lock().unwrap().clone();
+    (r, requests)
+}
+
 #[tokio::test]
 async fn an_ask_grant_is_approved_per_call_before_the_body() {
     let server = Server::ok("127.0.0.1", "asked for");
@@ -967,18 +988,8 @@ async fn an_ask_grant_is_approved_per_call_before_the_body() {
         (ApprovalOutcome::AllowedOnce, true),
         (ApprovalOutcome::Rejected, false),
     ] {
-        let asked = Asked {
-            outcome,
-            requests: Arc::default(),
-        };
-        let approver = asked.clone();
-        let (_ws, host) = host_with(&policy, move |b| {
-            b.approver(Box::new(approver));
-        })
-        .await;
         let before = server.connections();
-        let r = fetch(&host, json!({"url": server.url("/")})).await;
-        let requests = asked.requests.lock().unwrap().clone();
+        let (r, requests) = fetch_asked(&policy, outcome, &server.url("/")).await;
         assert_eq!(requests.len(), 1, "asked once");
         assert_eq!(requests[0].tool, "http_fetch");
         // The approval names each host it unlocks, with its methods.
@@ -1100,18 +1111,9 @@ async fn an_ask_rules_network_grant_is_reached_once_approved() {
         (ApprovalOutcome::AllowedOnce, true),
         (ApprovalOutcome::Rejected, false),
     ] {
-        let asked = Asked {
-            outcome,
-            requests: Arc::default(),
-        };
-        let approver = asked.clone();
-        let (_ws, host) = host_with(&rule_grant_policy(port, "ask", ""), move |b| {
-            b.approver(Box::new(approver));
-        })
-        .await;
         let before = server.connections();
-        let r = fetch(&host, json!({"url": server.url("/granted/")})).await;
-        let requests = asked.requests.lock().unwrap().clone();
+        let policy = rule_grant_policy(port, "ask", "");
+        let (r, requests) = fetch_asked(&policy, outcome, &server.url("/granted/")).await;
         assert_eq!(requests.len(), 1, "asked once");
         // The approval names the rule's grant with its methods.
         let described = format!("{grant} (GET)");

@@ -104,6 +104,15 @@ fn record_codes(r: &toolhost::CallResult) -> Vec<Value> {
         .collect()
 }
 
+/// Asserts that each of `attempts` failed, with `error` in its detail.
+fn refused_with(attempts: &[Value], error: &str) {
+    for a in attempts {
+        assert_eq!(a["ok"], false, "{a}");
+        let detail = a["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(error), "{error}: {a}");
+    }
+}
+
 async fn run(host: &Host, args: Value) -> Vec<Value> {
     let r = call(host, "egress", args, SandboxMode::None).await;
     assert!(r.is_ok(), "{r:?}");
@@ -366,10 +375,7 @@ async fn egress_udp_sends_reach_only_granted_addresses() {
     let attempts = r.canonical["attempts"].as_array().unwrap();
     let oks: Vec<bool> = attempts.iter().map(|a| a["ok"] == true).collect();
     assert_eq!(oks, [false, false, false, false, true], "{attempts:?}");
-    for a in &attempts[..4] {
-        let detail = a["detail"].as_str().unwrap_or_default();
-        assert!(detail.contains("access-denied"), "{a}");
-    }
+    refused_with(&attempts[..4], "access-denied");
     let mut buf = [0u8; 64];
     let (n, _) = granted.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"escaped");
@@ -425,11 +431,7 @@ async fn egress_a_rules_socket_grant_reaches_only_the_calls_it_matches() {
     )
     .await;
     let attempts = r.canonical["attempts"].as_array().unwrap();
-    for a in attempts {
-        assert_eq!(a["ok"], false, "{a}");
-        let detail = a["detail"].as_str().unwrap_or_default();
-        assert!(detail.contains("access-denied"), "{a}");
-    }
+    refused_with(attempts, "access-denied");
     assert!(
         r.receipt.denied.iter().any(|d| d.contains("bind_refused")),
         "{:?}",
@@ -518,11 +520,7 @@ async fn egress_unreadable_requests_are_refused_and_recorded_bounded() {
     )
     .await;
     let attempts = r.canonical["attempts"].as_array().unwrap();
-    for a in attempts {
-        assert_eq!(a["ok"], false, "{a}");
-        let detail = a["detail"].as_str().unwrap_or_default();
-        assert!(detail.contains("HTTP-protocol-error"), "{detail}");
-    }
+    refused_with(attempts, "HTTP-protocol-error");
     let codes = record_codes(&r);
     assert_eq!(
         codes,
@@ -550,11 +548,7 @@ async fn egress_unreadable_requests_are_refused_and_recorded_bounded() {
     .await;
     let attempts = r.canonical["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 300);
-    for a in attempts {
-        assert_eq!(a["ok"], false, "{a}");
-        let detail = a["detail"].as_str().unwrap_or_default();
-        assert!(detail.contains("HTTP-request-method-invalid"), "{detail}");
-    }
+    refused_with(attempts, "HTTP-request-method-invalid");
     let receipt = serde_json::to_string(&r.receipt).unwrap();
     assert!(
         receipt.len() < 200_000,
