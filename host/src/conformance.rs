@@ -352,24 +352,8 @@ pub async fn check_component(runtime: Arc<Runtime>, source: &str, bytes: &[u8]) 
     report
 }
 
-/// The refusal codes a policy could lift: by a grant, or (`not_external`)
-/// by a grant once the tool declares `external`. A destination refused for
-/// one of these is what the tool will ask a policy for. The others (a
-/// malformed request, a method the host never sends, a limit, a lookup
-/// that failed) no policy changes.
-const GRANTABLE: &[&str] = &[
-    "network_off",
-    "not_external",
-    "host_not_granted",
-    "scheme_not_granted",
-    "port_not_granted",
-    "method_not_granted",
-    "approval_required",
-    "address_refused",
-];
-
-/// The destinations of a call's network records refused for want of a
-/// grant ([`GRANTABLE`]), each as `METHOD scheme://host:port` (`connect`
+/// The destinations of a call's network records refused for want of what
+/// a policy gives ([`LIFTABLE_CODES`](toolhost_egress::LIFTABLE_CODES)), each as `METHOD scheme://host:port` (`connect`
 /// for a socket), in order, once.
 fn destinations(records: &[toolhost_egress::EgressRecord]) -> Vec<String> {
     let mut seen = Vec::new();
@@ -377,7 +361,7 @@ fn destinations(records: &[toolhost_egress::EgressRecord]) -> Vec<String> {
         let toolhost_egress::EgressOutcome::Refused { code, .. } = &record.outcome else {
             continue;
         };
-        if !GRANTABLE.contains(&code.as_str()) {
+        if !toolhost_egress::LIFTABLE_CODES.contains(&code.as_str()) {
             continue;
         }
         let origin = origin(&record.url);

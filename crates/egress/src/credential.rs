@@ -408,17 +408,6 @@ impl Credential {
     pub fn header_value(&self) -> Secret {
         Secret::new(format!("{}{}", self.spec.prefix, self.secret.expose()))
     }
-
-    /// `text` with every occurrence of the secret (alone, and with its
-    /// prefix) replaced by `replacement`: for a tool that echoes it back.
-    pub fn redact<'a>(&self, text: &'a str, replacement: &str) -> Cow<'a, str> {
-        let secret = self.secret.expose();
-        if secret.is_empty() || !text.contains(secret) {
-            return Cow::Borrowed(text);
-        }
-        // The secret alone covers the prefixed form too.
-        Cow::Owned(text.replace(secret, replacement))
-    }
 }
 
 /// Every credential of a policy, loaded.
@@ -499,6 +488,12 @@ impl Credentials {
             .iter()
             .map(|c| c.secret.expose().as_bytes())
             .filter(|s| !s.is_empty())
+    }
+
+    /// Whether `bytes` holds an occurrence of a loaded secret.
+    pub fn contains(&self, bytes: &[u8]) -> bool {
+        self.secrets()
+            .any(|secret| memchr::memmem::find(bytes, secret).is_some())
     }
 
     /// Overwrites every byte of `bytes` that belongs to an occurrence of a
@@ -585,7 +580,9 @@ impl StreamMask {
     /// ones) may be passed on now.
     pub fn push(&mut self, secrets: &Credentials, chunk: &[u8]) -> Pushed {
         let mut hits = Vec::new();
-        if self.held.is_empty() {
+        // With nothing held, the chunk is all there is to look at, once.
+        let whole = self.held.is_empty();
+        if whole {
             secrets.occurrences(chunk, &mut hits);
             if hits.is_empty() {
                 let hold = secrets.unfinished(chunk);
@@ -597,13 +594,14 @@ impl StreamMask {
                 self.held_masked.extend_from_slice(&chunk[n..]);
                 return Pushed::Prefix(n);
             }
-            hits.clear();
         }
         let mut seen = std::mem::take(&mut self.held);
         seen.extend_from_slice(chunk);
         let mut out = std::mem::take(&mut self.held_masked);
         out.extend_from_slice(chunk);
-        secrets.occurrences(&seen, &mut hits);
+        if !whole {
+            secrets.occurrences(&seen, &mut hits);
+        }
         for r in &hits {
             out[r.clone()].fill(MASK_BYTE);
         }
@@ -652,7 +650,7 @@ mod tests {
         assert!(!debug.contains("tok-12345"), "{debug}");
         assert!(debug.contains("[redacted]"), "{debug}");
         assert_eq!(
-            c.redact("echo: Bearer tok-12345!", "[REDACTED]"),
+            Credentials(vec![c.clone()]).redact("echo: Bearer tok-12345!", "[REDACTED]"),
             "echo: Bearer [REDACTED]!"
         );
         std::fs::write(&file, "short\n").unwrap();

@@ -162,6 +162,22 @@ impl fmt::Display for DenyReason {
     }
 }
 
+/// The refusal codes a policy could lift: each [`DenyReason`]'s (by a
+/// grant; `not_external` by a grant once the tool declares `external`)
+/// and `approval_required` (by an approval). A request refused with any
+/// other code (a name that resolves nowhere, a malformed request, a method
+/// the host never sends, a limit) no policy changes.
+pub const LIFTABLE_CODES: &[&str] = &[
+    "network_off",
+    "not_external",
+    "address_refused",
+    "host_not_granted",
+    "scheme_not_granted",
+    "port_not_granted",
+    "method_not_granted",
+    "approval_required",
+];
+
 /// Why a request or connection does not happen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]

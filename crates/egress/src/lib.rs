@@ -65,7 +65,7 @@ pub use credential::{
     BoundedReadError, Credential, CredentialError, CredentialSpec, Credentials, MASK_BYTE,
     MAX_SECRET_BYTES, MIN_SECRET_BYTES, Pushed, Secret, SecretSource, StreamMask, read_bounded,
 };
-pub use decision::{Decision, DenyReason, Refusal};
+pub use decision::{Decision, DenyReason, LIFTABLE_CODES, Refusal};
 pub use error::{
     ConfigError, ConfigProblem, GrantError, HostError, KeyPath, LocatedError, PathSegment, UrlError,
 };

@@ -972,6 +972,11 @@ fn every_refusal_serialises_with_its_code() {
     )
     .unwrap_err();
     seen.insert(off.code());
+    // Each code a policy could lift is one the decision really gives
+    // (`not_external` comes from the host, for a tool's declaration).
+    for code in toolhost_egress::LIFTABLE_CODES {
+        assert!(*code == "not_external" || seen.contains(code), "{code}");
+    }
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         [

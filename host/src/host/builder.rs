@@ -506,13 +506,14 @@ fn register(
                 ("manifest", &program.manifest.path),
                 ("program", &program.manifest.wasm),
             ] {
-                if let Some(inside) = crate::sandbox::inside_workspace(path, workspace) {
-                    return Err(HostError::UnsafeState(format!(
-                        "the {what} {} of {label} is inside the workspace {}, where tools could rewrite the code it runs and what it is granted from its next load on; keep program tools outside the workspace",
-                        inside.display(),
-                        workspace.display()
-                    )));
-                }
+                check_outside_workspace(
+                    path,
+                    workspace,
+                    Inside::ByName,
+                    &format!("the {what} of {label},"),
+                    "rewrite the code it runs and what it is granted from its next load on",
+                    "keep program tools outside the workspace",
+                )?;
             }
             let tool = RegisteredTool::program(program)
                 .map_err(|e| HostError::Descriptor(format!("{label}: {e}")))?;

@@ -79,9 +79,9 @@ pub(crate) struct Assessed<'h> {
     pub approval_reason: Option<String>,
     /// The layer whose `approval = "never"` forbids asking, if any.
     pub approval: Option<String>,
-    /// The network `ask` grants this call would be approved for (see
-    /// [`Host::assess`]); empty when none apply.
-    pub ask_network: Vec<String>,
+    /// Whether this call's approval, once given, covers the network `ask`
+    /// grants (see [`Host::assess`]).
+    pub ask_approved: bool,
     /// The network grants of the policy rules this call matches (for a
     /// tool that declares `external`); empty when none apply.
     pub rule_network: Vec<toolhost_policy::egress::RuleGrants>,
@@ -210,7 +210,7 @@ impl Host {
                 reason,
                 mode: a.mode,
                 justification: req.escalation.as_ref().map(|e| e.justification.clone()),
-                network: a.approval_network.clone(),
+                network: a.approval_network,
                 principal: Some(start.principal.clone()),
                 code: Some(crate::approval::ApprovedCode {
                     sha256: match &a.tool.body {
@@ -250,7 +250,7 @@ impl Host {
             network: NetworkGrant::for_tool(
                 self.egress.clone(),
                 a.tool.descriptor.side_effect,
-                !a.ask_network.is_empty(),
+                a.ask_approved,
                 a.rule_network,
             ),
         })
@@ -455,10 +455,11 @@ impl Host {
         };
         // An approval asked for any of these also decides whether the
         // rules' grants are reached: the approver is told of them too.
-        let approval_network: Vec<String> = if reason.is_none() && ask_network.is_empty() {
+        let ask_approved = !ask_network.is_empty();
+        let approval_network: Vec<String> = if reason.is_none() && !ask_approved {
             Vec::new()
         } else {
-            let mut list = ask_network.clone();
+            let mut list = ask_network;
             for grant in rule_network.iter().flat_map(|r| r.grants()) {
                 let grant = grant.described();
                 if !list.contains(&grant) {
@@ -491,7 +492,7 @@ impl Host {
             mode,
             approval_reason,
             approval,
-            ask_network,
+            ask_approved,
             rule_network,
             approval_network,
         })

@@ -311,35 +311,22 @@ fn to_http(
             why,
         ));
     }
-    let http_method = match &method {
-        Method::Other(m) if m.len() > MAX_METHOD_BYTES => {
-            let why = format!("a method is at most {MAX_METHOD_BYTES} bytes long");
-            return Err(refuse(
-                ErrorCode::HttpRequestMethodInvalid,
-                "method_refused",
-                &why,
-            ));
-        }
-        Method::Other(m) => match http::Method::from_bytes(m.as_bytes()) {
-            Ok(m) => m,
-            Err(_) => {
-                let why = "not a method";
-                return Err(refuse(
-                    ErrorCode::HttpRequestMethodInvalid,
-                    "method_refused",
-                    why,
-                ));
-            }
-        },
-        Method::Get => http::Method::GET,
-        Method::Head => http::Method::HEAD,
-        Method::Post => http::Method::POST,
-        Method::Put => http::Method::PUT,
-        Method::Delete => http::Method::DELETE,
-        Method::Connect => http::Method::CONNECT,
-        Method::Options => http::Method::OPTIONS,
-        Method::Trace => http::Method::TRACE,
-        Method::Patch => http::Method::PATCH,
+    let name = method_name(&method);
+    if name.len() > MAX_METHOD_BYTES {
+        let why = format!("a method is at most {MAX_METHOD_BYTES} bytes long");
+        return Err(refuse(
+            ErrorCode::HttpRequestMethodInvalid,
+            "method_refused",
+            &why,
+        ));
+    }
+    // `from_bytes` gives the standard methods their own constants.
+    let Ok(http_method) = http::Method::from_bytes(name.as_bytes()) else {
+        return Err(refuse(
+            ErrorCode::HttpRequestMethodInvalid,
+            "method_refused",
+            "not a method",
+        ));
     };
     let unsupported = crate::runtime::net::ONLY_HTTP;
     let http_scheme = match &scheme {

@@ -1013,15 +1013,6 @@ async fn an_ask_grant_is_approved_per_call_before_the_body() {
 }
 
 /// The first event of call `id` of the given kind.
-fn event(host: &Host, id: &str, kind: toolhost::log::EventKind) -> toolhost::log::Event {
-    host.log()
-        .events_for_call(id)
-        .unwrap()
-        .into_iter()
-        .find(|e| e.kind == kind)
-        .unwrap()
-}
-
 /// A policy whose second rule grants `http://127.0.0.1:PORT` (GET) to the
 /// calls of `http_fetch` whose URL is under `/granted/`, with `decision`
 /// (and `tail` after the rules); no `[network]` grant at all.
@@ -1057,8 +1048,8 @@ async fn a_rules_network_grant_reaches_only_the_calls_it_matches() {
     assert_eq!(rec[0]["decision"], "allowed", "{rec}");
     assert_eq!(rec[0]["rule"], format!("rules[1].network[0] \"{grant}\""));
     assert_eq!(server.connections(), 1);
-    let intent = event(&host, &r.call_id, toolhost::log::EventKind::ToolIntent);
-    assert_eq!(intent.payload["network"], json!([grant]));
+    let intent = crate::governance::common::intent_event(&host, &r);
+    assert_eq!(intent["network"], json!([grant]));
 
     // A URL the rule's matcher does not match: the call runs (the default
     // allows it) without the rule's grant, and never connects.
@@ -1068,12 +1059,8 @@ async fn a_rules_network_grant_reaches_only_the_calls_it_matches() {
         "{r:?}"
     );
     assert_eq!(record_codes(&r), ["address_refused"]);
-    let intent = event(&host, &r.call_id, toolhost::log::EventKind::ToolIntent);
-    assert!(
-        intent.payload.get("network").is_none(),
-        "{}",
-        intent.payload
-    );
+    let intent = crate::governance::common::intent_event(&host, &r);
+    assert!(intent.get("network").is_none(), "{intent}");
     // A call the rule matches, with a method its grant does not list.
     let r = fetch(
         &host,
@@ -1342,27 +1329,30 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
 #[tokio::test]
 async fn certificate_and_secret_files_must_be_regular_files() {
     let dir = tempdir();
-    for (key, path) in [
-        ("ca_file", dir.path().to_path_buf()),
-        ("value_file", std::path::PathBuf::from("/dev/zero")),
-    ] {
-        let policy = match key {
-            "ca_file" => format!(
-                "version = 1\n\n[network]\nallow = [\"https://127.0.0.1:1\"]\nca_file = {:?}\n",
-                path.display().to_string()
+    let (ca, secret) = (dir.path().display().to_string(), "/dev/zero".to_string());
+    for (key, path, policy) in [
+        (
+            "ca_file",
+            &ca,
+            format!(
+                "version = 1\n\n[network]\nallow = [\"https://127.0.0.1:1\"]\nca_file = {ca:?}\n"
             ),
-            _ => format!(
+        ),
+        (
+            "value_file",
+            &secret,
+            format!(
                 "version = 1\n\n[network]\nallow = [\"https://api.example.com\"]\n\n\
-                 [[credentials]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = {:?}\n",
-                path.display().to_string()
+                 [[credentials]]\nhost = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = {secret:?}\n"
             ),
-        };
+        ),
+    ] {
         let ws = tempdir();
         let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
         b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
         let msg = b.build().await.unwrap_err().to_string();
         assert!(
-            msg.contains(&path.display().to_string()) && msg.contains("not a regular file"),
+            msg.contains(path.as_str()) && msg.contains("not a regular file"),
             "{key}: {msg}"
         );
     }
