@@ -72,6 +72,15 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// those come on top, at most `max_requests` of them.)
 const MAX_REFUSED_RECORDS: usize = 256;
 
+/// The most sockets of one protocol a call may hold bound (to port 0)
+/// without a grant of that protocol. Such a bind reaches nothing: what the
+/// socket then does (connect, send, listen) is decided and recorded on its
+/// own, with its destination. But each bound socket holds one of the
+/// machine's ephemeral ports, so a call without a grant may hold only a
+/// few. A TCP socket whose connect or listen is refused is closed with it,
+/// so it stops counting then; a UDP socket counts until the call ends.
+pub(crate) const MAX_UNGRANTED_BINDS: u32 = 64;
+
 /// Why a request of another scheme is refused (`unsupported_scheme`).
 pub(crate) const ONLY_HTTP: &str = "only http and https requests are sent";
 
@@ -106,6 +115,9 @@ struct NetLog {
     /// by address and port: an IPv6 reply's flow label or scope is not the
     /// peer's identity.
     udp_peers: Vec<(std::net::IpAddr, u16)>,
+    /// Sockets bound to port 0 without a grant of their protocol, TCP and
+    /// UDP (see [`MAX_UNGRANTED_BINDS`]).
+    ungranted_binds: [u32; 2],
     /// Refusal records kept (at most [`MAX_REFUSED_RECORDS`], besides the
     /// admitted requests' own records turned into refusals).
     refused: usize,
@@ -694,40 +706,35 @@ impl CallNet {
             _ => Scheme::Udp,
         };
         let refuse_line = |why: &str| format!("network: {use_:?} {addr}: {why}");
-        let Some(egress) = self.egress() else {
-            self.deny(refuse_line(self.grant.off_reason().code()));
-            return false;
-        };
         match use_ {
             SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
-                // Port 0 only (a connect's implicit bind, or a client's
-                // explicit one), and only with a grant of this protocol the
-                // call may use: an `allow` one, or an `ask` one when this
-                // call's ask was approved.
-                let covers = |grants: &[toolhost_egress::Grant]| {
-                    addr.port() == 0 && grants.iter().any(|g| g.scheme() == scheme)
-                };
-                let allowed = covers(egress.policy.allow())
-                    || self.grant.rules.iter().any(|r| covers(r.grants()));
-                let asked = covers(egress.policy.ask());
-                let ok = allowed || (self.grant.ask_approved && asked);
-                if !ok {
-                    // Named when only an unapproved `ask` grant would have let it.
-                    self.deny(refuse_line(if asked {
-                        "bind_refused (approval_required: the call's `ask` grants were not approved)"
-                    } else {
-                        "bind_refused"
-                    }));
-                }
-                return ok;
+                return self.check_bind(addr, scheme, refuse_line);
             }
             SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
-                self.deny(refuse_line("listen_refused"));
+                // A refused listen drops its socket (and a listening
+                // socket, which an accept needs, never exists).
+                if matches!(use_, SocketAddrUse::TcpListen) {
+                    self.unbind(scheme);
+                }
+                self.deny(refuse_line(match self.egress() {
+                    None => self.grant.off_reason().code(),
+                    Some(_) => "listen_refused",
+                }));
                 return false;
             }
+            // A connect without a grant of TCP is refused below, and its
+            // socket is dropped with it.
+            SocketAddrUse::TcpConnect => self.unbind(scheme),
             _ => {}
         }
         let request = Request::new(scheme, Host::Ip(addr.ip()), addr.port(), None);
+        let Some(egress) = self.egress() else {
+            let refusal = Refusal::Denied {
+                reason: self.grant.off_reason(),
+            };
+            self.refuse(&request, "", &refusal);
+            return false;
+        };
         let rule = match egress.policy.decide_with(&request, &self.grant.rules) {
             Decision::Allow { rule } => rule,
             Decision::Ask { rule } if self.grant.ask_approved => rule,
@@ -782,6 +789,68 @@ impl CallNet {
             l.udp_peers.push((addr.ip(), addr.port()));
         }
         true
+    }
+
+    /// Whether the call may use a grant of `scheme`'s protocol: an `allow`
+    /// one, a matched rule's, or an `ask` one its approval covered.
+    fn grants_protocol(&self, scheme: Scheme) -> bool {
+        let Some(egress) = self.egress() else {
+            return false;
+        };
+        let covers =
+            |grants: &[toolhost_egress::Grant]| grants.iter().any(|g| g.scheme() == scheme);
+        covers(egress.policy.allow())
+            || self.grant.rules.iter().any(|r| covers(r.grants()))
+            || (self.grant.ask_approved && covers(egress.policy.ask()))
+    }
+
+    /// A bind (a connect's or a send's implicit one, or the guest's own):
+    /// to port 0 only, the port the system picks. It reaches nothing, so it
+    /// needs no grant, and is not recorded: the connect, send or listen
+    /// that follows is decided, and recorded with its destination. Without
+    /// a grant of the protocol the call may hold at most
+    /// [`MAX_UNGRANTED_BINDS`] such sockets.
+    fn check_bind(
+        &self,
+        addr: SocketAddr,
+        scheme: Scheme,
+        refuse_line: impl Fn(&str) -> String,
+    ) -> bool {
+        if addr.port() != 0 {
+            self.deny(refuse_line(
+                "bind_refused (only port 0, which the system picks, is bound)",
+            ));
+            return false;
+        }
+        if self.grants_protocol(scheme) {
+            return true;
+        }
+        let bound = self.log.lock().is_ok_and(|mut l| {
+            let held = &mut l.ungranted_binds[usize::from(scheme == Scheme::Udp)];
+            let ok = *held < MAX_UNGRANTED_BINDS;
+            if ok {
+                *held += 1;
+            }
+            ok
+        });
+        if !bound {
+            self.deny(refuse_line(&format!(
+                "bind_refused (limit_reached: a call may hold at most {MAX_UNGRANTED_BINDS} sockets bound without a grant of {scheme})"
+            )));
+        }
+        bound
+    }
+
+    /// A TCP socket bound without a grant is dropped: its connect or
+    /// listen, which no grant allows, is refused.
+    fn unbind(&self, scheme: Scheme) {
+        if self.grants_protocol(scheme) {
+            return;
+        }
+        if let Ok(mut l) = self.log.lock() {
+            let held = &mut l.ungranted_binds[usize::from(scheme == Scheme::Udp)];
+            *held = held.saturating_sub(1);
+        }
     }
 }
 

@@ -248,16 +248,18 @@ allow = [
             );
         }
     }
-    // Every HTTP and TCP attempt has its refusal in the receipt (the
+    // Every HTTP, TCP and UDP attempt has its refusal in the receipt (the
     // `denied` list keeps its first lines, then counts).
     let refused = refused_urls(&r);
-    assert_eq!(refused.len(), http.len() + 4, "{refused:?}");
-    // The four TCP targets' records, by the address tried.
+    assert_eq!(refused.len(), http.len() + 6, "{refused:?}");
+    // The four TCP and two UDP targets' records, by the address tried.
     for tcp in [
         format!("tcp://127.0.0.1:{p}"),
         "tcp://127.0.0.2:8080".to_string(),
         "tcp://10.0.0.1:80".to_string(),
         "tcp://169.254.169.254:80".to_string(),
+        format!("udp://127.0.0.1:{u}"),
+        "udp://10.0.0.1:53".to_string(),
     ] {
         assert!(refused.contains(&tcp), "{tcp}: {refused:?}");
     }
@@ -313,14 +315,14 @@ allow = [
 }
 
 /// A bind to port 0 (what a UDP client does before its first datagram)
-/// needs a grant of its protocol that the call may use. With only an `ask`
-/// grant that this call was not approved for (`approval = "never"`), the
-/// bind itself is refused (`bind_refused`), not only the datagram after it;
-/// with an `allow` grant the datagram arrives.
+/// reaches nothing and needs no grant; the datagram after it is decided on
+/// its own, with its destination. With only an `ask` grant that this call
+/// was not approved for (`approval = "never"`), the send is refused inside
+/// the guest, recorded as `approval_required` with the address it was for,
+/// and nothing arrives; with an `allow` grant the datagram arrives.
 #[tokio::test]
-async fn egress_a_bind_needs_a_grant_the_call_may_use() {
+async fn egress_a_bind_reaches_nothing_and_its_datagram_is_decided() {
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let u = udp.local_addr().unwrap().port();
     let target = format!("127.0.0.1:{u}");
     for (list, sent) in [("ask", false), ("allow", true)] {
@@ -332,27 +334,112 @@ async fn egress_a_bind_needs_a_grant_the_call_may_use() {
         assert!(r.is_ok(), "{r:?}");
         let attempt = &r.canonical["attempts"][0];
         let detail = attempt["detail"].as_str().unwrap();
-        let denied = |what: &str| r.receipt.denied.iter().any(|d| d.contains(what));
+        assert!(
+            !r.receipt.denied.iter().any(|d| d.contains("bind_refused")),
+            "{list}: {:?}",
+            r.receipt.denied
+        );
+        let mut buf = [0u8; 64];
         if sent {
             assert_eq!(attempt["ok"], true, "{list}: {detail}");
-            assert!(!denied("bind_refused"), "{:?}", r.receipt.denied);
-            let mut buf = [0u8; 64];
+            udp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
             let (n, _) = udp.recv_from(&mut buf).unwrap();
             assert_eq!(&buf[..n], b"escaped");
         } else {
-            assert_eq!(attempt["ok"], false, "{list}: {detail}");
+            refused_with(std::slice::from_ref(attempt), "access-denied");
             assert!(
-                detail.starts_with("start-bind") || detail.starts_with("finish-bind"),
-                "the bind itself is refused: {detail}"
+                !detail.starts_with("start-bind") && !detail.starts_with("finish-bind"),
+                "the bind needs no grant: {detail}"
             );
-            assert!(denied("bind_refused"), "{:?}", r.receipt.denied);
-            assert!(
-                denied("approval_required"),
-                "the refusal names the approval it lacked: {:?}",
-                r.receipt.denied
-            );
+            assert_eq!(record_codes(&r), [json!("approval_required")]);
+            assert_eq!(refused_urls(&r), [format!("udp://{target}")]);
+            udp.set_nonblocking(true).unwrap();
+            match udp.recv_from(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                got => panic!("a refused datagram arrived: {got:?}"),
+            }
+            udp.set_nonblocking(false).unwrap();
         }
     }
+}
+
+/// Each socket bound without a grant of its protocol holds one of the
+/// machine's ports, so a call may hold only a few: with no network, the
+/// guest binds UDP sockets and holds them until a bind is refused
+/// (`bind_refused`, `limit_reached`), after exactly the limit; a call that
+/// may use a UDP grant binds more.
+#[tokio::test]
+async fn egress_sockets_bound_without_a_grant_are_bounded() {
+    let limit = 64;
+    let (_ws, host) = egress_host("version = 1\ndefault = \"allow\"\n", None).await;
+    let attempts = run(&host, json!({"hold_udp": limit + 10})).await;
+    let detail = attempts[0]["detail"].as_str().unwrap();
+    assert_eq!(attempts[0]["ok"], false, "{detail}");
+    assert!(
+        detail.starts_with(&format!("bound {limit}, then bind: "))
+            && detail.contains("access-denied"),
+        "{detail}"
+    );
+    let r = call(
+        &host,
+        "egress",
+        json!({"hold_udp": limit + 1}),
+        SandboxMode::None,
+    )
+    .await;
+    assert!(
+        r.receipt
+            .denied
+            .iter()
+            .any(|d| d.contains("bind_refused (limit_reached")),
+        "{:?}",
+        r.receipt.denied
+    );
+    // The limit is per call: the next call binds as many again.
+    let again = run(&host, json!({"hold_udp": limit})).await;
+    assert_eq!(again[0]["detail"], format!("bound {limit}"), "{again:?}");
+
+    let (_ws, granted) = egress_host(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"udp://127.0.0.1:9\"]\n",
+        None,
+    )
+    .await;
+    let attempts = run(&granted, json!({"hold_udp": limit + 10})).await;
+    assert_eq!(
+        attempts[0]["detail"],
+        format!("bound {}", limit + 10),
+        "{attempts:?}"
+    );
+}
+
+/// `toolhost conformance` names the socket destinations a tool's example
+/// tried, as it does a URL's: the bind before each is not refused, so the
+/// connect and the datagram are, each recorded with its address.
+#[tokio::test]
+async fn egress_conformance_names_socket_destinations() {
+    let runtime = Arc::new(toolhost::Runtime::new(suite_options()).unwrap());
+    let bytes = std::fs::read(probes::EGRESS_CORPUS).unwrap();
+    let report = toolhost::conformance::check_component(runtime, "egress", &bytes).await;
+    let row = |name: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.check == name)
+            .unwrap_or_else(|| panic!("no {name} row: {report:#?}"))
+    };
+    let network = row("network:egress");
+    assert_eq!(network.verdict, toolhost::conformance::Verdict::Warn);
+    assert!(
+        network
+            .detail
+            .contains("its examples ask for connect tcp://127.0.0.1:9, connect udp://127.0.0.1:9:"),
+        "{network:?}"
+    );
+    assert_eq!(
+        row("example:egress[0]").verdict,
+        toolhost::conformance::Verdict::Pass
+    );
+    assert!(report.passed(), "{report:#?}");
 }
 
 /// With a UDP grant, datagrams go to the granted address only: one sent to
@@ -397,8 +484,9 @@ async fn egress_udp_sends_reach_only_granted_addresses() {
 /// A policy rule's `tcp://` grant reaches the calls the rule matches and
 /// no other: with no `[network]` section, a call whose first target is the
 /// granted address binds and connects (the listener counts it); a call the
-/// rule does not match is refused at its bind, its targets the granted
-/// address among them, and nothing more reaches the listener.
+/// rule does not match is refused each connect (`address_refused`: a
+/// loopback address no grant of its names; each destination recorded), the granted address among them, and nothing more
+/// reaches the listener.
 #[tokio::test]
 async fn egress_a_rules_socket_grant_reaches_only_the_calls_it_matches() {
     let target = Counted::start("127.0.0.1");
@@ -434,11 +522,14 @@ async fn egress_a_rules_socket_grant_reaches_only_the_calls_it_matches() {
     .await;
     let attempts = r.canonical["attempts"].as_array().unwrap();
     refused_with(attempts, "access-denied");
-    assert!(
-        r.receipt.denied.iter().any(|d| d.contains("bind_refused")),
-        "{:?}",
-        r.receipt.denied
+    assert_eq!(
+        refused_urls(&r),
+        [
+            "tcp://127.0.0.2:9".to_string(),
+            format!("tcp://127.0.0.1:{t}")
+        ]
     );
+    assert_eq!(record_codes(&r), vec![json!("address_refused"); 2]);
     assert_eq!(target.count(), 1, "an unmatched call reached the listener");
 }
 

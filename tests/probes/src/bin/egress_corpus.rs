@@ -8,8 +8,11 @@ use serde::{Deserialize, Serialize};
 use toolhost_guest::http::{HttpRequest, send};
 use toolhost_guest::{Tool, ToolError};
 
+/// Its example (for `toolhost conformance`) connects and sends to a port of
+/// 127.0.0.1 that conformance, which grants no network, never reaches.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"tcp": ["127.0.0.1:9"], "udp": ["127.0.0.1:9"]}))]
 struct Args {
     /// URLs to request (GET unless `method` says otherwise).
     #[serde(default)]
@@ -30,6 +33,10 @@ struct Args {
     /// Names to look up.
     #[serde(default)]
     lookup: Vec<String>,
+    /// UDP sockets to bind to port 0 and hold, all at once, until the
+    /// first bind that fails (one attempt: how many were bound).
+    #[serde(default)]
+    hold_udp: u32,
     /// Pass each HTTP response's body on: in a progress report, a log
     /// record and the attempt's detail (a tool that echoes what a server
     /// sent back, credentials included).
@@ -124,6 +131,30 @@ mod net {
             .map_err(|e| format!("send: {e:?}"))
     }
 
+    /// Binds `n` UDP sockets to port 0 and holds them all; stops at the
+    /// first that fails.
+    pub fn hold_udp(n: u32) -> Result<String, String> {
+        let network = instance_network::instance_network();
+        let mut held = Vec::new();
+        for _ in 0..n {
+            let sock = udp_create_socket::create_udp_socket(IpAddressFamily::Ipv4)
+                .map_err(|e| format!("create: {e:?}"))?;
+            let any = IpSocketAddress::Ipv4(Ipv4SocketAddress {
+                port: 0,
+                address: (0, 0, 0, 0),
+            });
+            let bound = sock.start_bind(&network, any).and_then(|()| {
+                sock.subscribe().block();
+                sock.finish_bind()
+            });
+            if let Err(e) = bound {
+                return Err(format!("bound {}, then bind: {e:?}", held.len()));
+            }
+            held.push(sock);
+        }
+        Ok(format!("bound {}", held.len()))
+    }
+
     pub fn lookup(name: &str) -> Result<String, String> {
         let network = instance_network::instance_network();
         let stream = ip_name_lookup::resolve_addresses(&network, name)
@@ -147,6 +178,9 @@ mod net {
         Err("native".into())
     }
     pub fn udp(_: &str, _: bool) -> Result<String, String> {
+        Err("native".into())
+    }
+    pub fn hold_udp(_: u32) -> Result<String, String> {
         Err("native".into())
     }
     pub fn lookup(_: &str) -> Result<String, String> {
@@ -195,6 +229,10 @@ impl Tool for Corpus {
         for t in args.udp_to {
             let r = net::udp(&t, false);
             attempts.push(attempt(format!("udp-to {t}"), r));
+        }
+        if args.hold_udp > 0 {
+            let r = net::hold_udp(args.hold_udp);
+            attempts.push(attempt(format!("hold-udp {}", args.hold_udp), r));
         }
         for n in args.lookup {
             let r = net::lookup(&n);
