@@ -72,13 +72,13 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 /// those come on top, at most `max_requests` of them.)
 const MAX_REFUSED_RECORDS: usize = 256;
 
-/// The most sockets of one protocol a call may hold bound (to port 0)
-/// without a grant of that protocol. Such a bind reaches nothing: what the
-/// socket then does (connect, send, listen) is decided and recorded on its
-/// own, with its destination. But each bound socket holds one of the
-/// machine's ephemeral ports, so a call without a grant may hold only a
-/// few. A TCP socket whose connect or listen is refused is closed with it,
-/// so it stops counting then; a UDP socket counts until the call ends.
+/// The most binds (to port 0) of one protocol a call may make without a
+/// grant of that protocol. Such a bind reaches nothing: what the socket
+/// then does (connect, send, listen) is decided and recorded on its own,
+/// with its destination. But each bound socket holds one of the machine's
+/// ephemeral ports, so a call without a grant may bind only a few. A TCP
+/// socket whose connect or listen is refused is closed with it, so it stops
+/// counting then; any other bind counts until the call ends.
 pub(crate) const MAX_UNGRANTED_BINDS: u32 = 64;
 
 /// Why a request of another scheme is refused (`unsupported_scheme`).
@@ -808,8 +808,9 @@ impl CallNet {
     /// to port 0 only, the port the system picks. It reaches nothing, so it
     /// needs no grant, and is not recorded: the connect, send or listen
     /// that follows is decided, and recorded with its destination. Without
-    /// a grant of the protocol the call may hold at most
-    /// [`MAX_UNGRANTED_BINDS`] such sockets.
+    /// a grant of the protocol, only to the unspecified or a loopback
+    /// address (a bind elsewhere would tell the guest which addresses the
+    /// machine has), and at most [`MAX_UNGRANTED_BINDS`] times.
     fn check_bind(
         &self,
         addr: SocketAddr,
@@ -825,6 +826,12 @@ impl CallNet {
         if self.grants_protocol(scheme) {
             return true;
         }
+        if !(addr.ip().is_unspecified() || addr.ip().is_loopback()) {
+            self.deny(refuse_line(&format!(
+                "bind_refused (without a grant of {scheme}, only to the unspecified or a loopback address)"
+            )));
+            return false;
+        }
         let bound = self.log.lock().is_ok_and(|mut l| {
             let held = &mut l.ungranted_binds[usize::from(scheme == Scheme::Udp)];
             let ok = *held < MAX_UNGRANTED_BINDS;
@@ -835,7 +842,7 @@ impl CallNet {
         });
         if !bound {
             self.deny(refuse_line(&format!(
-                "bind_refused (limit_reached: a call may hold at most {MAX_UNGRANTED_BINDS} sockets bound without a grant of {scheme})"
+                "bind_refused (limit_reached: a call may bind at most {MAX_UNGRANTED_BINDS} sockets without a grant of {scheme})"
             )));
         }
         bound
@@ -1381,6 +1388,71 @@ mod tests {
         assert!(!net.check_socket(ungranted, SocketAddrUse::TcpConnect));
         assert_eq!(net.close().len(), 1);
         assert!(denied.lock().unwrap().is_empty());
+    }
+
+    /// Without a grant, a bind to port 0 of the unspecified or a loopback
+    /// address passes and the connect after it is refused and recorded; the
+    /// binds are bounded per protocol, and a TCP socket's refused connect
+    /// or listen gives its bind back; a bind to another port, or to
+    /// another address, is refused.
+    #[test]
+    fn binds_without_a_grant_are_bounded_and_given_back() {
+        let net = CallNet::new(
+            NetworkGrant::none(),
+            Instant::now() + Duration::from_secs(60),
+            Arc::default(),
+        );
+        let any: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
+        let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+        // Three times the limit (and under the 256 refusal records kept).
+        for _ in 0..150 {
+            assert!(net.check_socket(any, SocketAddrUse::TcpBind));
+            assert!(!net.check_socket(peer, SocketAddrUse::TcpConnect));
+        }
+        let max = MAX_UNGRANTED_BINDS as usize;
+        for i in 0..max {
+            assert!(net.check_socket(any, SocketAddrUse::TcpBind), "bind {i}");
+        }
+        assert!(!net.check_socket(any, SocketAddrUse::TcpBind));
+        // A refused listen drops its socket: one more bind.
+        assert!(!net.check_socket(any, SocketAddrUse::TcpListen));
+        assert!(net.check_socket(any, SocketAddrUse::TcpBind));
+        assert!(!net.check_socket(any, SocketAddrUse::TcpBind));
+        // UDP counts apart, and nothing gives a UDP bind back.
+        let v6_loopback = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0));
+        for i in 0..max {
+            assert!(
+                net.check_socket(v6_loopback, SocketAddrUse::UdpBind),
+                "bind {i}"
+            );
+            assert!(!net.check_socket(peer, SocketAddrUse::UdpSend));
+        }
+        assert!(!net.check_socket(any, SocketAddrUse::UdpBind));
+        let records = net.close();
+        assert_eq!(records.len(), 150 + max);
+        assert!(
+            records
+                .iter()
+                .all(|r| r.url == "tcp://127.0.0.1:9" || r.url == "udp://127.0.0.1:9")
+        );
+
+        let fresh = CallNet::new(
+            NetworkGrant::none(),
+            Instant::now() + Duration::from_secs(60),
+            Arc::default(),
+        );
+        for refused in ["0.0.0.0:80", "10.1.2.3:0", "[fe80::1]:0"] {
+            let addr: SocketAddr = refused.parse().unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                !fresh.check_socket(addr, SocketAddrUse::TcpBind),
+                "{refused}"
+            );
+            assert!(
+                !fresh.check_socket(addr, SocketAddrUse::UdpBind),
+                "{refused}"
+            );
+        }
+        assert!(fresh.close().is_empty());
     }
 
     /// A UDP reply is taken from the peer the guest sent to, whatever the
