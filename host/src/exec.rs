@@ -5,7 +5,9 @@
 //! stdout/stderr passed through (up to a cap each) and its exit status
 //! passed through.
 
-use crate::runtime::{LoadError, Receipt, Run, Runtime, STUCK_GRACE, StoreBuilder, race};
+use crate::runtime::{
+    LoadError, NetWitness, Receipt, Run, Runtime, STUCK_GRACE, StoreBuilder, race,
+};
 pub use crate::sandbox::{CommandSpec, SandboxSpec};
 use crate::state::Interrupt;
 use toolhost_core::{ErrorCode, SandboxMode};
@@ -73,8 +75,12 @@ pub async fn run_command(
         });
     }
 
+    let witness = NetWitness::default();
     let mut builder = StoreBuilder::new(spec);
-    builder.interrupt(interrupt).command(command);
+    builder
+        .interrupt(interrupt)
+        .command(command)
+        .witness(&witness);
     let mut run = match runtime.store(&builder) {
         Ok(r) => r,
         Err((code, message)) => {
@@ -89,7 +95,7 @@ pub async fn run_command(
     // system call nothing interrupts (writing to an output nobody reads,
     // reading a FIFO) is abandoned shortly after its deadline or its
     // cancellation, as a tool's body is. An abandoned thread is left to end
-    // when that system call returns (the CLI's process exits first).
+    // when that system call returns (the CLI exits without waiting for it).
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let handle = tokio::runtime::Handle::current();
     let body_interrupt = interrupt.clone();
@@ -104,15 +110,20 @@ pub async fn run_command(
         });
         let _ = done_tx.send(report);
     });
-    let abandoned = |code: ErrorCode, message: &str| ExecReport {
-        outcome: ExecOutcome::Failed {
-            code,
-            message: message.to_string(),
-        },
-        receipt: Receipt {
+    // Given up on: with what the program's network did so far.
+    let abandoned = |code: ErrorCode, message: &str| {
+        let mut receipt = Receipt {
             mode: Some(spec.mode),
             ..Receipt::default()
-        },
+        };
+        witness.fill(&mut receipt);
+        ExecReport {
+            outcome: ExecOutcome::Failed {
+                code,
+                message: message.to_string(),
+            },
+            receipt,
+        }
     };
     Ok(tokio::select! {
         biased;

@@ -445,14 +445,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(dispatch(cli)) {
+    let code = match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(UsageError(e)) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    // Everything a command does is awaited by then. The runtime's tasks are
+    // dropped now (what they hold, such as the state directory's lock, is
+    // let go); a tool body or program abandoned in a host system call (a
+    // FIFO nobody writes) holds a blocking thread until that call returns,
+    // and dropping the runtime would wait for it for ever: give it
+    // [`EXIT_GRACE`], then exit without it.
+    rt.shutdown_timeout(EXIT_GRACE);
+    code
 }
+
+/// How long the CLI waits, once its command is done, for threads still
+/// running (an abandoned body's) before it exits.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
     match cli.command {

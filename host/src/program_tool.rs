@@ -110,20 +110,26 @@ impl ProgramTool {
         let (tool, rt, args) = (self.clone(), runtime.clone(), args.clone());
         runtime
             .invoker()
-            .on_own_thread(&spec, interrupt, on_abandon, move |spec, interrupt| async move {
-                tool.run_here(&rt, &args, &spec, interrupt).await
-            })
+            .on_own_thread(
+                &spec,
+                interrupt,
+                on_abandon,
+                move |spec, interrupt, witness| async move {
+                    tool.run_here(&rt, &args, &spec, interrupt, &witness).await
+                },
+            )
             .await
     }
 
     /// [`ProgramTool::run`] on the current thread, whose file operations
-    /// it blocks.
+    /// it blocks; `witness` shares its network records with the call.
     async fn run_here(
         &self,
         runtime: &Runtime,
         args: &serde_json::Value,
         spec: &SandboxSpec,
         interrupt: Interrupt,
+        witness: &crate::runtime::NetWitness,
     ) -> (BodyOutcome, Receipt) {
         let started = Instant::now();
         let m = &self.manifest;
@@ -220,7 +226,8 @@ impl ProgramTool {
         builder
             .interrupt(interrupt)
             .command(&command)
-            .blocking(true);
+            .blocking(true)
+            .witness(witness);
         let mut run = match runtime.store(&builder) {
             Ok(r) => r,
             Err((code, message)) => return refuse(code, message),

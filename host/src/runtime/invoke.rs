@@ -12,7 +12,7 @@
 use crate::bindings::{ContentBlock, ToolOutput, ToolProviderPre};
 use crate::runtime::engine::{EpochTicker, RuntimeOptions};
 use crate::runtime::scratch::ScratchPool;
-use crate::runtime::store::{CallState, Footprint, Receipt, Run, StoreBuilder};
+use crate::runtime::store::{CallState, Footprint, NetWitness, Receipt, Run, StoreBuilder};
 use crate::sandbox::SandboxSpec;
 use crate::state::{Interrupt, ProgressSink};
 use crate::tool::ContentItem;
@@ -144,7 +144,7 @@ impl Invoker {
     ) -> (BodyOutcome, Receipt) {
         let spec = body.spec;
         if spec.mode == SandboxMode::None {
-            return self.invoke_here(body, interrupt, progress, false).await;
+            return self.invoke_here(body, interrupt, progress, None).await;
         }
         let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
         let (tool, args_json) = (body.tool.to_string(), body.args_json.to_string());
@@ -152,7 +152,7 @@ impl Invoker {
             spec,
             interrupt,
             on_abandon,
-            move |spec, interrupt| async move {
+            move |spec, interrupt, witness| async move {
                 let body = Body {
                     pre: &pre,
                     needs: needs.as_ref(),
@@ -160,7 +160,9 @@ impl Invoker {
                     args_json: &args_json,
                     spec: &spec,
                 };
-                invoker.invoke_here(body, interrupt, progress, true).await
+                invoker
+                    .invoke_here(body, interrupt, progress, Some(&witness))
+                    .await
             },
         )
         .await
@@ -171,7 +173,9 @@ impl Invoker {
     /// deadline (or cancellation) and [`STUCK_GRACE`] have passed; a body
     /// still running then is stuck in a host system call and is abandoned
     /// (see [`Invoker::invoke`]). Both component bodies with file access
-    /// and program bodies run this way.
+    /// and program bodies run this way. `make` gets the body's spec and
+    /// interrupt, and a [`NetWitness`] for its store: an abandoned body's
+    /// call still reports the network records and `denied` lines so far.
     pub(crate) async fn on_own_thread<F, Fut>(
         &self,
         spec: &SandboxSpec,
@@ -180,17 +184,20 @@ impl Invoker {
         make: F,
     ) -> (BodyOutcome, Receipt)
     where
-        F: FnOnce(SandboxSpec, Interrupt) -> Fut + Send + 'static,
+        F: FnOnce(SandboxSpec, Interrupt, NetWitness) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = (BodyOutcome, Receipt)>,
     {
         let started = Instant::now();
-        // The call ends without its body's result (refused, or abandoned).
+        let witness = NetWitness::default();
+        // The call ends without its body's result (refused, or abandoned:
+        // then with what the body's network did so far).
         let stuck = |code: ErrorCode, message: &str| {
-            let receipt = Receipt {
+            let mut receipt = Receipt {
                 wall_us: started.elapsed().as_micros() as u64,
                 mode: Some(spec.mode),
                 ..Receipt::default()
             };
+            witness.fill(&mut receipt);
             (
                 BodyOutcome::Err {
                     code,
@@ -223,6 +230,7 @@ impl Invoker {
         // Moved into the body's closure: dropped when the thread returns, or
         // with the closure if it never runs (a runtime shutting down).
         let returns = Returns(kept.clone());
+        let body_witness = witness.clone();
         let body = tokio::task::spawn_blocking(move || {
             let _returns = returns;
             let left = call_deadline.saturating_duration_since(Instant::now());
@@ -251,7 +259,7 @@ impl Invoker {
                 );
             }
             body_spec.limits.deadline = left;
-            handle.block_on(make(body_spec, body_interrupt))
+            handle.block_on(make(body_spec, body_interrupt, body_witness))
         });
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
         // From here until the body's result is taken, the body is abandoned
@@ -292,21 +300,25 @@ impl Invoker {
         ended
     }
 
-    /// [`Invoker::invoke`] on the current thread; `blocking` lets the
+    /// [`Invoker::invoke`] on the current thread; `own_thread` (a body on
+    /// a thread of its own, see [`Invoker::on_own_thread`]) lets the
     /// guest's file operations block it.
     async fn invoke_here(
         &self,
         body: Body<'_>,
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
-        blocking: bool,
+        own_thread: Option<&NetWitness>,
     ) -> (BodyOutcome, Receipt) {
         let started = Instant::now();
         let mut builder = StoreBuilder::new(body.spec);
         builder
             .interrupt(interrupt)
             .progress(progress)
-            .blocking(blocking);
+            .blocking(own_thread.is_some());
+        if let Some(w) = own_thread {
+            builder.witness(w);
+        }
         let mut run = match self.store(&builder) {
             Ok(run) => run,
             Err((code, message)) => {
@@ -663,7 +675,7 @@ mod tests {
         let (on_abandon, released, abandoned) = hold();
         let (started, running) = tokio::sync::oneshot::channel();
         let heeds = invoker.on_own_thread(&spec, Interrupt::default(), Some(on_abandon), {
-            move |_, interrupt| async move {
+            move |_, interrupt, _| async move {
                 let _ = started.send(());
                 interrupt.cancelled().await;
                 ok()
@@ -687,7 +699,7 @@ mod tests {
         let (started, running) = tokio::sync::oneshot::channel();
         let (release, stuck) = std::sync::mpsc::channel::<()>();
         let stuck_body = invoker.on_own_thread(&spec, Interrupt::default(), Some(on_abandon), {
-            move |_, _| async move {
+            move |_, _, _| async move {
                 let _ = started.send(());
                 let _ = stuck.recv();
                 ok()
@@ -733,17 +745,22 @@ mod tests {
             let ran = Arc::new(AtomicBool::new(false));
             let body_ran = ran.clone();
             let (outcome, _) = invoker
-                .on_own_thread(&spec, Interrupt::default(), None, move |_, _| async move {
-                    body_ran.store(true, Ordering::SeqCst);
-                    (
-                        BodyOutcome::Ok {
-                            canonical: serde_json::Value::Null,
-                            content: Vec::new(),
-                            meta: None,
-                        },
-                        Receipt::default(),
-                    )
-                })
+                .on_own_thread(
+                    &spec,
+                    Interrupt::default(),
+                    None,
+                    move |_, _, _| async move {
+                        body_ran.store(true, Ordering::SeqCst);
+                        (
+                            BodyOutcome::Ok {
+                                canonical: serde_json::Value::Null,
+                                content: Vec::new(),
+                                meta: None,
+                            },
+                            Receipt::default(),
+                        )
+                    },
+                )
                 .await;
             assert!(
                 matches!(

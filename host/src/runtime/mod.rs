@@ -52,7 +52,7 @@ pub(crate) use self::tcp::{Stream, Tcp};
 
 pub(crate) use self::invoke::{OnAbandon, Watch, race};
 pub(crate) use self::program::Program;
-pub(crate) use self::store::{Run, StoreBuilder};
+pub(crate) use self::store::{NetWitness, Run, StoreBuilder};
 
 use self::engine::EpochTicker;
 use self::invoke::{Body, Invoker};

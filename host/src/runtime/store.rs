@@ -292,6 +292,29 @@ pub(crate) struct StoreBuilder<'a> {
     progress: Option<ProgressSink>,
     command: Option<&'a CommandSpec>,
     blocking: bool,
+    witness: Option<&'a NetWitness>,
+}
+
+/// What a call still reports of a body it gave up on (stuck in a host
+/// system call past its deadline or cancellation): the network records and
+/// `denied` lines of the body's store, shared with it once it is built. A
+/// guest must not hide the requests it made by getting itself abandoned.
+#[derive(Clone, Default)]
+pub(crate) struct NetWitness(Arc<std::sync::OnceLock<Witnessed>>);
+
+/// The body's network state and its `denied` lines.
+type Witnessed = (Arc<CallNet>, Arc<Mutex<Vec<String>>>);
+
+impl NetWitness {
+    /// The records and `denied` lines so far, into `receipt`. Closes the
+    /// body's network: a request it has not started by now is never sent.
+    pub(crate) fn fill(&self, receipt: &mut Receipt) {
+        if let Some((net, denied)) = self.0.get() {
+            receipt.network = net.close();
+            receipt.denied = denied.lock().map(|d| d.clone()).unwrap_or_default();
+            receipt.network_dropped = net.dropped();
+        }
+    }
 }
 
 impl<'a> StoreBuilder<'a> {
@@ -304,6 +327,7 @@ impl<'a> StoreBuilder<'a> {
             progress: None,
             command: None,
             blocking: false,
+            witness: None,
         }
     }
 
@@ -325,6 +349,13 @@ impl<'a> StoreBuilder<'a> {
     /// spec's `max_stdio` bytes each) instead of captured.
     pub(crate) fn command(&mut self, command: &'a CommandSpec) -> &mut Self {
         self.command = Some(command);
+        self
+    }
+
+    /// Shares the store's network records and `denied` lines with
+    /// `witness`, for a call that may give up on the body.
+    pub(crate) fn witness(&mut self, witness: &'a NetWitness) -> &mut Self {
+        self.witness = Some(witness);
         self
     }
 
@@ -365,6 +396,9 @@ impl<'a> StoreBuilder<'a> {
         let deadline = Instant::now() + limits.deadline;
         let denied: Arc<Mutex<Vec<String>>> = Arc::default();
         let net = CallNet::new(self.spec.network.clone(), deadline, denied.clone());
+        if let Some(w) = self.witness {
+            let _ = w.0.set((net.clone(), denied.clone()));
+        }
         let built = build_wasi(
             self.spec,
             (&stdout, &stderr),

@@ -16,6 +16,60 @@ fn run(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// A call whose body is stuck in a host system call (reading a FIFO nobody
+/// writes) is abandoned at its deadline: the CLI reports `TIMEOUT`, exit 1,
+/// and exits, without waiting for the stuck thread (it waited for ever).
+#[test]
+fn the_cli_exits_after_abandoning_a_stuck_body() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let pipe = ws.path().join("pipe");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&pipe)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let child = Command::new(crate::support::bin())
+        .args([
+            "run",
+            "read_file",
+            "--mode",
+            "read-only",
+            "--timeout-ms",
+            "500",
+        ])
+        .args(["--args", r#"{"path": "pipe"}"#, "--workspace"])
+        .arg(ws.path())
+        .arg("--state")
+        .arg(state.path())
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // Let the stuck reader go, so that the test ends either way.
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(0o4000) // O_NONBLOCK on Linux
+                .open(&pipe);
+            panic!("the CLI did not exit within 20 s of the call's deadline");
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: TIMEOUT: "), "{err}");
+}
+
 #[test]
 fn a_multi_tool_component_needs_a_tool_name() {
     let out = run(&[toolhost::BENCH_GUEST_PATH, "--args", "{}"]);

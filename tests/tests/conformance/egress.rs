@@ -442,6 +442,72 @@ async fn egress_conformance_names_socket_destinations() {
     assert!(report.passed(), "{report:#?}");
 }
 
+/// A body that made a connection and then got stuck in a host system call
+/// (reading a FIFO nobody writes) is abandoned at its deadline; its call
+/// still reports the connection it made and the one it was refused, and
+/// nothing it starts after that is sent: a guest cannot hide its traffic by
+/// getting itself abandoned.
+#[tokio::test]
+async fn egress_an_abandoned_body_keeps_its_network_records() {
+    let target = Counted::start("127.0.0.1");
+    let t = target.port;
+    let ws = tempfile::tempdir().unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(ws.path().join("pipe"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\n"
+    );
+    let mut b = builder(
+        probes::EGRESS_CORPUS,
+        ws.path(),
+        Limits {
+            deadline: Duration::from_millis(500),
+            ..Limits::default()
+        },
+        suite_options(),
+    );
+    b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
+    let host = b.build().await.unwrap();
+    let r = call(
+        &host,
+        "egress",
+        json!({"tcp": [format!("127.0.0.1:{t}"), "127.0.0.2:9"], "then_read": "pipe"}),
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    // Let the stuck reader go (a writer opens and closes the FIFO).
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(0o4000) // O_NONBLOCK on Linux
+            .open(ws.path().join("pipe"));
+    }
+    assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
+    assert_eq!(target.count_reaching(1), 1);
+    let urls: Vec<&str> = r.receipt.network.iter().map(|n| n.url.as_str()).collect();
+    assert_eq!(
+        urls,
+        [format!("tcp://127.0.0.1:{t}").as_str(), "tcp://127.0.0.2:9"],
+        "{:?}",
+        r.receipt.network
+    );
+    assert_eq!(record_codes(&r), [Value::Null, json!("address_refused")]);
+    assert!(
+        r.receipt
+            .denied
+            .iter()
+            .any(|d| d.contains("tcp://127.0.0.2:9")),
+        "{:?}",
+        r.receipt.denied
+    );
+}
+
 /// With a UDP grant, datagrams go to the granted address only: one sent to
 /// another port of the same host, or to a private address, on a socket
 /// connected to it or naming it in the datagram, is refused inside the
@@ -485,8 +551,8 @@ async fn egress_udp_sends_reach_only_granted_addresses() {
 /// no other: with no `[network]` section, a call whose first target is the
 /// granted address binds and connects (the listener counts it); a call the
 /// rule does not match is refused each connect (`address_refused`: a
-/// loopback address no grant of its names; each destination recorded), the granted address among them, and nothing more
-/// reaches the listener.
+/// loopback address no grant of its names), the granted address among
+/// them, each destination recorded, and nothing more reaches the listener.
 #[tokio::test]
 async fn egress_a_rules_socket_grant_reaches_only_the_calls_it_matches() {
     let target = Counted::start("127.0.0.1");

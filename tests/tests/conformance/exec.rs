@@ -38,6 +38,37 @@ fn run(c: &mut Command) -> Output {
     c.stdin(Stdio::null()).output().unwrap()
 }
 
+/// Runs `c` and returns its output, failing if it has not exited within
+/// `bound`: then the FIFO `pipe` is opened for writing (which lets a reader
+/// stuck on it go), so that the test ends either way.
+fn exits_within(mut c: Command, bound: Duration, pipe: &Path) -> Output {
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(bound) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(0o4000) // O_NONBLOCK on Linux
+                .open(pipe);
+            let out = rx.recv().unwrap().unwrap();
+            panic!(
+                "toolhost did not exit within {bound:?} of the program's deadline: {}",
+                stderr(&out)
+            );
+        }
+    }
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -763,6 +794,40 @@ fn exec_network_only_through_allow_net() {
             );
         }
     }
+}
+
+/// A program that made a connection and then got stuck in a host system
+/// call (reading a FIFO nobody writes) is abandoned at its deadline, and
+/// toolhost still names the connection it made (a program cannot hide its
+/// traffic by getting itself abandoned), and exits without waiting for the
+/// stuck thread.
+#[test]
+fn exec_an_abandoned_program_still_names_its_connections() {
+    let echo = EchoListener::start();
+    let addr = format!("127.0.0.1:{}", echo.port);
+    let ws = tempfile::tempdir().unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(ws.path().join("pipe"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut c = exec(p2::TCP_SEND);
+    c.args(["--mode", "read-only", "--timeout-ms", "500", "--workspace"])
+        .arg(ws.path())
+        .args(["--allow-net", &format!("tcp://{addr}")])
+        .args(["--", &addr, "hello", "pipe"]);
+    let out = exits_within(c, Duration::from_secs(20), &ws.path().join("pipe"));
+    assert_status(&out, 125, "abandoned");
+    assert_eq!(stdout(&out), "echo: hello\n");
+    assert_eq!(echo.count(), 1);
+    let err = stderr(&out);
+    assert!(err.contains("TIMEOUT"), "{err}");
+    assert!(
+        err.contains(&format!("toolhost: network: connect tcp://{addr} allowed")),
+        "the connection is named: {err}"
+    );
 }
 
 /// A malformed `--allow-net` pattern is a usage error before the program

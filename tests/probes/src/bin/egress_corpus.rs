@@ -33,6 +33,10 @@ struct Args {
     /// Names to look up.
     #[serde(default)]
     lookup: Vec<String>,
+    /// A file to read after every attempt (a FIFO nobody writes holds the
+    /// guest in a host system call).
+    #[serde(default)]
+    then_read: Option<String>,
     /// UDP sockets to bind to port 0 and hold, all at once, until the
     /// first bind that fails (one attempt: how many were bound).
     #[serde(default)]
@@ -237,6 +241,12 @@ impl Tool for Corpus {
         for n in args.lookup {
             let r = net::lookup(&n);
             attempts.push(attempt(format!("lookup {n}"), r));
+        }
+        if let Some(path) = args.then_read {
+            let r = std::fs::read(&path)
+                .map(|b| format!("read {} bytes", b.len()))
+                .map_err(|e| e.to_string());
+            attempts.push(attempt(format!("read {path}"), r));
         }
         Ok(Out { attempts })
     }

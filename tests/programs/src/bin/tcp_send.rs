@@ -1,7 +1,9 @@
-//! `tcp_send ADDR MESSAGE`: connects to the socket address `ADDR` (an IP
-//! literal and a port; no name lookup), sends `MESSAGE` and a newline,
-//! prints the first line the peer answers. Exit 1 and the error kind on
-//! stderr when the connection or the exchange fails.
+//! `tcp_send ADDR MESSAGE [THEN_READ]`: connects to the socket address
+//! `ADDR` (an IP literal and a port; no name lookup), sends `MESSAGE` and a
+//! newline, prints the first line the peer answers, then reads the file
+//! `THEN_READ` if given (a FIFO nobody writes holds it in a host system
+//! call). Exit 1 and the error kind on stderr when the connection or the
+//! exchange fails.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -24,6 +26,13 @@ fn main() {
         Err(e) => {
             eprintln!("error: {:?}", e.kind());
             std::process::exit(1);
+        }
+    }
+    if let Some(path) = args.get(3) {
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        match std::fs::read(path) {
+            Ok(bytes) => println!("read {} bytes", bytes.len()),
+            Err(e) => eprintln!("read: {:?}", e.kind()),
         }
     }
 }
