@@ -199,15 +199,27 @@ impl NetworkGrant {
         ca_file: Option<std::path::PathBuf>,
         resolver: Option<SharedResolver>,
     ) -> Result<NetworkGrant, String> {
-        if patterns.is_empty() {
-            return Ok(NetworkGrant::none());
-        }
         let grants = patterns
             .iter()
             .map(|p| toolhost_egress::Grant::parse(p).map_err(|e| format!("{p:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
-        let policy = NetworkPolicy::from_grants(grants).with_ca_file(ca_file);
-        let egress = Egress::load(&policy, &[], resolver)?;
+        NetworkGrant::from_policy(
+            &NetworkPolicy::from_grants(grants).with_ca_file(ca_file),
+            resolver,
+        )
+    }
+
+    /// The grant of `policy`'s `allow` grants (its limits and CA file with
+    /// them) to every call of what runs with it; none when it has no
+    /// grants. Fails as [`NetworkGrant::from_patterns`] does.
+    pub fn from_policy(
+        policy: &NetworkPolicy,
+        resolver: Option<SharedResolver>,
+    ) -> Result<NetworkGrant, String> {
+        if policy.allow().is_empty() {
+            return Ok(NetworkGrant::none());
+        }
+        let egress = Egress::load(policy, &[], resolver)?;
         Ok(NetworkGrant::new(Some(Arc::new(egress)), false, Vec::new()))
     }
 

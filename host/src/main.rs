@@ -310,6 +310,22 @@ struct ExecArgs {
     /// roots, for example a private service's CA.
     #[arg(long, value_name = "FILE", requires = "allow_net")]
     ca_file: Option<PathBuf>,
+    /// Most requests and connections the program may make through its
+    /// `--allow-net` grants (default 32), as a policy's
+    /// `network.max_requests`.
+    #[arg(long, value_name = "N", requires = "allow_net",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    net_max_requests: Option<u32>,
+    /// Most response body bytes the program may receive, all requests
+    /// summed (default 8 MiB), as `network.max_response_bytes`.
+    #[arg(long, value_name = "BYTES", requires = "allow_net",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    net_max_response_bytes: Option<u64>,
+    /// Each request's timeout, in milliseconds (default 30 000), within
+    /// `--timeout-ms`, as `network.request_timeout_ms`.
+    #[arg(long, value_name = "MS", requires = "allow_net",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    net_request_timeout_ms: Option<u64>,
     /// Wall-clock deadline, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     timeout_ms: u64,
@@ -992,6 +1008,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             .unwrap_or_default(),
     ];
     args.extend(a.args.iter().cloned());
+    let network = exec_network(&a)?;
     let mut env: Vec<(String, String)> = Vec::new();
     for (key, value) in a.env {
         match env.iter_mut().find(|(k, _)| *k == key) {
@@ -1026,11 +1043,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             max_stdio: a.max_output,
             ..Limits::default()
         },
-        network: toolhost::NetworkGrant::from_patterns(&a.allow_net, a.ca_file.clone(), None)
-            .map_err(|e| match e.strip_prefix("network.ca_file ") {
-                Some(rest) => anyhow!("--ca-file {rest}"),
-                None => anyhow!("--allow-net: {e}"),
-            })?,
+        network,
     };
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
@@ -1071,6 +1084,36 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         toolhost::exec::ExecOutcome::Failed { code, message } => {
             eprintln!("error: {code}: {message}");
             ExitCode::from(125)
+        }
+    })
+}
+
+/// The network grant of `exec --allow-net`, with its `--ca-file` and its
+/// `--net-*` limits.
+fn exec_network(a: &ExecArgs) -> Result<toolhost::NetworkGrant> {
+    use toolhost::policy::egress::{Grant, Limits as NetLimits, NetworkPolicy};
+    let grants = a
+        .allow_net
+        .iter()
+        .map(|p| Grant::parse(p).map_err(|e| anyhow!("--allow-net: {p:?}: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let defaults = NetLimits::default();
+    let limits = NetLimits {
+        max_requests: a.net_max_requests.unwrap_or(defaults.max_requests),
+        max_response_bytes: a
+            .net_max_response_bytes
+            .unwrap_or(defaults.max_response_bytes),
+        request_timeout_ms: a
+            .net_request_timeout_ms
+            .unwrap_or(defaults.request_timeout_ms),
+    };
+    let policy = NetworkPolicy::from_grants(grants)
+        .with_ca_file(a.ca_file.clone())
+        .with_limits(limits);
+    toolhost::NetworkGrant::from_policy(&policy, None).map_err(|e| {
+        match e.strip_prefix("network.ca_file ") {
+            Some(rest) => anyhow!("--ca-file {rest}"),
+            None => anyhow!("--allow-net: {e}"),
         }
     })
 }

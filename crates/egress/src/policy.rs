@@ -88,6 +88,14 @@ impl NetworkPolicy {
         self
     }
 
+    /// This policy with `limits` (per call), as the `[network]` section's
+    /// `max_requests`, `max_response_bytes` and `request_timeout_ms` set
+    /// them.
+    pub fn with_limits(mut self, limits: Limits) -> NetworkPolicy {
+        self.limits = limits;
+        self
+    }
+
     /// This policy trusting the certificates of `ca_file` (PEM) beside the
     /// system's roots, as the `[network]` section's `ca_file` does.
     pub fn with_ca_file(mut self, ca_file: Option<PathBuf>) -> NetworkPolicy {

@@ -830,6 +830,42 @@ fn exec_an_abandoned_program_still_names_its_connections() {
     );
 }
 
+/// `--net-max-requests` bounds the connections a program makes through its
+/// grants: with 1, the second connection to the granted listener is
+/// refused (`limit_reached`) and never reaches it; without it, both go. A
+/// limit of 0, or one without `--allow-net`, is a usage error (2).
+#[test]
+fn exec_network_limits_from_flags() {
+    let echo = EchoListener::start();
+    let addr = format!("127.0.0.1:{}", echo.port);
+    let twice = format!("{addr},{addr}");
+    let grant = format!("tcp://{addr}");
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--allow-net", &grant, "--net-max-requests", "1", "--"])
+        .args([&twice, "hello"]));
+    assert_status(&out, 1, "the second connection is over the limit");
+    assert_eq!(stdout(&out), "echo: hello\n");
+    assert_eq!(echo.count(), 1);
+    assert!(stderr(&out).contains("limit_reached"), "{}", stderr(&out));
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--allow-net", &grant, "--"])
+        .args([&twice, "hello"]));
+    assert_status(&out, 0, "the default allows both");
+    assert_eq!(stdout(&out), "echo: hello\necho: hello\n");
+    assert_eq!(echo.count(), 3);
+    for bad in [
+        vec!["--allow-net", &grant, "--net-max-requests", "0"],
+        vec!["--allow-net", &grant, "--net-max-response-bytes", "0"],
+        vec!["--allow-net", &grant, "--net-request-timeout-ms", "x"],
+        vec!["--net-max-requests", "5"],
+    ] {
+        let out = run(exec(p2::TCP_SEND).args(&bad).args(["--", &addr, "x"]));
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{bad:?}: the program must not run");
+    }
+    assert_eq!(echo.count(), 3);
+}
+
 /// A malformed `--allow-net` pattern is a usage error before the program
 /// runs.
 #[test]

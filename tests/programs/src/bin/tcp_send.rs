@@ -1,6 +1,7 @@
-//! `tcp_send ADDR MESSAGE [THEN_READ]`: connects to the socket address
-//! `ADDR` (an IP literal and a port; no name lookup), sends `MESSAGE` and a
-//! newline, prints the first line the peer answers, then reads the file
+//! `tcp_send ADDR[,ADDR...] MESSAGE [THEN_READ]`: connects to each socket
+//! address `ADDR` in turn (an IP literal and a port; no name lookup), sends
+//! `MESSAGE` and a newline, prints the first line the peer answers, then
+//! reads the file
 //! `THEN_READ` if given (a FIFO nobody writes holds it in a host system
 //! call). Exit 1 and the error kind on stderr when the connection or the
 //! exchange fails.
@@ -14,18 +15,20 @@ fn main() {
         eprintln!("usage: tcp_send ADDR MESSAGE");
         std::process::exit(2);
     };
-    let exchange = || -> std::io::Result<String> {
-        let mut stream = TcpStream::connect(addr.as_str())?;
+    let exchange = |addr: &str| -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(addr)?;
         stream.write_all(format!("{message}\n").as_bytes())?;
         let mut line = String::new();
         BufReader::new(stream).read_line(&mut line)?;
         Ok(line)
     };
-    match exchange() {
-        Ok(line) => print!("{line}"),
-        Err(e) => {
-            eprintln!("error: {:?}", e.kind());
-            std::process::exit(1);
+    for addr in addr.split(',') {
+        match exchange(addr) {
+            Ok(line) => print!("{line}"),
+            Err(e) => {
+                eprintln!("error: {:?}", e.kind());
+                std::process::exit(1);
+            }
         }
     }
     if let Some(path) = args.get(3) {
