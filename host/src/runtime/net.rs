@@ -299,7 +299,7 @@ impl CallNet {
     /// kept) when over the limit.
     fn count_and_keep(&self, max: u32, record: EgressRecord) -> Option<usize> {
         match self.log.lock() {
-            Ok(mut l) if l.requests < max => {
+            Ok(mut l) if !l.closed && l.requests < max => {
                 l.requests += 1;
                 Some(l.keep(record))
             }
@@ -697,6 +697,11 @@ impl CallNet {
                 .lock()
                 .map(|l| l.udp_peers.contains(&(addr.ip(), addr.port())))
                 .unwrap_or(false);
+        }
+        // The call's receipt was taken (or the call gave up on its body):
+        // nothing more goes out, and nothing more is filed.
+        if self.log.lock().map_or(true, |l| l.closed) {
+            return false;
         }
         let scheme = match use_ {
             SocketAddrUse::TcpBind
@@ -1489,6 +1494,12 @@ mod tests {
         // datagrams that were dropped.
         let records = net.close();
         assert_eq!(records.len(), 1, "{records:?}");
+        // Once the receipt is taken (or the call gave up on its body),
+        // nothing more goes out, not even to the peer already allowed.
+        assert!(!net.check_socket(SocketAddr::V6(peer), SocketAddrUse::UdpSend));
+        let any = SocketAddr::from(([0, 0, 0, 0], 0));
+        assert!(!net.check_socket(any, SocketAddrUse::UdpBind));
+        assert_eq!(net.close().len(), 1);
         assert!(matches!(records[0].outcome, EgressOutcome::Allowed { .. }));
         assert_eq!(net.dropped(), 0);
         let denied = net.denied.lock().map(|d| d.clone()).unwrap_or_default();

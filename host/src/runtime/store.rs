@@ -300,16 +300,43 @@ pub(crate) struct StoreBuilder<'a> {
 /// `denied` lines of the body's store, shared with it once it is built. A
 /// guest must not hide the requests it made by getting itself abandoned.
 #[derive(Clone, Default)]
-pub(crate) struct NetWitness(Arc<std::sync::OnceLock<Witnessed>>);
+pub(crate) struct NetWitness(Arc<Mutex<Witnessed>>);
 
-/// The body's network state and its `denied` lines.
-type Witnessed = (Arc<CallNet>, Arc<Mutex<Vec<String>>>);
+#[derive(Default)]
+enum Witnessed {
+    /// The body's store is not built yet.
+    #[default]
+    Waiting,
+    /// The body's network state and its `denied` lines.
+    Watching(Arc<CallNet>, Arc<Mutex<Vec<String>>>),
+    /// The call gave up on the body: a store built now is refused.
+    GaveUp,
+}
 
 impl NetWitness {
-    /// The records and `denied` lines so far, into `receipt`. Closes the
-    /// body's network: a request it has not started by now is never sent.
+    /// Shares the store's network and `denied` lines; `false` when the call
+    /// has already given up on its body (which must then not run).
+    fn watch(&self, net: &Arc<CallNet>, denied: &Arc<Mutex<Vec<String>>>) -> bool {
+        let Ok(mut w) = self.0.lock() else {
+            return false;
+        };
+        if matches!(*w, Witnessed::GaveUp) {
+            return false;
+        }
+        *w = Witnessed::Watching(net.clone(), denied.clone());
+        true
+    }
+
+    /// The call gives up on its body: the records and `denied` lines so
+    /// far, into `receipt`. Closes the body's network (a request or
+    /// connection it has not started by now is never made), and a store
+    /// not built yet never will be.
     pub(crate) fn fill(&self, receipt: &mut Receipt) {
-        if let Some((net, denied)) = self.0.get() {
+        let watched = match self.0.lock() {
+            Ok(mut w) => std::mem::replace(&mut *w, Witnessed::GaveUp),
+            Err(_) => return,
+        };
+        if let Witnessed::Watching(net, denied) = watched {
             receipt.network = net.close();
             receipt.denied = denied.lock().map(|d| d.clone()).unwrap_or_default();
             receipt.network_dropped = net.dropped();
@@ -396,8 +423,13 @@ impl<'a> StoreBuilder<'a> {
         let deadline = Instant::now() + limits.deadline;
         let denied: Arc<Mutex<Vec<String>>> = Arc::default();
         let net = CallNet::new(self.spec.network.clone(), deadline, denied.clone());
-        if let Some(w) = self.witness {
-            let _ = w.0.set((net.clone(), denied.clone()));
+        if let Some(w) = self.witness
+            && !w.watch(&net, &denied)
+        {
+            return Err((
+                ErrorCode::Cancelled,
+                "the call had given up on this body before it started".into(),
+            ));
         }
         let built = build_wasi(
             self.spec,
@@ -659,5 +691,48 @@ impl Run {
             denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
             network_dropped: state.net.dropped(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net() -> (Arc<CallNet>, Arc<Mutex<Vec<String>>>) {
+        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
+        let net = CallNet::new(
+            crate::egress::NetworkGrant::none(),
+            Instant::now() + std::time::Duration::from_secs(60),
+            denied.clone(),
+        );
+        (net, denied)
+    }
+
+    /// A call that gives up on its body takes the body's records and
+    /// `denied` lines so far and closes its network; a body whose store
+    /// is built only after that is refused, so that no network of it goes
+    /// unread.
+    #[test]
+    fn a_witness_takes_the_records_and_refuses_a_late_store() {
+        let (net, denied) = net();
+        let witness = NetWitness::default();
+        assert!(witness.watch(&net, &denied));
+        let peer: std::net::SocketAddr = ([127, 0, 0, 1], 9).into();
+        assert!(!net.check_socket(peer, wasmtime_wasi::sockets::SocketAddrUse::TcpConnect));
+        let mut receipt = Receipt::default();
+        witness.fill(&mut receipt);
+        assert_eq!(receipt.network.len(), 1);
+        assert_eq!(receipt.denied.len(), 1, "{:?}", receipt.denied);
+        // Closed: the body's later attempts are neither made nor filed.
+        assert!(!net.check_socket(peer, wasmtime_wasi::sockets::SocketAddrUse::TcpConnect));
+        assert_eq!(net.close().len(), 1);
+
+        let late = NetWitness::default();
+        late.fill(&mut Receipt::default());
+        let (net, denied) = self::net();
+        assert!(
+            !late.watch(&net, &denied),
+            "a store built after the call gave up"
+        );
     }
 }

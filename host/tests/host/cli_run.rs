@@ -49,6 +49,7 @@ fn the_cli_exits_after_abandoning_a_stuck_body() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -62,6 +63,9 @@ fn the_cli_exits_after_abandoning_a_stuck_body() {
                 .write(true)
                 .custom_flags(0o4000) // O_NONBLOCK on Linux
                 .open(&pipe);
+            if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
             panic!("the CLI did not exit within 20 s of the call's deadline");
         }
     };

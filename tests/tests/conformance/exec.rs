@@ -48,6 +48,7 @@ fn exits_within(mut c: Command, bound: Duration, pipe: &Path) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -58,13 +59,12 @@ fn exits_within(mut c: Command, bound: Duration, pipe: &Path) -> Output {
             use std::os::unix::fs::OpenOptionsExt;
             let _ = std::fs::OpenOptions::new()
                 .write(true)
-                .custom_flags(0o4000) // O_NONBLOCK on Linux
+                .custom_flags(libc_o_nonblock())
                 .open(pipe);
-            let out = rx.recv().unwrap().unwrap();
-            panic!(
-                "toolhost did not exit within {bound:?} of the program's deadline: {}",
-                stderr(&out)
-            );
+            if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            panic!("toolhost did not exit within {bound:?} of the program's deadline");
         }
     }
 }
@@ -797,10 +797,12 @@ fn exec_network_only_through_allow_net() {
 }
 
 /// A program that made a connection and then got stuck in a host system
-/// call (reading a FIFO nobody writes) is abandoned at its deadline, and
-/// toolhost still names the connection it made (a program cannot hide its
-/// traffic by getting itself abandoned), and exits without waiting for the
-/// stuck thread.
+/// call ends at its deadline (125, `TIMEOUT`), and toolhost still names the
+/// connection it made and exits: reading a FIFO nobody writes (the program
+/// is stopped, its read left on a blocking thread, which toolhost waited
+/// for for ever), and writing to an output nobody reads (the program itself
+/// is abandoned: its receipt was empty, so a program could hide its traffic
+/// that way).
 #[test]
 fn exec_an_abandoned_program_still_names_its_connections() {
     let echo = EchoListener::start();
@@ -828,6 +830,52 @@ fn exec_an_abandoned_program_still_names_its_connections() {
         err.contains(&format!("toolhost: network: connect tcp://{addr} allowed")),
         "the connection is named: {err}"
     );
+
+    let mut child = exec(p2::TCP_SEND)
+        .args([
+            "--timeout-ms",
+            "500",
+            "--allow-net",
+            &format!("tcp://{addr}"),
+        ])
+        .args(["--", &addr, "hello", "flood"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nobody reads stdout; stderr is read to its end on a thread of its own.
+    let mut err_pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut err_pipe, &mut err);
+        err
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pid = child.id();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let Ok(status) = rx.recv_timeout(Duration::from_secs(20)) else {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        panic!("toolhost exec did not end after abandoning the program");
+    };
+    assert_eq!(status.unwrap().code(), Some(125));
+    let err = reader.join().unwrap();
+    assert!(
+        err.contains("TIMEOUT") && err.contains("abandoned"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("toolhost: network: connect tcp://{addr} allowed")),
+        "the abandoned program's connection is named: {err}"
+    );
+    assert_eq!(echo.count(), 2);
+}
+
+/// `O_NONBLOCK` (Linux's value; the suite runs on Linux).
+fn libc_o_nonblock() -> i32 {
+    0o4000
 }
 
 /// `--net-max-requests` bounds the connections a program makes through its

@@ -1,10 +1,10 @@
-//! `tcp_send ADDR[,ADDR...] MESSAGE [THEN_READ]`: connects to each socket
+//! `tcp_send ADDR[,ADDR...] MESSAGE [THEN]`: connects to each socket
 //! address `ADDR` in turn (an IP literal and a port; no name lookup), sends
-//! `MESSAGE` and a newline, prints the first line the peer answers, then
-//! reads the file
-//! `THEN_READ` if given (a FIFO nobody writes holds it in a host system
-//! call). Exit 1 and the error kind on stderr when the connection or the
-//! exchange fails.
+//! `MESSAGE` and a newline, prints the first line the peer answers. Then,
+//! if `THEN` is `flood`, writes to stdout for ever (an output nobody reads
+//! holds it in a host system call); otherwise reads the file `THEN` (a FIFO
+//! nobody writes does too). Exit 1 and the error kind on stderr when the
+//! connection or the exchange fails.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -27,6 +27,14 @@ fn main() {
             Ok(line) => print!("{line}"),
             Err(e) => {
                 eprintln!("error: {:?}", e.kind());
+                std::process::exit(1);
+            }
+        }
+    }
+    if args.get(3).is_some_and(|t| t == "flood") {
+        let chunk = [b'x'; 65536];
+        loop {
+            if std::io::stdout().write_all(&chunk).is_err() {
                 std::process::exit(1);
             }
         }
