@@ -100,6 +100,7 @@ impl ProgramTool {
         spec: &SandboxSpec,
         interrupt: Interrupt,
         on_abandon: Option<crate::runtime::OnAbandon>,
+        witness: crate::runtime::NetWitness,
     ) -> (BodyOutcome, Receipt) {
         // The manifest's timeout, when tighter, is the deadline the body
         // is abandoned after.
@@ -114,6 +115,7 @@ impl ProgramTool {
                 &spec,
                 interrupt,
                 on_abandon,
+                witness,
                 move |spec, interrupt, witness| async move {
                     tool.run_here(&rt, &args, &spec, interrupt, &witness).await
                 },

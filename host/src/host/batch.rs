@@ -82,8 +82,8 @@ impl Host {
             // result, their guards commit TOOL_OUTCOME_UNKNOWN.
             Ok(()) => {
                 for (slot, call) in slots.iter().zip(calls.iter_mut()) {
-                    if let Slot::Ready(_) = slot {
-                        call.opened();
+                    if let Slot::Ready(a) = slot {
+                        call.opened(&a.witness);
                     }
                 }
             }

@@ -19,7 +19,7 @@ use crate::egress::NetworkGrant;
 use crate::hooks::PostAction;
 use crate::registry::{RegisteredTool, ToolBody};
 use crate::result::CallResult;
-use crate::runtime::{BodyOutcome, OnAbandon, Receipt, Watch};
+use crate::runtime::{BodyOutcome, NetWitness, OnAbandon, Receipt, Watch};
 use crate::sandbox::{SandboxSpec, needs_durable_intent, writable_preopens};
 use crate::state::{Interrupt, cut, unpanicked};
 use crate::tool::ContentItem;
@@ -53,6 +53,9 @@ pub(crate) struct Admitted<'h> {
     pub progress: Option<crate::state::ProgressSink>,
     /// What the call may reach on the network.
     pub network: NetworkGrant,
+    /// What the call still reports of its body's network if it ends
+    /// without the body's own receipt (abandoned, or dropped by its caller).
+    pub witness: NetWitness,
 }
 
 type Refusal = (ErrorCode, String);
@@ -127,7 +130,7 @@ impl Host {
         if let Err(e) = self.checkpoint(&[&admitted]) {
             return call.end(aborted(&admitted, &e));
         }
-        call.opened();
+        call.opened(&admitted.witness);
         self.dispatch(admitted, call).await
     }
 
@@ -253,6 +256,7 @@ impl Host {
                 a.ask_approved,
                 a.rule_network,
             ),
+            witness: NetWitness::default(),
         })
     }
 
@@ -738,6 +742,7 @@ impl Host {
                             interrupt: a.interrupt.clone(),
                             progress: a.progress.clone(),
                             on_abandon: Some(on_abandon),
+                            witness: a.witness.clone(),
                         },
                     )
                     .await
@@ -750,6 +755,7 @@ impl Host {
                         &spec,
                         a.interrupt.clone(),
                         Some(on_abandon),
+                        a.witness.clone(),
                     )
                     .await
             }
@@ -982,13 +988,26 @@ impl Host {
         message: String,
         start: &CallStart,
     ) -> CallResult {
+        self.refuse_with(call_id, tool, code, message, Receipt::default(), start)
+    }
+
+    /// [`Host::refuse`] with what the call's `receipt` holds.
+    fn refuse_with(
+        &self,
+        call_id: &str,
+        tool: &str,
+        code: ErrorCode,
+        message: String,
+        receipt: Receipt,
+        start: &CallStart,
+    ) -> CallResult {
         self.commit(
             CallResult::error(
                 call_id.to_string(),
                 tool.to_string(),
                 code,
                 message,
-                Receipt::default(),
+                receipt,
             ),
             start,
         )
@@ -1450,7 +1469,8 @@ enum Stage {
     Admitting,
     Admitted,
     Settled(Box<CallResult>),
-    Open,
+    /// Its intent is written; the witness of its body's network.
+    Open(NetWitness),
     /// Its result is committed: nothing left to do.
     Ended,
 }
@@ -1511,9 +1531,10 @@ impl<'h> Unfinished<'h> {
         self.stage = Stage::Settled(Box::new(result.clone()));
     }
 
-    /// Its intent is written (phase 6).
-    pub(crate) fn opened(&mut self) {
-        self.stage = Stage::Open;
+    /// Its intent is written (phase 6); `witness` will hold its body's
+    /// network, for a result committed without the body's own receipt.
+    pub(crate) fn opened(&mut self, witness: &NetWitness) {
+        self.stage = Stage::Open(witness.clone());
     }
 
     /// Phase 9: commits the call's result.
@@ -1525,6 +1546,7 @@ impl<'h> Unfinished<'h> {
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
+        let mut receipt = Receipt::default();
         let (code, message) = match std::mem::replace(&mut self.stage, Stage::Ended) {
             Stage::Ended => return,
             Stage::Settled(result) => {
@@ -1543,15 +1565,25 @@ impl Drop for Unfinished<'_> {
                 ErrorCode::Cancelled,
                 "the call ended before its intent was written; its body never ran",
             ),
-            Stage::Open => (
-                ErrorCode::ToolOutcomeUnknown,
-                "the call was dropped after its intent was written and before its result (its \
+            // With what its body's network did so far (closed now).
+            Stage::Open(witness) => {
+                witness.fill(&mut receipt);
+                (
+                    ErrorCode::ToolOutcomeUnknown,
+                    "the call was dropped after its intent was written and before its result (its \
                  caller gave up on it, or the host stopped): whether its body ran, and what it \
                  did, is unknown",
-            ),
+                )
+            }
         };
-        self.host
-            .refuse(&self.call_id, &self.tool, code, message.into(), &self.start);
+        self.host.refuse_with(
+            &self.call_id,
+            &self.tool,
+            code,
+            message.into(),
+            receipt,
+            &self.start,
+        );
     }
 }
 

@@ -141,10 +141,13 @@ impl Invoker {
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
         on_abandon: Option<OnAbandon>,
+        witness: NetWitness,
     ) -> (BodyOutcome, Receipt) {
         let spec = body.spec;
         if spec.mode == SandboxMode::None {
-            return self.invoke_here(body, interrupt, progress, None).await;
+            return self
+                .invoke_here(body, interrupt, progress, &witness, false)
+                .await;
         }
         let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
         let (tool, args_json) = (body.tool.to_string(), body.args_json.to_string());
@@ -152,6 +155,7 @@ impl Invoker {
             spec,
             interrupt,
             on_abandon,
+            witness,
             move |spec, interrupt, witness| async move {
                 let body = Body {
                     pre: &pre,
@@ -161,7 +165,7 @@ impl Invoker {
                     spec: &spec,
                 };
                 invoker
-                    .invoke_here(body, interrupt, progress, Some(&witness))
+                    .invoke_here(body, interrupt, progress, &witness, true)
                     .await
             },
         )
@@ -174,13 +178,14 @@ impl Invoker {
     /// still running then is stuck in a host system call and is abandoned
     /// (see [`Invoker::invoke`]). Both component bodies with file access
     /// and program bodies run this way. `make` gets the body's spec and
-    /// interrupt, and a [`NetWitness`] for its store: an abandoned body's
-    /// call still reports the network records and `denied` lines so far.
+    /// interrupt, and `witness` for its store: an abandoned body's call
+    /// still reports the network records and `denied` lines so far.
     pub(crate) async fn on_own_thread<F, Fut>(
         &self,
         spec: &SandboxSpec,
         interrupt: Interrupt,
         on_abandon: Option<OnAbandon>,
+        witness: NetWitness,
         make: F,
     ) -> (BodyOutcome, Receipt)
     where
@@ -188,7 +193,6 @@ impl Invoker {
         Fut: std::future::Future<Output = (BodyOutcome, Receipt)>,
     {
         let started = Instant::now();
-        let witness = NetWitness::default();
         // The call ends without its body's result (refused, or abandoned:
         // then with what the body's network did so far).
         let stuck = |code: ErrorCode, message: &str| {
@@ -300,25 +304,25 @@ impl Invoker {
         ended
     }
 
-    /// [`Invoker::invoke`] on the current thread; `own_thread` (a body on
-    /// a thread of its own, see [`Invoker::on_own_thread`]) lets the
-    /// guest's file operations block it.
+    /// [`Invoker::invoke`] on the current thread, its store's network
+    /// shared with `witness`; `blocking` (a body on a thread of its own,
+    /// see [`Invoker::on_own_thread`]) lets the guest's file operations
+    /// block it.
     async fn invoke_here(
         &self,
         body: Body<'_>,
         interrupt: Interrupt,
         progress: Option<ProgressSink>,
-        own_thread: Option<&NetWitness>,
+        witness: &NetWitness,
+        blocking: bool,
     ) -> (BodyOutcome, Receipt) {
         let started = Instant::now();
         let mut builder = StoreBuilder::new(body.spec);
         builder
             .interrupt(interrupt)
             .progress(progress)
-            .blocking(own_thread.is_some());
-        if let Some(w) = own_thread {
-            builder.witness(w);
-        }
+            .blocking(blocking)
+            .witness(witness);
         let mut run = match self.store(&builder) {
             Ok(run) => run,
             Err((code, message)) => {
@@ -527,6 +531,8 @@ pub(crate) struct Watch {
     pub interrupt: Interrupt,
     pub progress: Option<ProgressSink>,
     pub on_abandon: Option<OnAbandon>,
+    /// Shares the body's network records with the call.
+    pub witness: NetWitness,
 }
 
 /// One body to run: the component, the tool, its arguments and its grant.
@@ -674,13 +680,19 @@ mod tests {
 
         let (on_abandon, released, abandoned) = hold();
         let (started, running) = tokio::sync::oneshot::channel();
-        let heeds = invoker.on_own_thread(&spec, Interrupt::default(), Some(on_abandon), {
-            move |_, interrupt, _| async move {
-                let _ = started.send(());
-                interrupt.cancelled().await;
-                ok()
-            }
-        });
+        let heeds = invoker.on_own_thread(
+            &spec,
+            Interrupt::default(),
+            Some(on_abandon),
+            NetWitness::default(),
+            {
+                move |_, interrupt, _| async move {
+                    let _ = started.send(());
+                    interrupt.cancelled().await;
+                    ok()
+                }
+            },
+        );
         tokio::select! {
             _ = heeds => panic!("the body ended on its own"),
             _ = running => {}
@@ -698,13 +710,19 @@ mod tests {
         let (on_abandon, released, abandoned) = hold();
         let (started, running) = tokio::sync::oneshot::channel();
         let (release, stuck) = std::sync::mpsc::channel::<()>();
-        let stuck_body = invoker.on_own_thread(&spec, Interrupt::default(), Some(on_abandon), {
-            move |_, _, _| async move {
-                let _ = started.send(());
-                let _ = stuck.recv();
-                ok()
-            }
-        });
+        let stuck_body = invoker.on_own_thread(
+            &spec,
+            Interrupt::default(),
+            Some(on_abandon),
+            NetWitness::default(),
+            {
+                move |_, _, _| async move {
+                    let _ = started.send(());
+                    let _ = stuck.recv();
+                    ok()
+                }
+            },
+        );
         tokio::select! {
             _ = stuck_body => panic!("the body ended on its own"),
             _ = running => {}
@@ -749,6 +767,7 @@ mod tests {
                     &spec,
                     Interrupt::default(),
                     None,
+                    NetWitness::default(),
                     move |_, _, _| async move {
                         body_ran.store(true, Ordering::SeqCst);
                         (

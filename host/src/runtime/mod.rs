@@ -183,6 +183,7 @@ impl Runtime {
             interrupt,
             progress,
             on_abandon,
+            witness,
         } = watch;
         let body = Body {
             pre: &component.pre,
@@ -192,7 +193,7 @@ impl Runtime {
             spec,
         };
         self.invoker
-            .invoke(body, interrupt, progress, on_abandon)
+            .invoke(body, interrupt, progress, on_abandon, witness)
             .await
     }
 
@@ -282,7 +283,13 @@ impl Runtime {
             spec: &spec,
         };
         self.invoker
-            .invoke(body, crate::state::Interrupt::default(), None, None)
+            .invoke(
+                body,
+                crate::state::Interrupt::default(),
+                None,
+                None,
+                NetWitness::default(),
+            )
             .await
     }
 }

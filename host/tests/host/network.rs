@@ -866,6 +866,65 @@ async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
     drop(hold);
 }
 
+/// A call its caller drops while the guest waits for a response (a
+/// client's timeout, a transport that drops its handler) ends
+/// `TOOL_OUTCOME_UNKNOWN` in the log, and that result still records the
+/// request the guest made: in mode `none` (the body in the caller's future)
+/// and with a workspace (on a thread of its own). A caller cannot hide a
+/// tool's traffic from the log by dropping its call.
+#[tokio::test]
+async fn a_dropped_call_still_records_its_requests() {
+    let (seen, mut requests) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    let held = Arc::new(Mutex::new(held));
+    let servers: Vec<Server> = (0..2)
+        .map(|_| silent_server(seen.clone(), held.clone()))
+        .collect();
+    let grants: Vec<String> = servers
+        .iter()
+        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
+        .collect();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\n",
+        grants.join(", ")
+    );
+    let (_ws, host) = host(&policy).await;
+    for (i, (mode, server)) in [SandboxMode::None, SandboxMode::ReadOnly]
+        .into_iter()
+        .zip(&servers)
+        .enumerate()
+    {
+        let id = format!("dropped-{i}");
+        let mut request =
+            CallRequest::new("http_fetch", json!({"url": server.url("/x?q=1")})).mode(mode);
+        request.call_id = Some(id.clone());
+        let call = host.call(request);
+        // Dropped once the server holds the request.
+        tokio::select! {
+            r = call => panic!("{mode:?}: the call ended first: {r:?}"),
+            got = tokio::time::timeout(std::time::Duration::from_secs(30), requests.recv()) => {
+                got.expect("the request never reached the server").unwrap();
+            }
+        }
+        let results: Vec<Value> = host
+            .log()
+            .events_for_call(&id)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == toolhost::log::EventKind::ToolResult)
+            .map(|e| e.payload)
+            .collect();
+        assert_eq!(results.len(), 1, "{mode:?}: {results:?}");
+        let result = &results[0];
+        assert_eq!(result["error"]["code"], "TOOL_OUTCOME_UNKNOWN", "{result}");
+        let network = result["receipt"]["network"].as_array().unwrap();
+        assert_eq!(network.len(), 1, "{mode:?}: {result}");
+        assert_eq!(network[0]["url"], server.url("/x"), "{result}");
+        assert_eq!(network[0]["decision"], "allowed", "{result}");
+    }
+    drop(hold);
+}
+
 /// A request without a body whose `content-length` promises one is refused
 /// inside the guest before anything is connected (a server would wait for
 /// bytes that never come).
