@@ -83,7 +83,7 @@ impl Host {
             Ok(()) => {
                 for (slot, call) in slots.iter().zip(calls.iter_mut()) {
                     if let Slot::Ready(a) = slot {
-                        call.opened(&a.witness);
+                        call.opened(a);
                     }
                 }
             }

@@ -130,7 +130,7 @@ impl Host {
         if let Err(e) = self.checkpoint(&[&admitted]) {
             return call.end(aborted(&admitted, &e));
         }
-        call.opened(&admitted.witness);
+        call.opened(&admitted);
         self.dispatch(admitted, call).await
     }
 
@@ -1469,8 +1469,13 @@ enum Stage {
     Admitting,
     Admitted,
     Settled(Box<CallResult>),
-    /// Its intent is written; the witness of its body's network.
-    Open(NetWitness),
+    /// Its intent is written: the witness of its body's network, its mode,
+    /// and when its body could start.
+    Open {
+        witness: NetWitness,
+        mode: SandboxMode,
+        at: std::time::Instant,
+    },
     /// Its result is committed: nothing left to do.
     Ended,
 }
@@ -1531,10 +1536,14 @@ impl<'h> Unfinished<'h> {
         self.stage = Stage::Settled(Box::new(result.clone()));
     }
 
-    /// Its intent is written (phase 6); `witness` will hold its body's
+    /// Its intent is written (phase 6); its witness will hold its body's
     /// network, for a result committed without the body's own receipt.
-    pub(crate) fn opened(&mut self, witness: &NetWitness) {
-        self.stage = Stage::Open(witness.clone());
+    pub(crate) fn opened(&mut self, admitted: &Admitted<'_>) {
+        self.stage = Stage::Open {
+            witness: admitted.witness.clone(),
+            mode: admitted.mode,
+            at: std::time::Instant::now(),
+        };
     }
 
     /// Phase 9: commits the call's result.
@@ -1566,7 +1575,9 @@ impl Drop for Unfinished<'_> {
                 "the call ended before its intent was written; its body never ran",
             ),
             // With what its body's network did so far (closed now).
-            Stage::Open(witness) => {
+            Stage::Open { witness, mode, at } => {
+                receipt.mode = Some(mode);
+                receipt.wall_us = at.elapsed().as_micros() as u64;
                 witness.fill(&mut receipt);
                 (
                     ErrorCode::ToolOutcomeUnknown,

@@ -295,10 +295,12 @@ pub(crate) struct StoreBuilder<'a> {
     witness: Option<&'a NetWitness>,
 }
 
-/// What a call still reports of a body it gave up on (stuck in a host
-/// system call past its deadline or cancellation): the network records and
-/// `denied` lines of the body's store, shared with it once it is built. A
-/// guest must not hide the requests it made by getting itself abandoned.
+/// What a call still reports of a body whose own receipt it does not get
+/// (abandoned in a host system call past its deadline or cancellation, or
+/// the call dropped by its caller): the network records and `denied` lines
+/// of the body's store, shared with it once it is built. Neither a guest
+/// (getting itself abandoned) nor a caller (dropping its call) can keep the
+/// requests a body made out of the call's result.
 #[derive(Clone, Default)]
 pub(crate) struct NetWitness(Arc<Mutex<Witnessed>>);
 
@@ -380,7 +382,8 @@ impl<'a> StoreBuilder<'a> {
     }
 
     /// Shares the store's network records and `denied` lines with
-    /// `witness`, for a call that may give up on the body.
+    /// `witness`, for a call that may end without the body's receipt
+    /// (abandoned, or dropped by its caller).
     pub(crate) fn witness(&mut self, witness: &'a NetWitness) -> &mut Self {
         self.witness = Some(witness);
         self

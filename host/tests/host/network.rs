@@ -870,8 +870,9 @@ async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
 /// client's timeout, a transport that drops its handler) ends
 /// `TOOL_OUTCOME_UNKNOWN` in the log, and that result still records the
 /// request the guest made: in mode `none` (the body in the caller's future)
-/// and with a workspace (on a thread of its own). A caller cannot hide a
-/// tool's traffic from the log by dropping its call.
+/// and with a workspace (on a thread of its own), and each call of a
+/// dropped batch its own. A caller cannot hide a tool's traffic from the
+/// log by dropping its call.
 #[tokio::test]
 async fn a_dropped_call_still_records_its_requests() {
     let (seen, mut requests) = tokio::sync::mpsc::unbounded_channel::<()>();
@@ -921,7 +922,60 @@ async fn a_dropped_call_still_records_its_requests() {
         assert_eq!(network.len(), 1, "{mode:?}: {result}");
         assert_eq!(network[0]["url"], server.url("/x"), "{result}");
         assert_eq!(network[0]["decision"], "allowed", "{result}");
+        assert_eq!(result["receipt"]["mode"], json!(mode), "{result}");
     }
+
+    // A batch dropped while both its bodies wait: each call's result holds
+    // its own request, and no other.
+    let more: Vec<Server> = (0..2)
+        .map(|_| silent_server(seen.clone(), held.clone()))
+        .collect();
+    let grants: Vec<String> = more
+        .iter()
+        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
+        .collect();
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\n",
+        grants.join(", ")
+    );
+    let (_ws, host) = self::host(&policy).await;
+    let requests_of: Vec<CallRequest> = more
+        .iter()
+        .enumerate()
+        .map(|(i, server)| {
+            let mut r =
+                CallRequest::new("http_fetch", json!({"url": server.url(&format!("/b{i}"))}))
+                    .mode(SandboxMode::None);
+            r.call_id = Some(format!("batch-{i}"));
+            r
+        })
+        .collect();
+    let batch = host.call_batch(requests_of);
+    tokio::select! {
+        r = batch => panic!("the batch ended first: {r:?}"),
+        got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            requests.recv().await;
+            requests.recv().await;
+        }) => got.expect("both requests never reached their servers"),
+    }
+    // (A batch names its calls itself.)
+    let mut urls: Vec<Value> = host
+        .log()
+        .events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == toolhost::log::EventKind::ToolResult)
+        .map(|e| {
+            assert_eq!(e.payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
+            let network = e.payload["receipt"]["network"].as_array().unwrap().clone();
+            assert_eq!(network.len(), 1, "{}", e.payload);
+            network[0]["url"].clone()
+        })
+        .collect();
+    let mut wanted = vec![json!(more[0].url("/b0")), json!(more[1].url("/b1"))];
+    urls.sort_by_key(|u| u.to_string());
+    wanted.sort_by_key(|u| u.to_string());
+    assert_eq!(urls, wanted);
     drop(hold);
 }
 
