@@ -1110,10 +1110,15 @@ fn exec_network(a: &ExecArgs) -> Result<toolhost::NetworkGrant> {
     let policy = NetworkPolicy::from_grants(grants)
         .with_ca_file(a.ca_file.clone())
         .with_limits(limits);
+    // Named as the flag that caused it: a grant's (a socket grant naming a
+    // host), the CA file's, or the system's TLS roots (SSL_CERT_FILE).
     toolhost::NetworkGrant::from_policy(&policy, None).map_err(|e| {
-        match e.strip_prefix("network.ca_file ") {
-            Some(rest) => anyhow!("--ca-file {rest}"),
-            None => anyhow!("--allow-net: {e}"),
+        if let Some(rest) = e.strip_prefix("network.ca_file ") {
+            anyhow!("--ca-file {rest}")
+        } else if let Some(rest) = e.strip_prefix("network grant ") {
+            anyhow!("--allow-net: {rest}")
+        } else {
+            anyhow!("{e}")
         }
     })
 }

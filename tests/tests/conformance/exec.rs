@@ -944,6 +944,29 @@ fn exec_allow_net_errors_exit_2() {
             );
         }
     }
+    // A socket grant that names a host is named as `--allow-net`; system
+    // TLS roots that SSL_CERT_FILE names but cannot be read are named as
+    // that variable, not as a flag.
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--allow-net", "tcp://example.com:80", "--"])
+        .args(["127.0.0.1:1", "x"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("error: --allow-net: \"tcp://example.com:80\": ")
+            && stderr(&out).contains("must name an IP address"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(exec(p2::TCP_SEND)
+        .env("SSL_CERT_FILE", "/nonexistent/toolhost-test/missing.pem")
+        .args(["--allow-net", "https://127.0.0.1:1", "--"])
+        .args(["127.0.0.1:1", "x"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("error: TLS roots named by SSL_CERT_FILE"),
+        "{}",
+        stderr(&out)
+    );
     // A `--ca-file` that is not a regular file is named as that flag.
     let dir = tempfile::tempdir().unwrap();
     let out = run(exec(p2::TCP_SEND)
