@@ -61,6 +61,7 @@ use toolhost_egress::{
 use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode as HttpErrorCode;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// The most refusal records one call keeps: refusals do not count against
@@ -1292,7 +1293,30 @@ pub(crate) fn refuse_name_lookups(
 /// request that reached it anyway would be refused, never sent ungoverned.
 pub(crate) struct HttpHooks;
 
+/// A guest's failed exchange is the guest's business: its code goes to the
+/// guest and its record says why. The host's own log hears of it only at
+/// debug level (wasmtime-wasi-http warns), so that guests cannot fill it.
 impl WasiHttpHooks for HttpHooks {
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> HttpErrorCode {
+        tracing::debug!("a guest's HTTP exchange failed: {err}");
+        HttpErrorCode::HttpProtocolError
+    }
+
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> HttpErrorCode {
+        tracing::debug!("a guest's connection failed: {err}");
+        match err.kind() {
+            std::io::ErrorKind::NetworkUnreachable | std::io::ErrorKind::HostUnreachable => {
+                HttpErrorCode::DestinationUnavailable
+            }
+            _ => HttpErrorCode::ConnectionRefused,
+        }
+    }
+
+    fn p2_error_from_tls(&mut self, err: &std::io::Error) -> HttpErrorCode {
+        tracing::debug!("a guest's TLS handshake failed: {err}");
+        HttpErrorCode::TlsProtocolError
+    }
+
     fn send_request(
         &mut self,
         _request: http::Request<WasiBody>,

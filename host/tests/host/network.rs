@@ -1535,6 +1535,39 @@ async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
     }
 }
 
+/// A guest's connection that fails (nothing listens on its granted port)
+/// is the guest's error and its record's, not a warning in the host's log:
+/// a guest must not be able to fill the operator's log.
+#[test]
+fn a_guests_failed_connection_is_not_a_host_warning() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempdir();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        grant_policy(&format!("\"http://127.0.0.1:{port}\"")),
+    )
+    .unwrap();
+    let workspace = tempdir();
+    let out = cli_fetch(
+        &format!("http://127.0.0.1:{port}/"),
+        &policy,
+        &dir.path().join("state"),
+        workspace.path(),
+    )
+    .env_remove("TOOLHOST_LOG")
+    .output()
+    .unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("connection-refused"), "{result:#}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("WARN"), "{err}");
+}
+
 /// `toolhost run http_fetch --mode none --json` of `url`, with `policy`,
 /// `state` and `workspace`, on the suite's compile cache.
 fn cli_fetch(
