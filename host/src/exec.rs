@@ -111,12 +111,9 @@ pub async fn run_command(
         let _ = done_tx.send(report);
     });
     // Given up on: with what the program's network did so far.
+    let started = std::time::Instant::now();
     let abandoned = |code: ErrorCode, message: &str| {
-        let mut receipt = Receipt {
-            mode: Some(spec.mode),
-            ..Receipt::default()
-        };
-        witness.fill(&mut receipt);
+        let receipt = witness.receipt(spec.mode, started);
         ExecReport {
             outcome: ExecOutcome::Failed {
                 code,

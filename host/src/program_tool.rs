@@ -109,6 +109,7 @@ impl ProgramTool {
             spec.limits.deadline = spec.limits.deadline.min(t);
         }
         let (tool, rt, args) = (self.clone(), runtime.clone(), args.clone());
+        let body_witness = witness.clone();
         runtime
             .invoker()
             .on_own_thread(
@@ -116,8 +117,9 @@ impl ProgramTool {
                 interrupt,
                 on_abandon,
                 witness,
-                move |spec, interrupt, witness| async move {
-                    tool.run_here(&rt, &args, &spec, interrupt, &witness).await
+                move |spec, interrupt| async move {
+                    tool.run_here(&rt, &args, &spec, interrupt, &body_witness)
+                        .await
                 },
             )
             .await

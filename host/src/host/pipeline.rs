@@ -1576,9 +1576,7 @@ impl Drop for Unfinished<'_> {
             ),
             // With what its body's network did so far (closed now).
             Stage::Open { witness, mode, at } => {
-                receipt.mode = Some(mode);
-                receipt.wall_us = at.elapsed().as_micros() as u64;
-                witness.fill(&mut receipt);
+                receipt = witness.receipt(mode, at);
                 (
                     ErrorCode::ToolOutcomeUnknown,
                     "the call was dropped after its intent was written and before its result (its \

@@ -135,14 +135,13 @@ impl Invoker {
     /// refuse them, see `host::gate`). (The check and the abandonment are not one
     /// atomic step: calls already running when the limit is reached may
     /// still be abandoned, at most the pool's size in all.)
-    pub(crate) async fn invoke(
-        &self,
-        body: Body<'_>,
-        interrupt: Interrupt,
-        progress: Option<ProgressSink>,
-        on_abandon: Option<OnAbandon>,
-        witness: NetWitness,
-    ) -> (BodyOutcome, Receipt) {
+    pub(crate) async fn invoke(&self, body: Body<'_>, watch: Watch) -> (BodyOutcome, Receipt) {
+        let Watch {
+            interrupt,
+            progress,
+            on_abandon,
+            witness,
+        } = watch;
         let spec = body.spec;
         if spec.mode == SandboxMode::None {
             return self
@@ -151,12 +150,13 @@ impl Invoker {
         }
         let (invoker, pre, needs) = (self.clone(), body.pre.clone(), body.needs.copied());
         let (tool, args_json) = (body.tool.to_string(), body.args_json.to_string());
+        let body_witness = witness.clone();
         self.on_own_thread(
             spec,
             interrupt,
             on_abandon,
             witness,
-            move |spec, interrupt, witness| async move {
+            move |spec, interrupt| async move {
                 let body = Body {
                     pre: &pre,
                     needs: needs.as_ref(),
@@ -165,7 +165,7 @@ impl Invoker {
                     spec: &spec,
                 };
                 invoker
-                    .invoke_here(body, interrupt, progress, &witness, true)
+                    .invoke_here(body, interrupt, progress, &body_witness, true)
                     .await
             },
         )
@@ -178,8 +178,9 @@ impl Invoker {
     /// still running then is stuck in a host system call and is abandoned
     /// (see [`Invoker::invoke`]). Both component bodies with file access
     /// and program bodies run this way. `make` gets the body's spec and
-    /// interrupt, and `witness` for its store: an abandoned body's call
-    /// still reports the network records and `denied` lines so far.
+    /// interrupt; `witness` is its store's (the store `make` builds shares
+    /// its network with it): an abandoned body's call still reports the
+    /// network records and `denied` lines so far.
     pub(crate) async fn on_own_thread<F, Fut>(
         &self,
         spec: &SandboxSpec,
@@ -189,19 +190,14 @@ impl Invoker {
         make: F,
     ) -> (BodyOutcome, Receipt)
     where
-        F: FnOnce(SandboxSpec, Interrupt, NetWitness) -> Fut + Send + 'static,
+        F: FnOnce(SandboxSpec, Interrupt) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = (BodyOutcome, Receipt)>,
     {
         let started = Instant::now();
         // The call ends without its body's result (refused, or abandoned:
         // then with what the body's network did so far).
         let stuck = |code: ErrorCode, message: &str| {
-            let mut receipt = Receipt {
-                wall_us: started.elapsed().as_micros() as u64,
-                mode: Some(spec.mode),
-                ..Receipt::default()
-            };
-            witness.fill(&mut receipt);
+            let receipt = witness.receipt(spec.mode, started);
             (
                 BodyOutcome::Err {
                     code,
@@ -234,7 +230,6 @@ impl Invoker {
         // Moved into the body's closure: dropped when the thread returns, or
         // with the closure if it never runs (a runtime shutting down).
         let returns = Returns(kept.clone());
-        let body_witness = witness.clone();
         let body = tokio::task::spawn_blocking(move || {
             let _returns = returns;
             let left = call_deadline.saturating_duration_since(Instant::now());
@@ -263,7 +258,7 @@ impl Invoker {
                 );
             }
             body_spec.limits.deadline = left;
-            handle.block_on(make(body_spec, body_interrupt, body_witness))
+            handle.block_on(make(body_spec, body_interrupt))
         });
         let backstop = tokio::time::Instant::now() + spec.limits.deadline + STUCK_GRACE;
         // From here until the body's result is taken, the body is abandoned
@@ -686,7 +681,7 @@ mod tests {
             Some(on_abandon),
             NetWitness::default(),
             {
-                move |_, interrupt, _| async move {
+                move |_, interrupt| async move {
                     let _ = started.send(());
                     interrupt.cancelled().await;
                     ok()
@@ -716,7 +711,7 @@ mod tests {
             Some(on_abandon),
             NetWitness::default(),
             {
-                move |_, _, _| async move {
+                move |_, _| async move {
                     let _ = started.send(());
                     let _ = stuck.recv();
                     ok()
@@ -768,7 +763,7 @@ mod tests {
                     Interrupt::default(),
                     None,
                     NetWitness::default(),
-                    move |_, _, _| async move {
+                    move |_, _| async move {
                         body_ran.store(true, Ordering::SeqCst);
                         (
                             BodyOutcome::Ok {

@@ -179,12 +179,6 @@ impl Runtime {
         spec: &SandboxSpec,
         watch: Watch,
     ) -> (BodyOutcome, Receipt) {
-        let Watch {
-            interrupt,
-            progress,
-            on_abandon,
-            witness,
-        } = watch;
         let body = Body {
             pre: &component.pre,
             needs: component.needs.as_ref(),
@@ -192,9 +186,7 @@ impl Runtime {
             args_json,
             spec,
         };
-        self.invoker
-            .invoke(body, interrupt, progress, on_abandon, witness)
-            .await
+        self.invoker.invoke(body, watch).await
     }
 
     /// Bodies abandoned in a host system call (after their deadline, their
@@ -285,10 +277,12 @@ impl Runtime {
         self.invoker
             .invoke(
                 body,
-                crate::state::Interrupt::default(),
-                None,
-                None,
-                NetWitness::default(),
+                Watch {
+                    interrupt: crate::state::Interrupt::default(),
+                    progress: None,
+                    on_abandon: None,
+                    witness: NetWitness::default(),
+                },
             )
             .await
     }

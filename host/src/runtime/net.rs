@@ -76,10 +76,13 @@ const MAX_REFUSED_RECORDS: usize = 256;
 /// The most binds (to port 0) of one protocol a call may make without a
 /// grant of that protocol. Such a bind reaches nothing: what the socket
 /// then does (connect, send, listen) is decided and recorded on its own,
-/// with its destination. But each bound socket holds one of the machine's
+/// with its destination. But a bound socket holds one of the machine's
 /// ephemeral ports, so a call without a grant may bind only a few. A TCP
-/// socket whose connect or listen is refused is closed with it, so it stops
-/// counting then; any other bind counts until the call ends.
+/// socket whose connect or listen is refused is closed with it, so its bind
+/// stops counting then; any other bind counts until the call ends. Past the
+/// limit, a bind is refused (`bind_refused`, in `denied`) and what the
+/// socket would have reached is not seen: it is counted in the receipt's
+/// `network_dropped`.
 pub(crate) const MAX_UNGRANTED_BINDS: u32 = 64;
 
 /// Why a request of another scheme is refused (`unsupported_scheme`).
@@ -98,6 +101,8 @@ type SendResult = Result<
 /// address check, and read for its receipt.
 pub(crate) struct CallNet {
     grant: NetworkGrant,
+    /// Whether the grant has one of TCP, of UDP, that the call may use.
+    grants_protocol: [bool; 2],
     deadline: Instant,
     log: Mutex<NetLog>,
     denied: Arc<Mutex<Vec<String>>>,
@@ -163,6 +168,7 @@ impl CallNet {
         denied: Arc<Mutex<Vec<String>>>,
     ) -> Arc<CallNet> {
         Arc::new(CallNet {
+            grants_protocol: CallNet::protocols_granted(&grant),
             grant,
             deadline,
             log: Mutex::new(NetLog::default()),
@@ -769,11 +775,12 @@ impl CallNet {
             return false;
         }
         // A UDP peer's datagrams (and its replies) are one record.
+        // (Closed meanwhile: not seen, and refused by the count below.)
         let seen = matches!(use_, SocketAddrUse::UdpSend)
             && self
                 .log
                 .lock()
-                .map(|l| l.udp_peers.contains(&(addr.ip(), addr.port())))
+                .map(|l| !l.closed && l.udp_peers.contains(&(addr.ip(), addr.port())))
                 .unwrap_or(false);
         if seen {
             return true;
@@ -800,14 +807,23 @@ impl CallNet {
     /// Whether the call may use a grant of `scheme`'s protocol: an `allow`
     /// one, a matched rule's, or an `ask` one its approval covered.
     fn grants_protocol(&self, scheme: Scheme) -> bool {
-        let Some(egress) = self.egress() else {
+        self.grants_protocol[usize::from(scheme == Scheme::Udp)]
+    }
+
+    /// [`CallNet::grants_protocol`] of TCP and UDP, for `grant`.
+    fn protocols_granted(grant: &NetworkGrant) -> [bool; 2] {
+        [Scheme::Tcp, Scheme::Udp].map(|scheme| Self::grants(grant, scheme))
+    }
+
+    fn grants(grant: &NetworkGrant, scheme: Scheme) -> bool {
+        let Some(egress) = &grant.egress else {
             return false;
         };
         let covers =
             |grants: &[toolhost_egress::Grant]| grants.iter().any(|g| g.scheme() == scheme);
         covers(egress.policy.allow())
-            || self.grant.rules.iter().any(|r| covers(r.grants()))
-            || (self.grant.ask_approved && covers(egress.policy.ask()))
+            || grant.rules.iter().any(|r| covers(r.grants()))
+            || (grant.ask_approved && covers(egress.policy.ask()))
     }
 
     /// A bind (a connect's or a send's implicit one, or the guest's own):
@@ -839,10 +855,17 @@ impl CallNet {
             return false;
         }
         let bound = self.log.lock().is_ok_and(|mut l| {
+            if l.closed {
+                return false;
+            }
             let held = &mut l.ungranted_binds[usize::from(scheme == Scheme::Udp)];
             let ok = *held < MAX_UNGRANTED_BINDS;
             if ok {
                 *held += 1;
+            } else {
+                // What the socket would have reached is not seen: counted
+                // with the refusal records not kept.
+                l.dropped += 1;
             }
             ok
         });
@@ -1433,7 +1456,7 @@ mod tests {
         );
         let any: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
         let peer = SocketAddr::from(([127, 0, 0, 1], 9));
-        // Three times the limit (and under the 256 refusal records kept).
+        // Over twice the limit (and under the 256 refusal records kept).
         for _ in 0..150 {
             assert!(net.check_socket(any, SocketAddrUse::TcpBind));
             assert!(!net.check_socket(peer, SocketAddrUse::TcpConnect));
@@ -1457,6 +1480,9 @@ mod tests {
             assert!(!net.check_socket(peer, SocketAddrUse::UdpSend));
         }
         assert!(!net.check_socket(any, SocketAddrUse::UdpBind));
+        // The three binds refused at the limit: what their sockets would
+        // have reached is counted as not seen.
+        assert_eq!(net.dropped(), 3);
         let records = net.close();
         assert_eq!(records.len(), 150 + max);
         assert!(

@@ -281,6 +281,18 @@ pub struct Receipt {
     pub network_dropped: u64,
 }
 
+impl Receipt {
+    /// This receipt with the call's network records and `denied` lines
+    /// (`net`'s, closed first: no request starts, and no refusal is filed,
+    /// after they are read).
+    fn with_network(mut self, net: &CallNet, denied: &Mutex<Vec<String>>) -> Receipt {
+        self.network = net.close();
+        self.denied = denied.lock().map(|d| d.clone()).unwrap_or_default();
+        self.network_dropped = net.dropped();
+        self
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -329,19 +341,23 @@ impl NetWitness {
         true
     }
 
-    /// The call gives up on its body: the records and `denied` lines so
-    /// far, into `receipt`. Closes the body's network (a request or
-    /// connection it has not started by now is never made), and a store
-    /// not built yet never will be.
-    pub(crate) fn fill(&self, receipt: &mut Receipt) {
+    /// The call gives up on its body, which ran in `mode` from `since`:
+    /// its receipt, with the records and `denied` lines so far. Closes the
+    /// body's network (a request or connection it has not started by now
+    /// is never made), and a store not built yet never will be.
+    pub(crate) fn receipt(&self, mode: SandboxMode, since: Instant) -> Receipt {
+        let receipt = Receipt {
+            wall_us: since.elapsed().as_micros() as u64,
+            mode: Some(mode),
+            ..Receipt::default()
+        };
         let watched = match self.0.lock() {
             Ok(mut w) => std::mem::replace(&mut *w, Witnessed::GaveUp),
-            Err(_) => return,
+            Err(_) => return receipt,
         };
-        if let Witnessed::Watching(net, denied) = watched {
-            receipt.network = net.close();
-            receipt.denied = denied.lock().map(|d| d.clone()).unwrap_or_default();
-            receipt.network_dropped = net.dropped();
+        match watched {
+            Witnessed::Watching(net, denied) => receipt.with_network(&net, &denied),
+            _ => receipt,
         }
     }
 }
@@ -688,12 +704,9 @@ impl Run {
             stderr_bytes: state.stderr.total_bytes(),
             logs: state.host.logs.clone(),
             progress_reports: state.host.progress_reports,
-            // Closed first: no request starts, and no refusal is filed,
-            // after the records and the denied lines are read.
-            network: state.net.close(),
-            denied: state.denied.lock().map(|d| d.clone()).unwrap_or_default(),
-            network_dropped: state.net.dropped(),
+            ..Receipt::default()
         }
+        .with_network(&state.net, &state.denied)
     }
 }
 
@@ -722,8 +735,7 @@ mod tests {
         assert!(witness.watch(&net, &denied));
         let peer: std::net::SocketAddr = ([127, 0, 0, 1], 9).into();
         assert!(!net.check_socket(peer, wasmtime_wasi::sockets::SocketAddrUse::TcpConnect));
-        let mut receipt = Receipt::default();
-        witness.fill(&mut receipt);
+        let receipt = witness.receipt(SandboxMode::None, Instant::now());
         assert_eq!(receipt.network.len(), 1);
         assert_eq!(receipt.denied.len(), 1, "{:?}", receipt.denied);
         // Closed: the body's later attempts are neither made nor filed.
@@ -731,7 +743,7 @@ mod tests {
         assert_eq!(net.close().len(), 1);
 
         let late = NetWitness::default();
-        late.fill(&mut Receipt::default());
+        late.receipt(SandboxMode::None, Instant::now());
         let (net, denied) = self::net();
         assert!(
             !late.watch(&net, &denied),

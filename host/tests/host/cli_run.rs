@@ -23,54 +23,27 @@ fn run(args: &[&str]) -> std::process::Output {
 fn the_cli_exits_after_abandoning_a_stuck_body() {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let pipe = ws.path().join("pipe");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&pipe)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let child = Command::new(crate::support::bin())
+    let _pipe = crate::support::fifo(ws.path());
+    let mut command = Command::new(crate::support::bin());
+    command
         .args([
             "run",
             "read_file",
             "--mode",
             "read-only",
             "--timeout-ms",
-            "500",
+            "3000",
         ])
         .args(["--args", r#"{"path": "pipe"}"#, "--workspace"])
         .arg(ws.path())
         .arg("--state")
         .arg(state.path())
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(std::time::Duration::from_secs(20)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            // Let the stuck reader go, so that the test ends either way.
-            use std::os::unix::fs::OpenOptionsExt;
-            let _ = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(0o4000) // O_NONBLOCK on Linux
-                .open(&pipe);
-            if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            }
-            panic!("the CLI did not exit within 20 s of the call's deadline");
-        }
-    };
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir());
+    // Killed (and the test failed) if it has not ended 30 s on.
+    let ended = crate::durability::support::Running::spawn(command)
+        .wait_timeout(std::time::Duration::from_secs(30));
+    let err = &ended.stderr;
+    assert_eq!(ended.status.code(), Some(1), "{err}");
     assert!(err.contains("error: TIMEOUT: "), "{err}");
 }
 

@@ -34,7 +34,7 @@
 //! iteration and its xorshift seed, and `TOOLHOST_SOAK_FIRST=I` starts the
 //! loop at iteration I to replay it.
 
-mod support;
+pub(crate) mod support;
 
 mod cli;
 mod kill;

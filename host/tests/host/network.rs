@@ -885,10 +885,7 @@ async fn a_dropped_call_still_records_its_requests() {
         .iter()
         .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
         .collect();
-    let policy = format!(
-        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\n",
-        grants.join(", ")
-    );
+    let policy = grant_policy(&grants.join(", "));
     let (_ws, host) = host(&policy).await;
     for (i, (mode, server)) in [SandboxMode::None, SandboxMode::ReadOnly]
         .into_iter()
@@ -934,10 +931,7 @@ async fn a_dropped_call_still_records_its_requests() {
         .iter()
         .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
         .collect();
-    let policy = format!(
-        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\n",
-        grants.join(", ")
-    );
+    let policy = grant_policy(&grants.join(", "));
     let (_ws, host) = self::host(&policy).await;
     let requests_of: Vec<CallRequest> = more
         .iter()
@@ -1540,10 +1534,12 @@ async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
 /// a guest must not be able to fill the operator's log.
 #[test]
 fn a_guests_failed_connection_is_not_a_host_warning() {
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A port bound but not listening, held for the whole test: a connect
+    // to it is refused, and no other test can take it meanwhile.
+    let held = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    held.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let port = held.local_addr().unwrap().as_socket().unwrap().port();
     let dir = tempdir();
     let policy = dir.path().join("policy.toml");
     std::fs::write(

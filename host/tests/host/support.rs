@@ -71,3 +71,54 @@ pub async fn drop_when<T: std::fmt::Debug>(
         () = until(what, done) => {}
     }
 }
+
+/// A FIFO in the workspace with no writer: opening it blocks the reader in
+/// the host's `open`, where neither the epoch nor a dropped future can stop
+/// it. Dropping it releases the readers, so a failing assertion does not
+/// leave the test's runtime waiting forever for their threads.
+pub fn fifo(ws: &std::path::Path) -> Fifo {
+    let path = ws.join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    Fifo(path)
+}
+
+pub struct Fifo(std::path::PathBuf);
+
+impl Fifo {
+    /// Unblocks the readers stuck on the FIFO (a writer opens and closes
+    /// it), so their abandoned threads end. Non-blocking: with no reader
+    /// it does nothing.
+    pub fn release(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // Linux
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(O_NONBLOCK)
+            .open(&self.0);
+    }
+}
+
+impl Fifo {
+    /// Unblocks the writers stuck on the FIFO: a reader opens it, and is
+    /// kept open (so that their writes go into the pipe) until dropped.
+    pub fn release_writers(&self) -> Option<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // Linux
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(O_NONBLOCK)
+            .open(&self.0)
+            .ok()
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        self.release();
+        drop(self.release_writers());
+    }
+}

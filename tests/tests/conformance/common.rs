@@ -160,3 +160,135 @@ pub fn toolhost_bin() -> PathBuf {
     );
     bin
 }
+
+/// A named pipe nobody writes: a program or tool that opens it for reading
+/// blocks in a host system call (where neither the epoch nor a dropped
+/// future stops it) until [`Fifo::release`], which the drop calls too, so a
+/// failing assertion does not leave its reader stuck.
+pub struct Fifo(pub PathBuf);
+
+impl Fifo {
+    /// Makes the pipe at `path`.
+    pub fn make(path: PathBuf) -> Fifo {
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo {}", path.display());
+        Fifo(path)
+    }
+
+    /// Lets its readers go: a writer opens and closes it (non-blocking:
+    /// with no reader it does nothing).
+    pub fn release(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // Linux
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(O_NONBLOCK)
+            .open(&self.0);
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that counts connections and answers each
+/// first line with `echo: LINE`. Stops when dropped.
+pub struct EchoListener {
+    pub port: u16,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl EchoListener {
+    pub fn start() -> EchoListener {
+        use std::io::{BufRead, BufReader};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut stream) = stream else { continue };
+                c.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut line = String::new();
+                if let Ok(reader) = stream.try_clone() {
+                    let _ = BufReader::new(reader).read_line(&mut line);
+                }
+                let _ = std::io::Write::write_all(&mut stream, format!("echo: {line}").as_bytes());
+            }
+        });
+        EchoListener { port, count, stop }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for EchoListener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Runs `c` (its stdin empty) and returns how it ended, reading its stderr,
+/// and its stdout unless `leave_stdout` (nobody reads it then: a program
+/// writing it blocks once the pipe is full). Kills it and fails the test if
+/// it has not ended within `bound`.
+pub fn exits_within(
+    c: &mut std::process::Command,
+    bound: std::time::Duration,
+    leave_stdout: bool,
+) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let stdout = child.stdout.take().unwrap();
+    let (stdout, _unread) = if leave_stdout {
+        (None, Some(stdout))
+    } else {
+        (Some(read(Box::new(stdout))), None)
+    };
+    let end = std::time::Instant::now() + bound;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{c:?} did not end within {bound:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.map(|h| h.join().unwrap()).unwrap_or_default(),
+        stderr: stderr.join().unwrap(),
+    }
+}

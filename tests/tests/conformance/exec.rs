@@ -38,37 +38,6 @@ fn run(c: &mut Command) -> Output {
     c.stdin(Stdio::null()).output().unwrap()
 }
 
-/// Runs `c` and returns its output, failing if it has not exited within
-/// `bound`: then the FIFO `pipe` is opened for writing (which lets a reader
-/// stuck on it go), so that the test ends either way.
-fn exits_within(mut c: Command, bound: Duration, pipe: &Path) -> Output {
-    let child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(bound) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            use std::os::unix::fs::OpenOptionsExt;
-            let _ = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc_o_nonblock())
-                .open(pipe);
-            if rx.recv_timeout(Duration::from_secs(10)).is_err() {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            }
-            panic!("toolhost did not exit within {bound:?} of the program's deadline");
-        }
-    }
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -476,29 +445,19 @@ fn exec_deadline_holds_while_output_is_blocked() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big");
     std::fs::write(&big, vec![b'x'; 4 << 20]).unwrap();
-    let mut child = exec(p1::CAT)
-        .arg("--stdin")
-        .arg(&big)
-        .args(["--timeout-ms", "1000", "--max-output", "67108864"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // Nobody reads stdout. The run must end by itself, well within 60 s.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("toolhost exec did not end at the program's deadline");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(125));
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let out = exits_within(
+        exec(p1::CAT).arg("--stdin").arg(&big).args([
+            "--timeout-ms",
+            "1000",
+            "--max-output",
+            "67108864",
+        ]),
+        std::time::Duration::from_secs(60),
+        true,
+    );
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr(&out);
     assert!(err.contains("TIMEOUT"), "{err}");
 }
 
@@ -692,53 +651,6 @@ fn exec_caches_modules_apart_from_components() {
     );
 }
 
-/// A TCP listener on 127.0.0.1 that counts connections and answers each
-/// first line with `echo: LINE`. Stops when dropped.
-struct EchoListener {
-    port: u16,
-    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl EchoListener {
-    fn start() -> EchoListener {
-        use std::io::{BufRead, BufReader};
-        use std::sync::atomic::Ordering;
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (c, s) = (count.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if s.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(mut stream) = stream else { continue };
-                c.fetch_add(1, Ordering::SeqCst);
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut line = String::new();
-                if let Ok(reader) = stream.try_clone() {
-                    let _ = BufReader::new(reader).read_line(&mut line);
-                }
-                let _ = stream.write_all(format!("echo: {line}").as_bytes());
-            }
-        });
-        EchoListener { port, count, stop }
-    }
-
-    fn count(&self) -> usize {
-        self.count.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl Drop for EchoListener {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
 /// A program reaches the network only through `--allow-net`, in every mode
 /// (danger-full-access included), and only the exact destination granted:
 /// without a grant, or with a grant for another port, nothing reaches the
@@ -808,20 +720,17 @@ fn exec_an_abandoned_program_still_names_its_connections() {
     let echo = EchoListener::start();
     let addr = format!("127.0.0.1:{}", echo.port);
     let ws = tempfile::tempdir().unwrap();
-    assert!(
-        Command::new("mkfifo")
-            .arg(ws.path().join("pipe"))
-            .status()
-            .unwrap()
-            .success()
+    let _pipe = Fifo::make(ws.path().join("pipe"));
+    let out = exits_within(
+        exec(p2::TCP_SEND)
+            .args(["--mode", "read-only", "--timeout-ms", "5000", "--workspace"])
+            .arg(ws.path())
+            .args(["--allow-net", &format!("tcp://{addr}")])
+            .args(["--", &addr, "hello", "pipe"]),
+        Duration::from_secs(30),
+        false,
     );
-    let mut c = exec(p2::TCP_SEND);
-    c.args(["--mode", "read-only", "--timeout-ms", "500", "--workspace"])
-        .arg(ws.path())
-        .args(["--allow-net", &format!("tcp://{addr}")])
-        .args(["--", &addr, "hello", "pipe"]);
-    let out = exits_within(c, Duration::from_secs(20), &ws.path().join("pipe"));
-    assert_status(&out, 125, "abandoned");
+    assert_status(&out, 125, "stuck reading a FIFO");
     assert_eq!(stdout(&out), "echo: hello\n");
     assert_eq!(echo.count(), 1);
     let err = stderr(&out);
@@ -831,37 +740,21 @@ fn exec_an_abandoned_program_still_names_its_connections() {
         "the connection is named: {err}"
     );
 
-    let mut child = exec(p2::TCP_SEND)
-        .args([
-            "--timeout-ms",
-            "500",
-            "--allow-net",
-            &format!("tcp://{addr}"),
-        ])
-        .args(["--", &addr, "hello", "flood"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Nobody reads stdout; stderr is read to its end on a thread of its own.
-    let mut err_pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut err = String::new();
-        let _ = std::io::Read::read_to_string(&mut err_pipe, &mut err);
-        err
-    });
-    let (tx, rx) = std::sync::mpsc::channel();
-    let pid = child.id();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let Ok(status) = rx.recv_timeout(Duration::from_secs(20)) else {
-        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        panic!("toolhost exec did not end after abandoning the program");
-    };
-    assert_eq!(status.unwrap().code(), Some(125));
-    let err = reader.join().unwrap();
+    // Nobody reads stdout.
+    let out = exits_within(
+        exec(p2::TCP_SEND)
+            .args([
+                "--timeout-ms",
+                "5000",
+                "--allow-net",
+                &format!("tcp://{addr}"),
+            ])
+            .args(["--", &addr, "hello", "flood"]),
+        Duration::from_secs(30),
+        true,
+    );
+    assert_status(&out, 125, "stuck writing an output nobody reads");
+    let err = stderr(&out);
     assert!(
         err.contains("TIMEOUT") && err.contains("abandoned"),
         "{err}"
@@ -871,11 +764,6 @@ fn exec_an_abandoned_program_still_names_its_connections() {
         "the abandoned program's connection is named: {err}"
     );
     assert_eq!(echo.count(), 2);
-}
-
-/// `O_NONBLOCK` (Linux's value; the suite runs on Linux).
-fn libc_o_nonblock() -> i32 {
-    0o4000
 }
 
 /// `--net-max-requests` bounds the connections a program makes through its
@@ -904,6 +792,7 @@ fn exec_network_limits_from_flags() {
     for bad in [
         vec!["--allow-net", &grant, "--net-max-requests", "0"],
         vec!["--allow-net", &grant, "--net-max-response-bytes", "0"],
+        vec!["--allow-net", &grant, "--net-request-timeout-ms", "0"],
         vec!["--allow-net", &grant, "--net-request-timeout-ms", "x"],
         vec!["--net-max-requests", "5"],
     ] {

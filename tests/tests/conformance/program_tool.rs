@@ -937,14 +937,7 @@ async fn a_program_stuck_in_a_host_call_is_abandoned_at_its_deadline() {
     let tools = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("in.txt"), "inside").unwrap();
-    let pipe = ws.path().join("pipe");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&pipe)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let pipe = Fifo::make(ws.path().join("pipe"));
     let m = install(
         tools.path(),
         "fs",
@@ -964,14 +957,8 @@ async fn a_program_stuck_in_a_host_call_is_abandoned_at_its_deadline() {
     )
     .await;
     let took = started.elapsed();
-    // Let the stuck reader go (a writer opens and closes the FIFO).
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(0o4000) // O_NONBLOCK on Linux
-            .open(&pipe);
-    }
+    // Let the stuck reader go.
+    pipe.release();
     let r = r.expect("the call outlived its deadline by 20 s");
     assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
     assert!(
@@ -997,4 +984,60 @@ async fn a_program_stuck_in_a_host_call_is_abandoned_at_its_deadline() {
     )
     .await;
     assert_eq!(r.status, Status::Ok, "{r:?}");
+}
+
+/// A program tool that connected (its policy's grant) and then got stuck
+/// in a host system call (reading a FIFO nobody writes) is abandoned at its
+/// deadline, and its call still records the connection, in its result and
+/// in the session log: a program cannot hide its traffic by getting itself
+/// abandoned.
+#[tokio::test]
+async fn an_abandoned_program_tool_keeps_its_network_records() {
+    let echo = EchoListener::start();
+    let addr = format!("127.0.0.1:{}", echo.port);
+    let tools = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let pipe = Fifo::make(ws.path().join("pipe"));
+    let m = install(
+        tools.path(),
+        "send",
+        p2::TCP_SEND,
+        r#"
+description = "Sends a line, then reads a file."
+argv = ["tcp_send", "{addr}", "hello", "{then}"]
+workspace = "/"
+mode = "read-only"
+side_effect = "external"
+limits = { timeout_ms = 5000 }
+input_schema = '{"type":"object","properties":{"addr":{"type":"string"},"then":{"type":"string"}},"required":["addr","then"]}'
+"#,
+    );
+    let policy =
+        format!("version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://{addr}\"]\n");
+    let host = host_of(&[&m], ws.path(), Some(&policy)).await;
+    let r = call(
+        &host,
+        "send",
+        json!({"addr": addr, "then": "/pipe"}),
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    pipe.release();
+    assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
+    assert_eq!(echo.count(), 1);
+    let urls: Vec<&str> = r.receipt.network.iter().map(|n| n.url.as_str()).collect();
+    assert_eq!(urls, [format!("tcp://{addr}").as_str()], "{r:?}");
+    let logged: Vec<Value> = host
+        .log()
+        .events_for_call(&r.call_id)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::ToolResult)
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(
+        logged[0]["receipt"]["network"][0]["url"],
+        format!("tcp://{addr}"),
+        "{logged:?}"
+    );
 }

@@ -2,6 +2,7 @@
 //! write path, cancellation, and a batch larger than the instance pool.
 
 use super::support::*;
+use crate::support::fifo;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -511,57 +512,6 @@ fn a_creation_interrupted_by_a_kill_leaves_an_openable_state() {
     assert_eq!(names, ["session.redb", "session.wal"], "{names:?}");
     // And it opens again.
     SessionLog::open(&state).unwrap();
-}
-
-/// A FIFO in the workspace with no writer: opening it blocks the reader in
-/// the host's `open`, where neither the epoch nor a dropped future can stop
-/// it. Dropping it releases the readers, so a failing assertion does not
-/// leave the test's runtime waiting forever for their threads.
-fn fifo(ws: &std::path::Path) -> Fifo {
-    let path = ws.join("pipe");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&path)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    Fifo(path)
-}
-
-struct Fifo(std::path::PathBuf);
-
-impl Fifo {
-    /// Unblocks the readers stuck on the FIFO (a writer opens and closes
-    /// it), so their abandoned threads end. Non-blocking: with no reader
-    /// it does nothing.
-    fn release(&self) {
-        use std::os::unix::fs::OpenOptionsExt;
-        const O_NONBLOCK: i32 = 0o4000; // Linux
-        let _ = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(O_NONBLOCK)
-            .open(&self.0);
-    }
-}
-
-impl Fifo {
-    /// Unblocks the writers stuck on the FIFO: a reader opens it, and is
-    /// kept open (so that their writes go into the pipe) until dropped.
-    fn release_writers(&self) -> Option<std::fs::File> {
-        use std::os::unix::fs::OpenOptionsExt;
-        const O_NONBLOCK: i32 = 0o4000; // Linux
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(O_NONBLOCK)
-            .open(&self.0)
-            .ok()
-    }
-}
-
-impl Drop for Fifo {
-    fn drop(&mut self) {
-        self.release();
-        drop(self.release_writers());
-    }
 }
 
 /// A host over `ws` whose calls have `deadline`.

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(addr), Some(message)) = (args.get(1), args.get(2)) else {
-        eprintln!("usage: tcp_send ADDR MESSAGE");
+        eprintln!("usage: tcp_send ADDR[,ADDR...] MESSAGE [flood|FILE]");
         std::process::exit(2);
     };
     let exchange = |addr: &str| -> std::io::Result<String> {
