@@ -801,6 +801,36 @@ fn silent_server(
     )
 }
 
+/// `n` [`silent_server`]s, the `allow` list that grants them, the requests
+/// they read (one message each), and what holds their answers (dropping it
+/// lets them go).
+struct Silent {
+    servers: Vec<Server>,
+    grants: String,
+    requests: tokio::sync::mpsc::UnboundedReceiver<()>,
+    hold: std::sync::mpsc::Sender<()>,
+}
+
+fn silent_servers(n: usize) -> Silent {
+    let (seen, requests) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    let held = Arc::new(Mutex::new(held));
+    let servers: Vec<Server> = (0..n)
+        .map(|_| silent_server(seen.clone(), held.clone()))
+        .collect();
+    let grants = servers
+        .iter()
+        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Silent {
+        servers,
+        grants,
+        requests,
+        hold,
+    }
+}
+
 /// A guest waiting for a response's head, with a request time far longer
 /// than the call's, ends at the call's deadline (`TIMEOUT`), and on
 /// cancellation once the server holds its request (`CANCELLED`); in mode
@@ -808,21 +838,14 @@ fn silent_server(
 /// thread of its own).
 #[tokio::test]
 async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
-    let (seen, mut requests) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let (hold, held) = std::sync::mpsc::channel::<()>();
-    let held = Arc::new(Mutex::new(held));
     // One server per call: each holds the request it read.
-    let servers: Vec<Server> = (0..4)
-        .map(|_| silent_server(seen.clone(), held.clone()))
-        .collect();
-    let grants: Vec<String> = servers
-        .iter()
-        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
-        .collect();
-    let policy = format!(
-        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{}]\nrequest_timeout_ms = 600000\n",
-        grants.join(", ")
-    );
+    let Silent {
+        servers,
+        grants,
+        mut requests,
+        hold,
+    } = silent_servers(4);
+    let policy = format!("{}request_timeout_ms = 600000\n", grant_policy(&grants));
     let deadline = std::time::Duration::from_secs(3);
     let (_ws, host) = host_with(&policy, |b| {
         b.limits(toolhost::Limits {
@@ -866,6 +889,25 @@ async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
     drop(hold);
 }
 
+/// The results in `host`'s log of the calls whose id `of` picks, each
+/// `TOOL_OUTCOME_UNKNOWN` (a call dropped by its caller).
+fn dropped_results(host: &Host, of: impl Fn(&str) -> bool) -> Vec<Value> {
+    host.log()
+        .events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == toolhost::log::EventKind::ToolResult && of(&e.call_id))
+        .map(|e| {
+            assert_eq!(
+                e.payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN",
+                "{}",
+                e.payload
+            );
+            e.payload
+        })
+        .collect()
+}
+
 /// A call its caller drops while the guest waits for a response (a
 /// client's timeout, a transport that drops its handler) ends
 /// `TOOL_OUTCOME_UNKNOWN` in the log, and that result still records the
@@ -875,18 +917,13 @@ async fn a_guest_waiting_for_a_response_ends_at_the_deadline_and_on_cancel() {
 /// log by dropping its call.
 #[tokio::test]
 async fn a_dropped_call_still_records_its_requests() {
-    let (seen, mut requests) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let (hold, held) = std::sync::mpsc::channel::<()>();
-    let held = Arc::new(Mutex::new(held));
-    let servers: Vec<Server> = (0..2)
-        .map(|_| silent_server(seen.clone(), held.clone()))
-        .collect();
-    let grants: Vec<String> = servers
-        .iter()
-        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
-        .collect();
-    let policy = grant_policy(&grants.join(", "));
-    let (_ws, host) = host(&policy).await;
+    let Silent {
+        servers,
+        grants,
+        mut requests,
+        hold,
+    } = silent_servers(4);
+    let (_ws, host) = host(&grant_policy(&grants)).await;
     for (i, (mode, server)) in [SandboxMode::None, SandboxMode::ReadOnly]
         .into_iter()
         .zip(&servers)
@@ -904,17 +941,9 @@ async fn a_dropped_call_still_records_its_requests() {
                 got.expect("the request never reached the server").unwrap();
             }
         }
-        let results: Vec<Value> = host
-            .log()
-            .events_for_call(&id)
-            .unwrap()
-            .into_iter()
-            .filter(|e| e.kind == toolhost::log::EventKind::ToolResult)
-            .map(|e| e.payload)
-            .collect();
+        let results = dropped_results(&host, |id_of| id_of == id);
         assert_eq!(results.len(), 1, "{mode:?}: {results:?}");
         let result = &results[0];
-        assert_eq!(result["error"]["code"], "TOOL_OUTCOME_UNKNOWN", "{result}");
         let network = result["receipt"]["network"].as_array().unwrap();
         assert_eq!(network.len(), 1, "{mode:?}: {result}");
         assert_eq!(network[0]["url"], server.url("/x"), "{result}");
@@ -924,27 +953,16 @@ async fn a_dropped_call_still_records_its_requests() {
 
     // A batch dropped while both its bodies wait: each call's result holds
     // its own request, and no other.
-    let more: Vec<Server> = (0..2)
-        .map(|_| silent_server(seen.clone(), held.clone()))
-        .collect();
-    let grants: Vec<String> = more
-        .iter()
-        .map(|s| format!("\"http://127.0.0.1:{}\"", s.port()))
-        .collect();
-    let policy = grant_policy(&grants.join(", "));
-    let (_ws, host) = self::host(&policy).await;
-    let requests_of: Vec<CallRequest> = more
-        .iter()
-        .enumerate()
-        .map(|(i, server)| {
-            let mut r =
+    let more = &servers[2..];
+    let batch = host.call_batch(
+        more.iter()
+            .enumerate()
+            .map(|(i, server)| {
                 CallRequest::new("http_fetch", json!({"url": server.url(&format!("/b{i}"))}))
-                    .mode(SandboxMode::None);
-            r.call_id = Some(format!("batch-{i}"));
-            r
-        })
-        .collect();
-    let batch = host.call_batch(requests_of);
+                    .mode(SandboxMode::None)
+            })
+            .collect(),
+    );
     tokio::select! {
         r = batch => panic!("the batch ended first: {r:?}"),
         got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
@@ -953,16 +971,11 @@ async fn a_dropped_call_still_records_its_requests() {
         }) => got.expect("both requests never reached their servers"),
     }
     // (A batch names its calls itself.)
-    let mut urls: Vec<Value> = host
-        .log()
-        .events()
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == toolhost::log::EventKind::ToolResult)
-        .map(|e| {
-            assert_eq!(e.payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
-            let network = e.payload["receipt"]["network"].as_array().unwrap().clone();
-            assert_eq!(network.len(), 1, "{}", e.payload);
+    let mut urls: Vec<Value> = dropped_results(&host, |id| !id.starts_with("dropped-"))
+        .iter()
+        .map(|result| {
+            let network = result["receipt"]["network"].as_array().unwrap();
+            assert_eq!(network.len(), 1, "{result}");
             network[0]["url"].clone()
         })
         .collect();
