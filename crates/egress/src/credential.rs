@@ -496,6 +496,15 @@ impl Credentials {
             .any(|secret| memchr::memmem::find(bytes, secret).is_some())
     }
 
+    /// Whether a header name (which HTTP/1 parsers such as hyper's give in
+    /// lower case) holds any loaded secret, in any ASCII case: a server
+    /// that echoes a secret as a name passes it on lowercased.
+    pub fn in_header_name(&self, lowercase_name: &[u8]) -> bool {
+        self.secrets().any(|secret| {
+            memchr::memmem::find(lowercase_name, &secret.to_ascii_lowercase()).is_some()
+        })
+    }
+
     /// Overwrites every byte of `bytes` that belongs to an occurrence of a
     /// loaded secret (overlapping ones too) with [`MASK_BYTE`]; whether
     /// there was any. For a whole value, such as a response header's.
@@ -674,6 +683,20 @@ mod tests {
             spec(SecretSource::File(file)).load(),
             Err(CredentialError::Unreadable { .. })
         ));
+    }
+
+    /// A header name holds a secret whatever its letters' case (a parser
+    /// gives names lowercased); a name that holds none does not.
+    #[test]
+    fn a_secret_in_a_header_name_is_found_in_any_case() {
+        let c = loaded(&["Sk-MiXeD-CaSe-42"]);
+        assert!(c.in_header_name(b"x-sk-mixed-case-42"));
+        assert!(c.in_header_name(b"sk-mixed-case-42"));
+        assert!(!c.in_header_name(b"x-sk-mixed-case-4"));
+        assert!(
+            !c.contains(b"x-sk-mixed-case-42"),
+            "an exact search misses it"
+        );
     }
 
     /// Credentials of these secrets, loaded from the environment.
