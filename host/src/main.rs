@@ -1079,6 +1079,14 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             eprintln!("toolhost: network: {}", network_line(&json));
         }
     }
+    // Refusals past what a run records (256 records, 64 binds without a
+    // grant) are counted, not named.
+    if report.receipt.network_dropped > 0 {
+        eprintln!(
+            "toolhost: network: {} more refused attempts not recorded",
+            report.receipt.network_dropped
+        );
+    }
     Ok(match report.outcome {
         toolhost::exec::ExecOutcome::Exited(status) => ExitCode::from(status),
         toolhost::exec::ExecOutcome::Failed { code, message } => {

@@ -789,6 +789,18 @@ fn exec_network_limits_from_flags() {
     assert_status(&out, 0, "the default allows both");
     assert_eq!(stdout(&out), "echo: hello\necho: hello\n");
     assert_eq!(echo.count(), 3);
+    // Refusals past the 256 a run records are counted, and toolhost says
+    // how many it did not name.
+    let many = vec!["127.0.0.1:1"; 300].join(",");
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--allow-net", &grant, "--"])
+        .args([&many, "hello"]));
+    assert_status(&out, 1, "300 refused connections");
+    assert!(
+        stderr(&out).contains("toolhost: network: 44 more refused attempts not recorded"),
+        "{}",
+        stderr(&out)
+    );
     for bad in [
         vec!["--allow-net", &grant, "--net-max-requests", "0"],
         vec!["--allow-net", &grant, "--net-max-response-bytes", "0"],

@@ -3,8 +3,9 @@
 //! `MESSAGE` and a newline, prints the first line the peer answers. Then,
 //! if `THEN` is `flood`, writes to stdout for ever (an output nobody reads
 //! holds it in a host system call); otherwise reads the file `THEN` (a FIFO
-//! nobody writes does too). Exit 1 and the error kind on stderr when the
-//! connection or the exchange fails.
+//! nobody writes does too). An address whose connection or exchange fails
+//! gets the error kind on stderr, and the others are still tried; then the
+//! program exits 1.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -22,14 +23,18 @@ fn main() {
         BufReader::new(stream).read_line(&mut line)?;
         Ok(line)
     };
+    let mut failed = false;
     for addr in addr.split(',') {
         match exchange(addr) {
             Ok(line) => print!("{line}"),
             Err(e) => {
                 eprintln!("error: {:?}", e.kind());
-                std::process::exit(1);
+                failed = true;
             }
         }
+    }
+    if failed {
+        std::process::exit(1);
     }
     if args.get(3).is_some_and(|t| t == "flood") {
         let chunk = [b'x'; 65536];
