@@ -335,6 +335,12 @@ struct ExecArgs {
     /// Fuel budget (enables fuel metering).
     #[arg(long, value_name = "UNITS")]
     fuel: Option<u64>,
+    /// Writes what the run did as JSON to FILE once it ends: its exit
+    /// status or error, and its receipt (every network request and
+    /// connection, allowed or refused, and what the sandbox denied). FILE
+    /// is created before the program runs.
+    #[arg(long, value_name = "FILE")]
+    receipt: Option<PathBuf>,
     /// Bytes of stdout, and of stderr, passed through; past that the
     /// program's writes fail and toolhost exits 125 (OUTPUT_TOO_LARGE).
     #[arg(long, value_name = "BYTES", default_value_t = EXEC_MAX_OUTPUT)]
@@ -1045,6 +1051,15 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         },
         network,
     };
+    // Created now, so that a receipt that cannot be written stops the run
+    // before the program does anything.
+    let receipt_file = match &a.receipt {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create --receipt {}", path.display()))?,
+        ),
+        None => None,
+    };
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -1077,6 +1092,29 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         }
         if let Ok(json) = serde_json::to_value(record) {
             eprintln!("toolhost: network: {}", network_line(&json));
+        }
+    }
+    if let (Some(file), Some(path)) = (receipt_file, &a.receipt) {
+        let (exit, error) = match &report.outcome {
+            toolhost::exec::ExecOutcome::Exited(status) => (Some(*status), None),
+            toolhost::exec::ExecOutcome::Failed { code, message } => (
+                None,
+                Some(serde_json::json!({ "code": code, "message": message })),
+            ),
+        };
+        let json = serde_json::json!({
+            "program": a.program.display().to_string(),
+            "exit": exit,
+            "error": error,
+            "receipt": report.receipt,
+        });
+        let mut out = std::io::BufWriter::new(file);
+        if let Err(e) = serde_json::to_writer_pretty(&mut out, &json)
+            .map_err(std::io::Error::from)
+            .and_then(|()| std::io::Write::flush(&mut out))
+        {
+            eprintln!("error: cannot write --receipt {}: {e}", path.display());
+            return Ok(ExitCode::from(125));
         }
     }
     // Refusals past what a run records (256 records, 64 binds without a

@@ -815,6 +815,48 @@ fn exec_network_limits_from_flags() {
     assert_eq!(echo.count(), 3);
 }
 
+/// `--receipt FILE` writes what the run did as JSON: its exit status, and
+/// each connection, allowed (with the grant that let it) or refused (with
+/// why). A receipt that cannot be created stops the run before the program
+/// starts (2).
+#[test]
+fn exec_receipt_records_every_connection() {
+    let echo = EchoListener::start();
+    let addr = format!("127.0.0.1:{}", echo.port);
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("receipt.json");
+    let out = run(exec(p2::TCP_SEND)
+        .arg("--receipt")
+        .arg(&receipt)
+        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+        .args([&format!("{addr},127.0.0.2:9"), "hello"]));
+    assert_status(&out, 1, "one of two connections refused");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    assert_eq!(json["exit"], 1, "{json:#}");
+    assert_eq!(json["error"], serde_json::Value::Null, "{json:#}");
+    let network = json["receipt"]["network"].as_array().unwrap();
+    assert_eq!(network.len(), 2, "{json:#}");
+    assert_eq!(network[0]["url"], format!("tcp://{addr}"));
+    assert_eq!(network[0]["decision"], "allowed");
+    assert_eq!(
+        network[0]["rule"],
+        format!("network.allow[0] \"tcp://{addr}\"")
+    );
+    assert_eq!(network[1]["url"], "tcp://127.0.0.2:9");
+    assert_eq!(network[1]["decision"], "refused");
+    assert_eq!(echo.count(), 1);
+
+    let out = run(exec(p2::TCP_SEND)
+        .arg("--receipt")
+        .arg(dir.path().join("missing/receipt.json"))
+        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+        .args([&addr, "hello"]));
+    assert_status(&out, 2, "a receipt that cannot be created");
+    assert!(stderr(&out).contains("--receipt"), "{}", stderr(&out));
+    assert_eq!(echo.count(), 1, "the program must not run");
+}
+
 /// A malformed `--allow-net` pattern is a usage error before the program
 /// runs.
 #[test]
