@@ -187,8 +187,10 @@ impl NetworkGrant {
 
     /// A grant of exactly `patterns` (`scheme://host[:port]`, as in the
     /// policy's `[network] allow`), trusting `ca_file` beside the system's
-    /// roots: what `toolhost exec --allow-net` gives a program. Names are
-    /// resolved by `resolver` (the system's when `None`).
+    /// roots, with the default limits. Names are resolved by `resolver`
+    /// (the system's when `None`). (`toolhost exec` builds its policy
+    /// itself, to name each error by its flag and set its limits, and
+    /// calls [`NetworkGrant::from_policy`].)
     ///
     /// # Errors
     ///

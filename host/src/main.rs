@@ -1051,15 +1051,9 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         },
         network,
     };
-    // Created now, so that a receipt that cannot be written stops the run
-    // before the program does anything.
-    let receipt_file = match &a.receipt {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create --receipt {}", path.display()))?,
-        ),
-        None => None,
-    };
+    if let Some(path) = &a.receipt {
+        check_receipt_path(path, a.mode, &spec.workspace)?;
+    }
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -1094,44 +1088,101 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             eprintln!("toolhost: network: {}", network_line(&json));
         }
     }
-    if let (Some(file), Some(path)) = (receipt_file, &a.receipt) {
-        let (exit, error) = match &report.outcome {
-            toolhost::exec::ExecOutcome::Exited(status) => (Some(*status), None),
-            toolhost::exec::ExecOutcome::Failed { code, message } => (
+    // Refusals past what a run records (256 records; binds past the 64 a
+    // run may make without a grant) are counted, not recorded.
+    if report.receipt.network_dropped > 0 {
+        eprintln!(
+            "toolhost: receipt: {} more refused attempts counted, not recorded",
+            report.receipt.network_dropped
+        );
+    }
+    let (status, exit, error) = match &report.outcome {
+        toolhost::exec::ExecOutcome::Exited(status) => (*status, Some(*status), None),
+        toolhost::exec::ExecOutcome::Failed { code, message } => {
+            eprintln!("error: {code}: {message}");
+            (
+                125,
                 None,
                 Some(serde_json::json!({ "code": code, "message": message })),
-            ),
-        };
+            )
+        }
+    };
+    if let Some(path) = &a.receipt {
         let json = serde_json::json!({
             "program": a.program.display().to_string(),
             "exit": exit,
             "error": error,
             "receipt": report.receipt,
         });
-        let mut out = std::io::BufWriter::new(file);
-        if let Err(e) = serde_json::to_writer_pretty(&mut out, &json)
-            .map_err(std::io::Error::from)
-            .and_then(|()| std::io::Write::flush(&mut out))
-        {
-            eprintln!("error: cannot write --receipt {}: {e}", path.display());
+        if let Err(e) = write_receipt(path, &json) {
+            eprintln!(
+                "error: cannot write --receipt {}: {e} (toolhost exits 125 instead of {status})",
+                path.display()
+            );
             return Ok(ExitCode::from(125));
         }
     }
-    // Refusals past what a run records (256 records, 64 binds without a
-    // grant) are counted, not named.
-    if report.receipt.network_dropped > 0 {
-        eprintln!(
-            "toolhost: network: {} more refused attempts not recorded",
-            report.receipt.network_dropped
+    Ok(ExitCode::from(status))
+}
+
+/// Refuses, before the program runs, a `--receipt` path that cannot be
+/// written (its directory does not exist) or that the program could write
+/// (inside the workspace in a mode that lets it write there).
+fn check_receipt_path(path: &Path, mode: SandboxMode, workspace: &Path) -> Result<()> {
+    if toolhost::writable_preopens(mode)
+        && let Ok(workspace) = workspace.canonicalize()
+        && toolhost::inside_workspace(path, &workspace).is_some()
+    {
+        bail!(
+            "--receipt {} is inside the workspace {}, which the program may write in mode {mode}; keep the receipt outside it",
+            path.display(),
+            workspace.display()
         );
     }
-    Ok(match report.outcome {
-        toolhost::exec::ExecOutcome::Exited(status) => ExitCode::from(status),
-        toolhost::exec::ExecOutcome::Failed { code, message } => {
-            eprintln!("error: {code}: {message}");
-            ExitCode::from(125)
-        }
-    })
+    let dir = receipt_dir(path);
+    if !dir.is_dir() {
+        bail!(
+            "cannot write --receipt {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The directory a `--receipt` file goes in.
+fn receipt_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Writes `json` to `path` whole: into a new file beside it, then renamed
+/// over it (whatever is at `path` now, a link included, is replaced, not
+/// written through).
+fn write_receipt(path: &Path, json: &serde_json::Value) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the path names no file"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = receipt_dir(path).join(tmp_name);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|file| {
+            let mut out = std::io::BufWriter::new(file);
+            serde_json::to_writer_pretty(&mut out, json)?;
+            std::io::Write::flush(&mut out)
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The network grant of `exec --allow-net`, with its `--ca-file` and its

@@ -854,8 +854,10 @@ impl CallNet {
             )));
             return false;
         }
+        let mut closed = false;
         let bound = self.log.lock().is_ok_and(|mut l| {
             if l.closed {
+                closed = true;
                 return false;
             }
             let held = &mut l.ungranted_binds[usize::from(scheme == Scheme::Udp)];
@@ -869,7 +871,7 @@ impl CallNet {
             }
             ok
         });
-        if !bound {
+        if !bound && !closed {
             self.deny(refuse_line(&format!(
                 "bind_refused (limit_reached: a call may bind at most {MAX_UNGRANTED_BINDS} sockets without a grant of {scheme})"
             )));
@@ -1651,8 +1653,7 @@ mod tests {
         headers.insert("x-echo", HeaderValue::from_static("Bearer sk-masked-0123"));
         headers.append("x-echo", HeaderValue::from_static("plain"));
         headers.insert("content-type", HeaderValue::from_static("text/plain"));
-        // A name holding the secret (lowercased, as hyper gives names)
-        // goes whole.
+        // A name holding the secret goes whole.
         headers.insert("x-sk-masked-0123", HeaderValue::from_static("named"));
         mask_headers(&egress.credentials, &mut headers);
         let echoed: Vec<_> = headers.get_all("x-echo").iter().collect();

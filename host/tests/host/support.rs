@@ -88,26 +88,25 @@ pub fn fifo(ws: &std::path::Path) -> Fifo {
 
 pub struct Fifo(std::path::PathBuf);
 
+/// `O_NONBLOCK` (Linux's value; the suite runs on Linux).
+const O_NONBLOCK: i32 = 0o4000;
+
 impl Fifo {
     /// Unblocks the readers stuck on the FIFO (a writer opens and closes
     /// it), so their abandoned threads end. Non-blocking: with no reader
     /// it does nothing.
     pub fn release(&self) {
         use std::os::unix::fs::OpenOptionsExt;
-        const O_NONBLOCK: i32 = 0o4000; // Linux
         let _ = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(O_NONBLOCK)
             .open(&self.0);
     }
-}
 
-impl Fifo {
     /// Unblocks the writers stuck on the FIFO: a reader opens it, and is
     /// kept open (so that their writes go into the pipe) until dropped.
     pub fn release_writers(&self) -> Option<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
-        const O_NONBLOCK: i32 = 0o4000; // Linux
         std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(O_NONBLOCK)

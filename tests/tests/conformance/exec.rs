@@ -790,17 +790,28 @@ fn exec_network_limits_from_flags() {
     assert_eq!(stdout(&out), "echo: hello\necho: hello\n");
     assert_eq!(echo.count(), 3);
     // Refusals past the 256 a run records are counted, and toolhost says
-    // how many it did not name.
+    // how many it did not record.
     let many = vec!["127.0.0.1:1"; 300].join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let receipt = dir.path().join("receipt.json");
     let out = run(exec(p2::TCP_SEND)
+        .arg("--receipt")
+        .arg(&receipt)
         .args(["--allow-net", &grant, "--"])
         .args([&many, "hello"]));
     assert_status(&out, 1, "300 refused connections");
     assert!(
-        stderr(&out).contains("toolhost: network: 44 more refused attempts not recorded"),
+        stderr(&out).contains("toolhost: receipt: 44 more refused attempts counted, not recorded"),
         "{}",
         stderr(&out)
     );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    assert_eq!(
+        json["receipt"]["network"].as_array().map(Vec::len),
+        Some(256)
+    );
+    assert_eq!(json["receipt"]["network_dropped"], 44);
     for bad in [
         vec!["--allow-net", &grant, "--net-max-requests", "0"],
         vec!["--allow-net", &grant, "--net-max-response-bytes", "0"],
@@ -817,8 +828,8 @@ fn exec_network_limits_from_flags() {
 
 /// `--receipt FILE` writes what the run did as JSON: its exit status, and
 /// each connection, allowed (with the grant that let it) or refused (with
-/// why). A receipt that cannot be created stops the run before the program
-/// starts (2).
+/// why). A receipt that could not be written (no such directory), or that
+/// the program could write, stops the run before the program starts (2).
 #[test]
 fn exec_receipt_records_every_connection() {
     let echo = EchoListener::start();
@@ -855,6 +866,36 @@ fn exec_receipt_records_every_connection() {
     assert_status(&out, 2, "a receipt that cannot be created");
     assert!(stderr(&out).contains("--receipt"), "{}", stderr(&out));
     assert_eq!(echo.count(), 1, "the program must not run");
+
+    // Nor one the program could write (and so forge): inside the workspace
+    // in a mode that lets it write there. Read-only, it may be there.
+    let ws = tempfile::tempdir().unwrap();
+    let inside = ws.path().join("receipt.json");
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--mode", "workspace-write", "--workspace"])
+        .arg(ws.path())
+        .arg("--receipt")
+        .arg(&inside)
+        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+        .args([&addr, "hello"]));
+    assert_status(&out, 2, "a receipt the program could write");
+    assert!(
+        stderr(&out).contains("inside the workspace"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(echo.count(), 1, "the program must not run");
+    let out = run(exec(p2::TCP_SEND)
+        .args(["--mode", "read-only", "--workspace"])
+        .arg(ws.path())
+        .arg("--receipt")
+        .arg(&inside)
+        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+        .args([&addr, "hello"]));
+    assert_status(&out, 0, "read-only");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&inside).unwrap()).unwrap();
+    assert_eq!(json["exit"], 0, "{json:#}");
+    assert_eq!(echo.count(), 2);
 }
 
 /// A malformed `--allow-net` pattern is a usage error before the program
