@@ -337,8 +337,9 @@ struct ExecArgs {
     fuel: Option<u64>,
     /// Writes what the run did as JSON to FILE once it ends: its exit
     /// status or error, and its receipt (every network request and
-    /// connection, allowed or refused, and what the sandbox denied). FILE
-    /// is created before the program runs.
+    /// connection, allowed or refused, and what the sandbox denied). Its
+    /// directory is checked before the program runs; not in mode
+    /// danger-full-access, nor inside a workspace the program may write.
     #[arg(long, value_name = "FILE")]
     receipt: Option<PathBuf>,
     /// Bytes of stdout, and of stderr, passed through; past that the
@@ -1051,9 +1052,10 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         },
         network,
     };
-    if let Some(path) = &a.receipt {
-        check_receipt_path(path, a.mode, &spec.workspace)?;
-    }
+    let receipt = match &a.receipt {
+        Some(path) => Some(ReceiptFile::prepare(path, a.mode, &spec.workspace)?),
+        None => None,
+    };
     let interrupt = Interrupt::default();
     let on_ctrl_c = interrupt.clone();
     tokio::spawn(async move {
@@ -1070,7 +1072,13 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
         interrupt,
     )
     .await
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(|e| {
+        // Nothing ran: what is at the receipt's path is not this run's.
+        if let Some(r) = &receipt {
+            let _ = std::fs::remove_file(&r.path);
+        }
+        anyhow!("{e}")
+    })?;
     // What the sandbox refused, so that a program's "permission denied" or
     // "connection refused" can be traced to a missing grant.
     for denied in &report.receipt.denied {
@@ -1107,16 +1115,23 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
             )
         }
     };
-    if let Some(path) = &a.receipt {
+    if let Some(receipt) = receipt {
         let json = serde_json::json!({
             "program": a.program.display().to_string(),
             "exit": exit,
             "error": error,
             "receipt": report.receipt,
         });
-        if let Err(e) = write_receipt(path, &json) {
+        let path = receipt.path.clone();
+        if let Err(e) = receipt.write(&json) {
+            // What is at the path is not this run's receipt.
+            let _ = std::fs::remove_file(&path);
+            let lost = match exit {
+                Some(status) => format!(" (toolhost exits 125 instead of the program's {status})"),
+                None => String::new(),
+            };
             eprintln!(
-                "error: cannot write --receipt {}: {e} (toolhost exits 125 instead of {status})",
+                "error: cannot write --receipt {}: {e}{lost}",
                 path.display()
             );
             return Ok(ExitCode::from(125));
@@ -1125,64 +1140,108 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(status))
 }
 
-/// Refuses, before the program runs, a `--receipt` path that cannot be
-/// written (its directory does not exist) or that the program could write
-/// (inside the workspace in a mode that lets it write there).
-fn check_receipt_path(path: &Path, mode: SandboxMode, workspace: &Path) -> Result<()> {
-    if toolhost::writable_preopens(mode)
-        && let Ok(workspace) = workspace.canonicalize()
-        && toolhost::inside_workspace(path, &workspace).is_some()
-    {
-        bail!(
-            "--receipt {} is inside the workspace {}, which the program may write in mode {mode}; keep the receipt outside it",
-            path.display(),
-            workspace.display()
-        );
-    }
-    let dir = receipt_dir(path);
-    if !dir.is_dir() {
-        bail!(
-            "cannot write --receipt {}: {} is not a directory",
-            path.display(),
-            dir.display()
-        );
-    }
-    Ok(())
+/// Where `exec --receipt` goes: a new file made beside the path before the
+/// program runs, written once the run ends and then renamed over the path
+/// (whatever is there then, a link included, is replaced, not written
+/// through). Dropped unwritten, it is removed.
+struct ReceiptFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: Option<std::fs::File>,
 }
 
-/// The directory a `--receipt` file goes in.
-fn receipt_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+impl ReceiptFile {
+    /// Refuses, before the program runs: a program that may write where the
+    /// receipt goes (inside the workspace in a mode that writes there, or
+    /// anywhere in `danger-full-access`), a path that names no file or a
+    /// directory, and a directory where the new file cannot be made.
+    fn prepare(path: &Path, mode: SandboxMode, workspace: &Path) -> Result<ReceiptFile> {
+        if mode == SandboxMode::DangerFullAccess {
+            bail!(
+                "--receipt cannot be kept from a program in mode danger-full-access, which may write anywhere; use another mode"
+            );
+        }
+        if toolhost::writable_preopens(mode) {
+            let workspace = workspace
+                .canonicalize()
+                .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
+            if toolhost::inside_workspace(path, &workspace).is_some() {
+                bail!(
+                    "--receipt {} is inside the workspace {}, which the program may write in mode {mode}; keep the receipt outside it",
+                    path.display(),
+                    workspace.display()
+                );
+            }
+        }
+        let name = match path.file_name() {
+            Some(n) if !path.is_dir() => n,
+            _ => bail!("--receipt {} does not name a file", path.display()),
+        };
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        // A name of its own: the process id, the time and a try count, made
+        // with `create_new` (never someone else's file).
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let mut last = None;
+        for attempt in 0..16 {
+            let mut tmp_name = std::ffi::OsString::from(".");
+            tmp_name.push(name);
+            tmp_name.push(format!(".{}.{stamp}.{attempt}.tmp", std::process::id()));
+            let tmp = dir.join(tmp_name);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
+                Ok(file) => {
+                    return Ok(ReceiptFile {
+                        path: path.to_path_buf(),
+                        tmp,
+                        file: Some(file),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "cannot write --receipt {} in {}",
+                            path.display(),
+                            dir.display()
+                        )
+                    });
+                }
+            }
+        }
+        Err(anyhow!(
+            "cannot write --receipt {}: {}",
+            path.display(),
+            last.map_or_else(|| "no free name".to_string(), |e| e.to_string())
+        ))
+    }
+
+    /// Writes `json` and renames it over the path.
+    fn write(mut self, json: &serde_json::Value) -> std::io::Result<()> {
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| std::io::Error::other("already written"))?;
+        let mut out = std::io::BufWriter::new(file);
+        serde_json::to_writer_pretty(&mut out, json)?;
+        std::io::Write::flush(&mut out)?;
+        drop(out);
+        std::fs::rename(&self.tmp, &self.path)
     }
 }
 
-/// Writes `json` to `path` whole: into a new file beside it, then renamed
-/// over it (whatever is at `path` now, a link included, is replaced, not
-/// written through).
-fn write_receipt(path: &Path, json: &serde_json::Value) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("the path names no file"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = receipt_dir(path).join(tmp_name);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .and_then(|file| {
-            let mut out = std::io::BufWriter::new(file);
-            serde_json::to_writer_pretty(&mut out, json)?;
-            std::io::Write::flush(&mut out)
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+impl Drop for ReceiptFile {
+    fn drop(&mut self) {
+        // Not renamed (unwritten, or its write failed): ours to remove.
+        let _ = std::fs::remove_file(&self.tmp);
     }
-    written
 }
 
 /// The network grant of `exec --allow-net`, with its `--ca-file` and its

@@ -896,6 +896,65 @@ fn exec_receipt_records_every_connection() {
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&inside).unwrap()).unwrap();
     assert_eq!(json["exit"], 0, "{json:#}");
     assert_eq!(echo.count(), 2);
+
+    // In danger-full-access the program may write anywhere: refused. So is
+    // a path that names a directory.
+    for (bad, why) in [
+        (vec!["--mode", "danger-full-access"], "danger-full-access"),
+        (vec![], "does not name a file"),
+    ] {
+        let target = if bad.is_empty() {
+            dir.path().to_path_buf()
+        } else {
+            dir.path().join("r.json")
+        };
+        let out = run(exec(p2::TCP_SEND)
+            .args(&bad)
+            .arg("--receipt")
+            .arg(&target)
+            .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+            .args([&addr, "hello"]));
+        assert_status(&out, 2, why);
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    }
+    assert_eq!(echo.count(), 2, "the program must not run");
+
+    // Written after the run and renamed over the path: a link there is
+    // replaced, not written through.
+    let elsewhere = dir.path().join("elsewhere.txt");
+    std::fs::write(&elsewhere, "untouched").unwrap();
+    let linked = dir.path().join("linked.json");
+    std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+    let out = run(exec(p2::TCP_SEND)
+        .arg("--receipt")
+        .arg(&linked)
+        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+        .args([&addr, "hello"]));
+    assert_status(&out, 0, "a link at the path");
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched");
+    assert!(!std::fs::symlink_metadata(&linked).unwrap().is_symlink());
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&linked).unwrap()).unwrap();
+    assert_eq!(json["exit"], 0, "{json:#}");
+
+    // A program that does not load leaves no receipt (nor an earlier
+    // run's), and no file of toolhost's beside it.
+    let bad_program = dir.path().join("bad.wasm");
+    std::fs::write(&bad_program, b"not wasm").unwrap();
+    let out = run(exec(bad_program.to_str().unwrap())
+        .arg("--receipt")
+        .arg(&linked));
+    assert_status(&out, 2, "a program that does not load");
+    assert!(!linked.exists(), "an earlier run's receipt is left");
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["bad.wasm", "elsewhere.txt", "receipt.json"],
+        "{left:?}"
+    );
 }
 
 /// A malformed `--allow-net` pattern is a usage error before the program
