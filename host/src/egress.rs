@@ -185,35 +185,15 @@ impl NetworkGrant {
         NetworkGrant::default()
     }
 
-    /// A grant of exactly `patterns` (`scheme://host[:port]`, as in the
-    /// policy's `[network] allow`), trusting `ca_file` beside the system's
-    /// roots, with the default limits. Names are resolved by `resolver`
-    /// (the system's when `None`). (`toolhost exec` builds its policy
-    /// itself, to name each error by its flag and set its limits, and
-    /// calls [`NetworkGrant::from_policy`].)
+    /// The grant of `policy`'s `allow` grants (its limits and CA file with
+    /// them) to every call of what runs with it (`toolhost exec
+    /// --allow-net`); none when it has no grants. Names are resolved by
+    /// `resolver` (the system's when `None`).
     ///
     /// # Errors
     ///
-    /// A pattern that is not a valid grant (the message names it), or a
-    /// CA file that cannot be read.
-    pub fn from_patterns(
-        patterns: &[String],
-        ca_file: Option<std::path::PathBuf>,
-        resolver: Option<SharedResolver>,
-    ) -> Result<NetworkGrant, String> {
-        let grants = patterns
-            .iter()
-            .map(|p| toolhost_egress::Grant::parse(p).map_err(|e| format!("{p:?}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        NetworkGrant::from_policy(
-            &NetworkPolicy::from_grants(grants).with_ca_file(ca_file),
-            resolver,
-        )
-    }
-
-    /// The grant of `policy`'s `allow` grants (its limits and CA file with
-    /// them) to every call of what runs with it; none when it has no
-    /// grants. Fails as [`NetworkGrant::from_patterns`] does.
+    /// A socket grant that names a host, or a CA file or system roots that
+    /// cannot be read.
     pub fn from_policy(
         policy: &NetworkPolicy,
         resolver: Option<SharedResolver>,

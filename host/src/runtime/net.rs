@@ -182,6 +182,11 @@ impl CallNet {
         self.log.lock().map(|l| l.dropped).unwrap_or(0)
     }
 
+    /// The call's `denied` lines so far.
+    pub(crate) fn denied(&self) -> Vec<String> {
+        self.denied.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
     /// The records of every request and connection, for the call's
     /// receipt: from now on no request starts (a record that says a request
     /// was not sent stays true) and no refusal is filed.
@@ -1357,6 +1362,16 @@ mod tests {
     use super::*;
     use http_body_util::Full;
 
+    /// The grant of exactly `pattern`, as `toolhost exec --allow-net`.
+    fn granting(pattern: &str) -> NetworkGrant {
+        let grant = toolhost_egress::Grant::parse(pattern).unwrap_or_else(|e| panic!("{e}"));
+        NetworkGrant::from_policy(
+            &toolhost_egress::NetworkPolicy::from_grants(vec![grant]),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn record(refused: bool, n: usize) -> EgressRecord {
         EgressRecord {
             method: Some("GET".into()),
@@ -1405,11 +1420,7 @@ mod tests {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let grant =
-            match NetworkGrant::from_patterns(&[format!("http://127.0.0.1:{port}")], None, None) {
-                Ok(grant) => grant,
-                Err(e) => panic!("{e}"),
-            };
+        let grant = granting(&format!("http://127.0.0.1:{port}"));
         let denied: Arc<Mutex<Vec<String>>> = Arc::default();
         let net = CallNet::new(
             grant,
@@ -1519,11 +1530,7 @@ mod tests {
     /// not the guest's attempt.
     #[test]
     fn a_udp_reply_is_matched_to_its_peer_by_address_and_port() {
-        let grant = match NetworkGrant::from_patterns(&["udp://[::1]:5353".to_string()], None, None)
-        {
-            Ok(grant) => grant,
-            Err(e) => panic!("{e}"),
-        };
+        let grant = granting("udp://[::1]:5353");
         let net = CallNet::new(
             grant,
             Instant::now() + Duration::from_secs(60),
@@ -1554,7 +1561,7 @@ mod tests {
         assert_eq!(net.close().len(), 1);
         assert!(matches!(records[0].outcome, EgressOutcome::Allowed { .. }));
         assert_eq!(net.dropped(), 0);
-        let denied = net.denied.lock().map(|d| d.clone()).unwrap_or_default();
+        let denied = net.denied();
         assert!(denied.is_empty(), "{denied:?}");
     }
 

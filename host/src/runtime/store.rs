@@ -73,7 +73,6 @@ pub(crate) struct CallState {
     /// Set by the epoch callback when it stops the guest, so the error can be
     /// classified without guessing from the trap.
     pub stopped_by: Option<ErrorCode>,
-    pub denied: Arc<Mutex<Vec<String>>>,
     /// The call's network state (grant, limits, records).
     pub net: Arc<CallNet>,
     /// Whether an HTTP request without a body may be exchanged where the
@@ -285,9 +284,9 @@ impl Receipt {
     /// This receipt with the call's network records and `denied` lines
     /// (`net`'s, closed first: no request starts, and no refusal is filed,
     /// after they are read).
-    fn with_network(mut self, net: &CallNet, denied: &Mutex<Vec<String>>) -> Receipt {
+    fn with_network(mut self, net: &CallNet) -> Receipt {
         self.network = net.close();
-        self.denied = denied.lock().map(|d| d.clone()).unwrap_or_default();
+        self.denied = net.denied();
         self.network_dropped = net.dropped();
         self
     }
@@ -322,7 +321,7 @@ enum Witnessed {
     #[default]
     Waiting,
     /// The body's network state and its `denied` lines.
-    Watching(Arc<CallNet>, Arc<Mutex<Vec<String>>>),
+    Watching(Arc<CallNet>),
     /// The call gave up on the body: a store built now is refused.
     GaveUp,
 }
@@ -330,14 +329,14 @@ enum Witnessed {
 impl NetWitness {
     /// Shares the store's network and `denied` lines; `false` when the call
     /// has already given up on its body (which must then not run).
-    fn watch(&self, net: &Arc<CallNet>, denied: &Arc<Mutex<Vec<String>>>) -> bool {
+    fn watch(&self, net: &Arc<CallNet>) -> bool {
         let Ok(mut w) = self.0.lock() else {
             return false;
         };
         if matches!(*w, Witnessed::GaveUp) {
             return false;
         }
-        *w = Witnessed::Watching(net.clone(), denied.clone());
+        *w = Witnessed::Watching(net.clone());
         true
     }
 
@@ -356,7 +355,7 @@ impl NetWitness {
             Err(_) => return receipt,
         };
         match watched {
-            Witnessed::Watching(net, denied) => receipt.with_network(&net, &denied),
+            Witnessed::Watching(net) => receipt.with_network(&net),
             _ => receipt,
         }
     }
@@ -440,10 +439,9 @@ impl<'a> StoreBuilder<'a> {
         let stdout = CapturedOutput::new(limits.max_stdio);
         let stderr = CapturedOutput::new(limits.max_stdio);
         let deadline = Instant::now() + limits.deadline;
-        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
-        let net = CallNet::new(self.spec.network.clone(), deadline, denied.clone());
+        let net = CallNet::new(self.spec.network.clone(), deadline, Arc::default());
         if let Some(w) = self.witness
-            && !w.watch(&net, &denied)
+            && !w.watch(&net)
         {
             return Err((
                 ErrorCode::Cancelled,
@@ -478,7 +476,6 @@ impl<'a> StoreBuilder<'a> {
             deadline,
             interrupt: self.interrupt.clone(),
             stopped_by: None,
-            denied,
             net,
             may_exchange_in_place: !self.blocking,
         };
@@ -706,7 +703,7 @@ impl Run {
             progress_reports: state.host.progress_reports,
             ..Receipt::default()
         }
-        .with_network(&state.net, &state.denied)
+        .with_network(&state.net)
     }
 }
 
@@ -714,14 +711,12 @@ impl Run {
 mod tests {
     use super::*;
 
-    fn net() -> (Arc<CallNet>, Arc<Mutex<Vec<String>>>) {
-        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
-        let net = CallNet::new(
+    fn net() -> Arc<CallNet> {
+        CallNet::new(
             crate::egress::NetworkGrant::none(),
             Instant::now() + std::time::Duration::from_secs(60),
-            denied.clone(),
-        );
-        (net, denied)
+            Arc::default(),
+        )
     }
 
     /// A call that gives up on its body takes the body's records and
@@ -730,9 +725,9 @@ mod tests {
     /// unread.
     #[test]
     fn a_witness_takes_the_records_and_refuses_a_late_store() {
-        let (net, denied) = net();
+        let net = net();
         let witness = NetWitness::default();
-        assert!(witness.watch(&net, &denied));
+        assert!(witness.watch(&net));
         let peer: std::net::SocketAddr = ([127, 0, 0, 1], 9).into();
         assert!(!net.check_socket(peer, wasmtime_wasi::sockets::SocketAddrUse::TcpConnect));
         let receipt = witness.receipt(SandboxMode::None, Instant::now());
@@ -744,10 +739,7 @@ mod tests {
 
         let late = NetWitness::default();
         late.receipt(SandboxMode::None, Instant::now());
-        let (net, denied) = self::net();
-        assert!(
-            !late.watch(&net, &denied),
-            "a store built after the call gave up"
-        );
+        let net = self::net();
+        assert!(!late.watch(&net), "a store built after the call gave up");
     }
 }

@@ -24,24 +24,23 @@ fn the_cli_exits_after_abandoning_a_stuck_body() {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let _pipe = crate::support::fifo(ws.path());
-    let mut command = Command::new(crate::support::bin());
-    command
-        .args([
+    use crate::durability::support::{Running, command_on};
+    let command = command_on(
+        state.path(),
+        ws.path(),
+        &[
             "run",
             "read_file",
             "--mode",
             "read-only",
             "--timeout-ms",
             "3000",
-        ])
-        .args(["--args", r#"{"path": "pipe"}"#, "--workspace"])
-        .arg(ws.path())
-        .arg("--state")
-        .arg(state.path())
-        .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir());
+            "--args",
+            r#"{"path": "pipe"}"#,
+        ],
+    );
     // Killed (and the test failed) if it has not ended 30 s on.
-    let ended = crate::durability::support::Running::spawn(command)
-        .wait_timeout(std::time::Duration::from_secs(30));
+    let ended = Running::spawn(command).wait_timeout(std::time::Duration::from_secs(30));
     let err = &ended.stderr;
     assert_eq!(ended.status.code(), Some(1), "{err}");
     assert!(err.contains("error: TIMEOUT: "), "{err}");

@@ -192,6 +192,13 @@ async fn host_with(
     (ws, host)
 }
 
+/// Why a host over `ws` with `policy` does not build (it must not).
+async fn build_error(ws: &std::path::Path, policy: &str) -> String {
+    let mut b = builder_with(ws, runtime_options_with_pool(2));
+    b.policy(Policy::from_toml(policy, "test.toml").unwrap());
+    b.build().await.unwrap_err().to_string()
+}
+
 async fn fetch(host: &Host, args: Value) -> CallResult {
     host.call(CallRequest::new("http_fetch", args).mode(SandboxMode::None))
         .await
@@ -713,9 +720,7 @@ async fn a_socket_grant_by_name_stops_the_host() {
         ];
         for (policy, named) in policies {
             let ws = tempdir();
-            let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
-            b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
-            let msg = b.build().await.unwrap_err().to_string();
+            let msg = build_error(ws.path(), &policy).await;
             assert!(
                 msg.contains(&format!("{named} \"{grant}\""))
                     && msg.contains("must name an IP address"),
@@ -1132,7 +1137,6 @@ async fn an_ask_grant_is_approved_per_call_before_the_body() {
     }
 }
 
-/// The first event of call `id` of the given kind.
 /// A policy whose second rule grants `http://127.0.0.1:PORT` (GET) to the
 /// calls of `http_fetch` whose URL is under `/granted/`, with `decision`
 /// (and `tail` after the rules); no `[network]` grant at all.
@@ -1468,9 +1472,7 @@ async fn certificate_and_secret_files_must_be_regular_files() {
         ),
     ] {
         let ws = tempdir();
-        let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
-        b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
-        let msg = b.build().await.unwrap_err().to_string();
+        let msg = build_error(ws.path(), &policy).await;
         assert!(
             msg.contains(path.as_str()) && msg.contains("not a regular file"),
             "{key}: {msg}"
@@ -1531,9 +1533,7 @@ async fn secret_and_ca_files_inside_the_workspace_stop_the_host() {
     for (extra, named) in cases {
         let policy =
             format!("version = 1\n\n[network]\nallow = [\"https://api.example.com\"]\n{extra}");
-        let mut b = builder_with(ws.path(), runtime_options_with_pool(2));
-        b.policy(Policy::from_toml(&policy, "test.toml").unwrap());
-        let msg = b.build().await.unwrap_err().to_string();
+        let msg = build_error(ws.path(), &policy).await;
         assert!(
             msg.contains(named) && msg.contains("inside the workspace"),
             "{named}: {msg}"

@@ -38,6 +38,11 @@ fn run(c: &mut Command) -> Output {
     c.stdin(Stdio::null()).output().unwrap()
 }
 
+/// The JSON in the file at `path` (a `--receipt`).
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -805,8 +810,7 @@ fn exec_network_limits_from_flags() {
         "{}",
         stderr(&out)
     );
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let json = read_json(&receipt);
     assert_eq!(
         json["receipt"]["network"].as_array().map(Vec::len),
         Some(256)
@@ -836,14 +840,19 @@ fn exec_receipt_records_every_connection() {
     let addr = format!("127.0.0.1:{}", echo.port);
     let dir = tempfile::tempdir().unwrap();
     let receipt = dir.path().join("receipt.json");
-    let out = run(exec(p2::TCP_SEND)
-        .arg("--receipt")
-        .arg(&receipt)
-        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
-        .args([&format!("{addr},127.0.0.2:9"), "hello"]));
+    // `tcp_send` to the listener (with `mode`, and `to` as its targets),
+    // its receipt at `at`.
+    let send = |mode: &[&str], at: &Path, to: &str| {
+        run(exec(p2::TCP_SEND)
+            .args(mode)
+            .arg("--receipt")
+            .arg(at)
+            .args(["--allow-net", &format!("tcp://{addr}"), "--"])
+            .args([to, "hello"]))
+    };
+    let out = send(&[], &receipt, &format!("{addr},127.0.0.2:9"));
     assert_status(&out, 1, "one of two connections refused");
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+    let json = read_json(&receipt);
     assert_eq!(json["exit"], 1, "{json:#}");
     assert_eq!(json["error"], serde_json::Value::Null, "{json:#}");
     let network = json["receipt"]["network"].as_array().unwrap();
@@ -858,11 +867,7 @@ fn exec_receipt_records_every_connection() {
     assert_eq!(network[1]["decision"], "refused");
     assert_eq!(echo.count(), 1);
 
-    let out = run(exec(p2::TCP_SEND)
-        .arg("--receipt")
-        .arg(dir.path().join("missing/receipt.json"))
-        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
-        .args([&addr, "hello"]));
+    let out = send(&[], &dir.path().join("missing/receipt.json"), &addr);
     assert_status(&out, 2, "a receipt that cannot be created");
     assert!(stderr(&out).contains("--receipt"), "{}", stderr(&out));
     assert_eq!(echo.count(), 1, "the program must not run");
@@ -871,13 +876,12 @@ fn exec_receipt_records_every_connection() {
     // in a mode that lets it write there. Read-only, it may be there.
     let ws = tempfile::tempdir().unwrap();
     let inside = ws.path().join("receipt.json");
-    let out = run(exec(p2::TCP_SEND)
-        .args(["--mode", "workspace-write", "--workspace"])
-        .arg(ws.path())
-        .arg("--receipt")
-        .arg(&inside)
-        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
-        .args([&addr, "hello"]));
+    let ws_arg = ws.path().display().to_string();
+    let out = send(
+        &["--mode", "workspace-write", "--workspace", &ws_arg],
+        &inside,
+        &addr,
+    );
     assert_status(&out, 2, "a receipt the program could write");
     assert!(
         stderr(&out).contains("inside the workspace"),
@@ -885,15 +889,13 @@ fn exec_receipt_records_every_connection() {
         stderr(&out)
     );
     assert_eq!(echo.count(), 1, "the program must not run");
-    let out = run(exec(p2::TCP_SEND)
-        .args(["--mode", "read-only", "--workspace"])
-        .arg(ws.path())
-        .arg("--receipt")
-        .arg(&inside)
-        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
-        .args([&addr, "hello"]));
+    let out = send(
+        &["--mode", "read-only", "--workspace", &ws_arg],
+        &inside,
+        &addr,
+    );
     assert_status(&out, 0, "read-only");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&inside).unwrap()).unwrap();
+    let json = read_json(&inside);
     assert_eq!(json["exit"], 0, "{json:#}");
     assert_eq!(echo.count(), 2);
 
@@ -908,12 +910,7 @@ fn exec_receipt_records_every_connection() {
         } else {
             dir.path().join("r.json")
         };
-        let out = run(exec(p2::TCP_SEND)
-            .args(&bad)
-            .arg("--receipt")
-            .arg(&target)
-            .args(["--allow-net", &format!("tcp://{addr}"), "--"])
-            .args([&addr, "hello"]));
+        let out = send(&bad, &target, &addr);
         assert_status(&out, 2, why);
         assert!(stderr(&out).contains(why), "{}", stderr(&out));
     }
@@ -925,15 +922,11 @@ fn exec_receipt_records_every_connection() {
     std::fs::write(&elsewhere, "untouched").unwrap();
     let linked = dir.path().join("linked.json");
     std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
-    let out = run(exec(p2::TCP_SEND)
-        .arg("--receipt")
-        .arg(&linked)
-        .args(["--allow-net", &format!("tcp://{addr}"), "--"])
-        .args([&addr, "hello"]));
+    let out = send(&[], &linked, &addr);
     assert_status(&out, 0, "a link at the path");
     assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched");
     assert!(!std::fs::symlink_metadata(&linked).unwrap().is_symlink());
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&linked).unwrap()).unwrap();
+    let json = read_json(&linked);
     assert_eq!(json["exit"], 0, "{json:#}");
 
     // A program that does not load leaves no receipt (nor an earlier
