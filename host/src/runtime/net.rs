@@ -50,7 +50,7 @@ use http_body_util::BodyExt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -108,6 +108,41 @@ pub(crate) struct CallNet {
     denied: Arc<Mutex<Vec<String>>>,
     /// Denied attempts not listed in `denied` (see `record_denied`).
     unlisted: AtomicU64,
+    /// HTTP exchanges in flight: from `send`'s start to the end of the
+    /// response's body (see [`Flight`]).
+    exchanges: Arc<AtomicUsize>,
+}
+
+/// Where an admitted HTTP request is exchanged (see `runtime::outgoing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// In a task of its own, which then drives the connection.
+    Task,
+    /// In place, where the guest waits for it, its socket's waits through
+    /// tokio's I/O driver (the guest runs in a runtime task, or on a
+    /// current-thread runtime).
+    Tokio,
+    /// In place, where the guest waits for it, on a thread that is not a
+    /// runtime worker: while it is the call's only exchange, its socket's
+    /// waits are made by that thread, in `poll(2)` (`tcp::drive_here`).
+    Caller,
+}
+
+/// One HTTP exchange in flight, counted in [`CallNet::exchanges`] until
+/// dropped (with the response's body, or with the request that failed).
+struct Flight(Arc<AtomicUsize>);
+
+impl Flight {
+    fn start(exchanges: &Arc<AtomicUsize>) -> Flight {
+        exchanges.fetch_add(1, Ordering::AcqRel);
+        Flight(exchanges.clone())
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Default)]
@@ -174,6 +209,7 @@ impl CallNet {
             log: Mutex::new(NetLog::default()),
             denied,
             unlisted: AtomicU64::new(0),
+            exchanges: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -434,18 +470,19 @@ impl CallNet {
     }
 
     /// Steps 2 to 5 of an HTTP request that was admitted: the response's
-    /// head, and what drives its connection afterwards. `in_place`, the
-    /// response's body drives it as the guest reads (no task: the future
-    /// runs wherever it is polled, the guest's own thread); otherwise a task
-    /// of its own does, whose handle is returned (dropping it ends the
-    /// connection).
+    /// head, and what drives its connection afterwards. In place (`place`
+    /// is not [`Place::Task`]), the response's body drives it as the guest
+    /// reads (no task: the future runs wherever it is polled, the guest's
+    /// own thread); otherwise a task of its own does, whose handle is
+    /// returned (dropping it ends the connection).
     pub(crate) async fn send(
         self: Arc<Self>,
         admitted: Admitted,
         mut req: http::Request<WasiBody>,
         options: Option<RequestOptions>,
-        in_place: bool,
+        place: Place,
     ) -> Sent {
+        let here = place == Place::Caller;
         let Admitted {
             request,
             path,
@@ -460,6 +497,7 @@ impl CallNet {
                 "the call ended before the request started".into(),
             )));
         }
+        let flight = Flight::start(&self.exchanges);
         let started = Instant::now();
         // A failure before the response's head: its record says what it was.
         let failed = |e: HttpError| {
@@ -581,7 +619,11 @@ impl CallNet {
         });
 
         let connection = async {
-            let stream = connect(&plan.addrs).await?;
+            let stream: Box<dyn Stream> = if here {
+                Box::new(connect_here(&plan.addrs, &self.exchanges).await?)
+            } else {
+                Box::new(connect(&plan.addrs).await?)
+            };
             let io: Box<dyn Stream> = if request.scheme == Scheme::Https {
                 let name = server_name(&request.host)?;
                 let connector = tokio_rustls::TlsConnector::from(egress.tls.clone());
@@ -598,9 +640,19 @@ impl CallNet {
                 .await
                 .map_err(HttpError::Hyper)
         };
-        let connected = tokio::time::timeout_at(connected_by, connection)
-            .await
-            .unwrap_or(Err(HttpError::ConnectionTimeout));
+        let connected = {
+            let mut connection = std::pin::pin!(connection);
+            let connection = std::future::poll_fn(|cx| {
+                if here {
+                    super::tcp::drive_here(cx, |cx| connection.as_mut().poll(cx))
+                } else {
+                    connection.as_mut().poll(cx)
+                }
+            });
+            tokio::time::timeout_at(connected_by, connection)
+                .await
+                .unwrap_or(Err(HttpError::ConnectionTimeout))
+        };
         let (mut sender, conn) = connected.map_err(failed)?;
         // The head: by the request's time (`connection-timeout`, as before
         // the connection), or by the guest's first-byte timeout
@@ -610,7 +662,7 @@ impl CallNet {
         let mut conn = Some(Box::pin(conn));
         let sending = sender.send_request(req);
         let mut sending = std::pin::pin!(sending);
-        let sending = std::future::poll_fn(|cx| {
+        let mut exchange = |cx: &mut Context<'_>| {
             if let Poll::Ready(head) = sending.as_mut().poll(cx) {
                 return Poll::Ready(head);
             }
@@ -620,6 +672,13 @@ impl CallNet {
                     sending.as_mut().poll(cx)
                 }
                 _ => Poll::Pending,
+            }
+        };
+        let sending = std::future::poll_fn(|cx| {
+            if here {
+                super::tcp::drive_here(cx, &mut exchange)
+            } else {
+                exchange(cx)
             }
         });
         let head = match first_byte_timeout.map(|t| tokio::time::Instant::now() + t) {
@@ -665,7 +724,7 @@ impl CallNet {
         });
         let net = self.clone();
         let (conn, worker) = match conn {
-            Some(conn) if !in_place => (None, Some(wasmtime_wasi::runtime::spawn(conn))),
+            Some(conn) if place == Place::Task => (None, Some(wasmtime_wasi::runtime::spawn(conn))),
             conn => (conn, None),
         };
         let response = response.map(move |incoming| {
@@ -679,6 +738,8 @@ impl CallNet {
                 between: between_bytes_timeout.map(Between::new),
                 started,
                 done: false,
+                here,
+                _flight: flight,
             };
             if masking {
                 MaskedBody {
@@ -1006,6 +1067,22 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CloseAfterYield
     }
 }
 
+/// Connects to the first of `addrs` that accepts, with a socket whose
+/// waits block the polling thread.
+async fn connect_here(
+    addrs: &[SocketAddr],
+    exchanges: &Arc<AtomicUsize>,
+) -> Result<impl Stream + use<>, HttpError> {
+    let mut last = None;
+    for addr in addrs {
+        match super::tcp::connect_here(*addr, exchanges.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.map_or(HttpError::DestinationNotFound, HttpError::Connect))
+}
+
 /// Connects to the first of `addrs` that accepts.
 async fn connect(addrs: &[SocketAddr]) -> Result<super::tcp::Tcp, HttpError> {
     let mut last = None;
@@ -1083,6 +1160,11 @@ struct LimitedBody<B = hyper::body::Incoming> {
     between: Option<Between>,
     started: Instant,
     done: bool,
+    /// Its connection's socket waits on the thread that polls it
+    /// (`tcp::drive_here`).
+    here: bool,
+    /// The exchange is in flight until its body is dropped.
+    _flight: Flight,
 }
 
 impl<B> LimitedBody<B> {
@@ -1122,12 +1204,21 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
         if tokio::time::Instant::now() >= this.until.deadline() {
             return this.fail(HttpError::ConnectionReadTimeout);
         }
-        if let Some(conn) = this.conn.as_mut()
-            && conn.as_mut().poll(cx).is_ready()
-        {
-            this.conn = None;
-        }
-        match this.inner.as_mut().poll_frame(cx) {
+        let (conn, inner) = (&mut this.conn, &mut this.inner);
+        let mut read = |cx: &mut Context<'_>| {
+            if let Some(c) = conn.as_mut()
+                && c.as_mut().poll(cx).is_ready()
+            {
+                *conn = None;
+            }
+            inner.as_mut().poll_frame(cx)
+        };
+        let read = if this.here {
+            super::tcp::drive_here(cx, read)
+        } else {
+            read(cx)
+        };
+        match read {
             Poll::Ready(None) => {
                 this.finish();
                 Poll::Ready(None)
@@ -1440,7 +1531,10 @@ mod tests {
         let receipt = net.close();
         assert_eq!(receipt.len(), 1);
         assert_eq!(receipt[0].error.as_deref(), Some(NOT_SENT));
-        let sent = net.clone().send(admitted, request(), None, true).await;
+        let sent = net
+            .clone()
+            .send(admitted, request(), None, Place::Tokio)
+            .await;
         assert!(sent.is_err());
         assert!(
             listener
@@ -1726,6 +1820,8 @@ mod tests {
             between: None,
             started: Instant::now(),
             done: false,
+            here: false,
+            _flight: Flight::start(&net.exchanges),
         };
         let now = tokio::time::Instant::now();
         let in_time = body(now + Duration::from_secs(60)).collect().await;

@@ -10,9 +10,7 @@
 //! checks, the credential, the limits and the records are the same for
 //! every request), in one of two places:
 //!
-//! - **In place**, a request without a body whose call runs where the
-//!   runtime's I/O wake-ups reach it directly (a runtime task, as the MCP
-//!   server's calls are, or a current-thread runtime): the exchange is the
+//! - **In place**, a request without a body: the exchange is the
 //!   `future-incoming-response` itself, driven while the guest waits on it
 //!   (alone or among other pollables, as a JavaScript `Promise.all` of
 //!   `fetch()`es does), and the connection is then driven by the response
@@ -22,19 +20,24 @@
 //!   connection). A request the guest never waits for (nor asks for with
 //!   `get`) is never sent: it counts against `max_requests` from `handle`
 //!   on, and its record, kept from `handle` on, says it was not sent (its
-//!   `request_timeout_ms` starts when it first runs).
+//!   `request_timeout_ms` starts when it first runs). Where the guest runs
+//!   decides how the socket waits: in a runtime task (as the MCP server's
+//!   calls are) or on a current-thread runtime, tokio's I/O wake-ups reach
+//!   it directly; in a multi-thread runtime's `block_on` (a caller outside
+//!   the runtime, as the CLI's), each would be handed over from a worker
+//!   thread, so there the call's only exchange waits on the caller's own
+//!   thread, in `poll(2)`, a slice at a time (`tcp::drive_here`), and
+//!   registers with tokio once the call has other exchanges in flight.
 //! - **In a task of its own** otherwise: a request with a body (the guest
 //!   writes the body before it waits for the response, so the request must
-//!   go on without it), or a call in a multi-thread runtime's `block_on`
-//!   (a caller outside the runtime, a body on a thread of its own), where
-//!   each wake-up would be handed over from a worker thread. The task hands
-//!   the guest the response's head and the handle of the task that then
-//!   drives the connection.
+//!   go on without it), or a body whose file operations block its thread.
+//!   The task hands the guest the response's head and the handle of the
+//!   task that then drives the connection.
 //!
 //! Everything else of `wasi:http` (fields, requests, bodies, responses) is
 //! wasmtime-wasi-http's.
 
-use crate::runtime::net::{CallNet, Sent};
+use crate::runtime::net::{CallNet, Place, Sent};
 use crate::runtime::store::CallState;
 use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery};
@@ -238,15 +241,16 @@ fn handle(
         Err(refused) => PendingResponse::Ready(Err(refused)),
         // Where the guest runs is asked here (a store may be built
         // elsewhere), and only of a request that is sent.
-        Ok(admitted)
-            if has_body || !(may_exchange_in_place && super::store::drives_its_own_io()) =>
-        {
-            PendingResponse::Task(wasmtime_wasi::runtime::spawn(
-                net.send(admitted, request, options, false),
-            ))
-        }
+        Ok(admitted) if has_body || !may_exchange_in_place => PendingResponse::Task(
+            wasmtime_wasi::runtime::spawn(net.send(admitted, request, options, Place::Task)),
+        ),
         Ok(admitted) => {
-            PendingResponse::InPlace(Box::pin(net.send(admitted, request, options, true)))
+            let place = if super::store::drives_its_own_io() {
+                Place::Tokio
+            } else {
+                Place::Caller
+            };
+            PendingResponse::InPlace(Box::pin(net.send(admitted, request, options, place)))
         }
     };
     let id = store.data_mut().http().table.push(response)?;

@@ -77,8 +77,8 @@ pub(crate) struct CallState {
     pub net: Arc<CallNet>,
     /// Whether an HTTP request without a body may be exchanged where the
     /// guest waits for it (`runtime::outgoing`): not for a body whose file
-    /// operations block its thread; then only where
-    /// [`drives_its_own_io`] says so, asked where the guest runs.
+    /// operations block its thread; how its socket waits is then asked of
+    /// [`drives_its_own_io`], where the guest runs.
     pub may_exchange_in_place: bool,
 }
 
@@ -87,8 +87,8 @@ pub(crate) struct CallState {
 /// worker's wake-ups run the task on that worker), or anywhere on a
 /// current-thread runtime (its one thread drives the I/O). A body in a
 /// multi-thread runtime's `block_on` (a caller outside the runtime, a body
-/// on a thread of its own) is woken from a worker for each of them; there a
-/// task of the request's own exchanges it, and hands over only its result.
+/// on a thread of its own) would be woken from a worker for each of them;
+/// there its exchange waits on its own thread (`net::Place::Caller`).
 pub(crate) fn drives_its_own_io() -> bool {
     tokio::task::try_id().is_some()
         || tokio::runtime::Handle::try_current()

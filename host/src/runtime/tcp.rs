@@ -15,6 +15,14 @@
 //! and then it is tried again, as tokio's own are, through
 //! [`TcpStream::try_io`] (which clears a readiness that turns out stale).
 //! Every send is made here, with [`SEND_FLAGS`].
+//!
+//! A caller that is not a runtime worker (a multi-thread runtime's
+//! `block_on`) would still be woken for each wait by the worker that owns
+//! tokio's I/O driver: two thread wake-ups where the kernel could wake it
+//! once. Its exchange's socket ([`Here`], made by [`connect_here`]) is not
+//! registered with tokio while it is the call's only exchange: the
+//! [`drive_here`] around the exchange waits for it in `poll(2)` on the
+//! caller's own thread.
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -258,6 +266,284 @@ impl<S: Socket> AsyncWrite for Stream<S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
+}
+
+/// Connects to `addr` with a socket that tokio's I/O driver never sees:
+/// its waits are made by the thread that polls it ([`Here`]).
+/// `exchanges` counts the call's exchanges in flight: while this is the
+/// only one, its waits block the polling thread; once there are others, it
+/// is registered with tokio and waits as the others do, so that none of
+/// them waits for another's socket.
+#[cfg(unix)]
+pub(super) async fn connect_here(
+    addr: SocketAddr,
+    exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> io::Result<Stream<Here>> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_nonblocking(true)?;
+    let connecting = match socket.connect(&addr.into()) {
+        Ok(()) => false,
+        Err(e) if in_progress(&e) => true,
+        Err(e) => return Err(e),
+    };
+    let here = Here {
+        socket: socket.into(),
+        registered: std::sync::OnceLock::new(),
+        exchanges,
+    };
+    if connecting {
+        loop {
+            std::future::poll_fn(|cx| here.poll_write_ready(cx)).await?;
+            if let Some(e) = here.socket.take_error()? {
+                return Err(e);
+            }
+            match here.socket.peer_addr() {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(Stream::new(here))
+}
+
+/// How long a [`drive_here`] blocks its thread at most before it lets the
+/// caller's other futures (deadline, cancellation, the guest's other
+/// pollables) be polled again.
+#[cfg(unix)]
+const WAIT_SLICE_MS: libc::c_int = 1;
+
+#[cfg(unix)]
+thread_local! {
+    /// Whether a [`drive_here`] is polling on this thread.
+    static DRIVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The socket and events the last [`Here`] that had to wait is waiting
+    /// for, taken by the [`drive_here`] around it.
+    static WANTED: std::cell::Cell<Option<(std::os::fd::RawFd, libc::c_short)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// `poll(2)` of one socket for `events`, for at most `ms` milliseconds:
+/// whether anything of them (or an error, or the peer's end) is there.
+#[cfg(unix)]
+fn poll_fd(fd: std::os::fd::RawFd, events: libc::c_short, ms: libc::c_int) -> io::Result<bool> {
+    let mut fd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call.
+    match unsafe { libc::poll(&mut fd, 1, ms) } {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The waker a [`drive_here`] polls with: it notes that something woke the
+/// future (then it is polled again at once, not blocked), and passes the
+/// wake-up on to the caller's waker.
+#[cfg(unix)]
+struct Noted {
+    woken: std::sync::atomic::AtomicBool,
+    outer: std::task::Waker,
+}
+
+#[cfg(unix)]
+impl std::task::Wake for Noted {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.woken.store(true, std::sync::atomic::Ordering::Release);
+        self.outer.wake_by_ref();
+    }
+}
+
+/// Polls `poll`, whose [`Here`] sockets wait on this thread: when it is
+/// pending on one of them, and nothing else woke it meanwhile, this thread
+/// blocks in `poll(2)` on that socket (at most [`WAIT_SLICE_MS`]) and polls
+/// again when the socket is ready; after a slice with nothing, it returns
+/// pending, woken at once, so that the caller's other futures run. A
+/// look without a waker (`Waker::noop`) never blocks.
+#[cfg(unix)]
+pub(crate) fn drive_here<T>(
+    cx: &mut Context<'_>,
+    mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Poll<T> {
+    use std::sync::atomic::Ordering;
+    let look = cx.waker().will_wake(std::task::Waker::noop());
+    let noted = std::sync::Arc::new(Noted {
+        woken: std::sync::atomic::AtomicBool::new(false),
+        outer: cx.waker().clone(),
+    });
+    let waker = std::task::Waker::from(noted.clone());
+    let mut inner = Context::from_waker(&waker);
+    let was_driving = DRIVING.replace(true);
+    let out = loop {
+        WANTED.set(None);
+        if let Poll::Ready(out) = poll(&mut inner) {
+            break Poll::Ready(out);
+        }
+        let Some((fd, events)) = WANTED.take() else {
+            break Poll::Pending;
+        };
+        if look {
+            break Poll::Pending;
+        }
+        if noted.woken.swap(false, Ordering::AcqRel) {
+            continue;
+        }
+        match poll_fd(fd, events, WAIT_SLICE_MS) {
+            Ok(true) => continue,
+            Ok(false) | Err(_) => {
+                cx.waker().wake_by_ref();
+                break Poll::Pending;
+            }
+        }
+    };
+    DRIVING.set(was_driving);
+    WANTED.set(None);
+    out
+}
+
+/// A connected socket that tokio's I/O driver never sees: its waits are
+/// made on the thread that polls it, by the [`drive_here`] around it, in
+/// `poll(2)`. For a caller that is not a runtime worker (a multi-thread
+/// runtime's `block_on`): there tokio's readiness comes from a worker
+/// thread, which then wakes the caller, two thread wake-ups where the
+/// kernel wakes the caller's thread once.
+#[cfg(unix)]
+pub(crate) struct Here {
+    socket: std::net::TcpStream,
+    /// The same socket registered with tokio, once the call has other
+    /// exchanges in flight.
+    registered: std::sync::OnceLock<TcpStream>,
+    /// The call's exchanges in flight.
+    exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[cfg(unix)]
+impl Here {
+    /// Whether the socket has any of `events`; if not, the [`drive_here`]
+    /// around it waits for them. Outside one, the wait blocks here (a
+    /// slice at most, then the future is woken again).
+    fn wait(&self, cx: &mut Context<'_>, events: libc::c_short) -> Poll<io::Result<()>> {
+        use std::os::fd::AsRawFd;
+        let fd = self.socket.as_raw_fd();
+        let driven = DRIVING.get();
+        let slice = if driven { 0 } else { WAIT_SLICE_MS };
+        match poll_fd(fd, events, slice) {
+            Ok(true) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(false) => {
+                if driven {
+                    WANTED.set(Some((fd, events)));
+                } else {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The socket registered with tokio, if the call has other exchanges
+    /// in flight (registered then, for good), or `None` while it waits
+    /// here.
+    fn registered(&self) -> io::Result<Option<&TcpStream>> {
+        if let Some(t) = self.registered.get() {
+            return Ok(Some(t));
+        }
+        if self.exchanges.load(std::sync::atomic::Ordering::Acquire) <= 1 {
+            return Ok(None);
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other("no runtime to wait in"));
+        }
+        let t = TcpStream::from_std(self.socket.try_clone()?)?;
+        Ok(Some(self.registered.get_or_init(|| t)))
+    }
+}
+
+#[cfg(unix)]
+impl Socket for Here {
+    fn sock_ref(&self) -> socket2::SockRef<'_> {
+        socket2::SockRef::from(&self.socket)
+    }
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.registered() {
+            Ok(Some(t)) => t.poll_read_ready(cx),
+            Ok(None) => self.wait(cx, libc::POLLIN),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.registered() {
+            Ok(Some(t)) => t.poll_write_ready(cx),
+            Ok(None) => self.wait(cx, libc::POLLOUT),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+    fn try_io<R>(&self, interest: Interest, op: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        match self.registered.get() {
+            Some(t) => t.try_io(interest, op),
+            None => op(),
+        }
+    }
+}
+
+#[cfg(unix)]
+impl AsyncWrite for Here {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            match socket2::SockRef::from(&self.socket).send_with_flags(buf, SEND_FLAGS) {
+                Err(e) if again(&e) => ready!(self.poll_write_ready(cx))?,
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.socket.shutdown(std::net::Shutdown::Write) {
+            Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+/// Without `poll(2)`: a socket registered with tokio, as [`connect`]'s.
+#[cfg(not(unix))]
+pub(super) async fn connect_here(
+    addr: SocketAddr,
+    _exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> io::Result<Tcp> {
+    connect(addr).await
+}
+
+/// Without `poll(2)`: `poll` alone.
+#[cfg(not(unix))]
+pub(crate) fn drive_here<T>(
+    cx: &mut Context<'_>,
+    mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Poll<T> {
+    poll(cx)
 }
 
 /// Runs `body` in a child process of this test binary, in which `SIGPIPE`
@@ -750,5 +1036,162 @@ mod tests {
             refused.err().map(|e| e.kind()),
             Some(io::ErrorKind::ConnectionRefused)
         );
+    }
+
+    /// A [`connect_here`] socket to a fresh loopback listener, counted as
+    /// one of `exchanges` exchanges in flight, and its peer.
+    #[cfg(unix)]
+    async fn here_pair(exchanges: usize) -> (Stream<Here>, std::net::TcpStream) {
+        let listener =
+            std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(exchanges));
+        let here = connect_here(addr, count)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (peer, _) = listener.accept().unwrap_or_else(|e| panic!("{e}"));
+        (here, peer)
+    }
+
+    /// The call's only exchange, from a multi-thread runtime's `block_on`:
+    /// its socket is never registered with tokio, and a read that waits is
+    /// woken by the socket itself (the driver around it waits in
+    /// `poll(2)`), across many waits, nothing lost.
+    #[cfg(unix)]
+    #[test]
+    fn an_only_exchange_waits_on_the_callers_thread() {
+        use std::io::Write;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let (mut here, mut peer) = here_pair(1).await;
+            let (go, went) = std::sync::mpsc::channel::<()>();
+            let writer = std::thread::spawn(move || {
+                for i in 0..50u8 {
+                    if went.recv().is_err() {
+                        return;
+                    }
+                    peer.write_all(&[i]).unwrap_or_else(|e| panic!("{e}"));
+                }
+            });
+            for i in 0..50u8 {
+                let _ = go.send(());
+                let mut byte = [0u8];
+                let n = std::future::poll_fn(|cx| {
+                    drive_here(cx, |cx| {
+                        let mut buf = ReadBuf::new(&mut byte);
+                        ready!(Pin::new(&mut here).poll_read(cx, &mut buf))?;
+                        Poll::Ready(io::Result::Ok(buf.filled().len()))
+                    })
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!((n, byte[0]), (1, i));
+            }
+            assert!(here.stream.registered.get().is_none());
+            writer
+                .join()
+                .unwrap_or_else(|_| panic!("the writer panicked"));
+        });
+    }
+
+    /// Once the call has other exchanges in flight, a socket that must wait
+    /// is registered with tokio and woken by its driver (so that no
+    /// exchange waits in `poll(2)` for another's socket); its data is read.
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn among_other_exchanges_a_socket_waits_through_tokio() {
+        use std::io::Write;
+        use tokio::io::AsyncReadExt;
+        let (mut here, mut peer) = here_pair(2).await;
+        let mut byte = [0u8];
+        let reading = std::future::poll_fn(|cx| {
+            drive_here(cx, |cx| {
+                let mut buf = ReadBuf::new(&mut byte);
+                ready!(Pin::new(&mut here).poll_read(cx, &mut buf))?;
+                Poll::Ready(io::Result::Ok(buf.filled().len()))
+            })
+        });
+        let mut reading = std::pin::pin!(reading);
+        // Nothing there yet: it waits, registered.
+        assert!(futures::poll!(reading.as_mut()).is_pending());
+        peer.write_all(b"x").unwrap_or_else(|e| panic!("{e}"));
+        let n = tokio::time::timeout(std::time::Duration::from_secs(60), reading)
+            .await
+            .unwrap_or_else(|_| panic!("the registered socket was never woken"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((n, byte[0]), (1, b'x'));
+        assert!(here.stream.registered.get().is_some());
+        drop(peer);
+        let mut rest = Vec::new();
+        here.read_to_end(&mut rest)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(rest.is_empty());
+    }
+
+    /// A wait with no driver around it (a path that polls the socket
+    /// directly) wakes its own task, so it is polled again rather than
+    /// never; a look without a waker (`Waker::noop`, as
+    /// `future-incoming-response.get` takes) returns at once, pending.
+    #[cfg(unix)]
+    #[test]
+    fn a_wait_outside_a_driver_wakes_itself_and_a_look_does_not_wait() {
+        struct Count(std::sync::atomic::AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let rt = current_thread();
+        let (mut here, _peer) = rt.block_on(here_pair(1));
+        let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(count.clone());
+        let mut byte = [0u8];
+        let mut buf = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(&waker);
+        assert!(
+            Pin::new(&mut here)
+                .poll_read(&mut cx, &mut buf)
+                .is_pending()
+        );
+        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let mut look = Context::from_waker(std::task::Waker::noop());
+        let looked = drive_here(&mut look, |cx| Pin::new(&mut here).poll_read(cx, &mut buf));
+        assert!(looked.is_pending());
+        assert!(WANTED.get().is_none() && !DRIVING.get());
+    }
+
+    /// A future woken while it was polled (as hyper's channel wakes the
+    /// request when the connection hands it the response's head) is polled
+    /// again at once by the driver, not left to wait on the socket it is
+    /// also pending on.
+    #[cfg(unix)]
+    #[test]
+    fn a_driver_polls_again_what_was_woken() {
+        let rt = current_thread();
+        let (mut here, _peer) = rt.block_on(here_pair(1));
+        struct Ignore;
+        impl std::task::Wake for Ignore {
+            fn wake(self: std::sync::Arc<Self>) {}
+        }
+        let waker = std::task::Waker::from(std::sync::Arc::new(Ignore));
+        let mut polls = 0;
+        let mut byte = [0u8];
+        let out = drive_here(&mut Context::from_waker(&waker), |cx| {
+            polls += 1;
+            if polls > 1 {
+                return Poll::Ready(polls);
+            }
+            // Pending on the silent socket, and woken by something else.
+            let mut buf = ReadBuf::new(&mut byte);
+            assert!(Pin::new(&mut here).poll_read(cx, &mut buf).is_pending());
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        });
+        assert_eq!(out, Poll::Ready(2));
     }
 }

@@ -305,12 +305,12 @@ async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
     assert_eq!(result.payload["receipt"]["network"][0]["status"], 200);
 }
 
-/// A request without a body is exchanged where the guest waits for it
-/// when the body runs in a runtime task (or on a current-thread runtime,
-/// as in the other tests here), and in a task of the request's own when it
-/// runs in a multi-thread runtime's `block_on`; a request with a body
-/// always in a task of its own. Each way, on a multi-thread runtime: the
-/// same exchange, the same records, one connection each.
+/// A request without a body is exchanged where the guest waits for it: in
+/// a runtime task (or on a current-thread runtime, as in the other tests
+/// here) its socket waits through tokio, in a multi-thread runtime's
+/// `block_on` on the caller's own thread; a request with a body always in
+/// a task of its own. Each way, on a multi-thread runtime: the same
+/// exchange, the same records, one connection each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_is_the_same_exchanged_in_place_or_in_a_task() {
     let server = Server::start(

@@ -292,3 +292,44 @@ pub fn exits_within(
         stderr: stderr.join().unwrap(),
     }
 }
+
+/// Runs `test` in each place a body's HTTP requests are exchanged
+/// differently (`runtime::outgoing`): on a current-thread runtime (in
+/// place, tokio's I/O on the caller's thread), in a multi-thread runtime's
+/// `block_on` (in place, the socket's waits made by the caller's thread
+/// itself), and in a task of a multi-thread runtime (in place, tokio's I/O
+/// on its worker), as the MCP server calls. Each place gets fresh state
+/// from `test`; a failure says which place it was.
+pub fn in_each_place<F, Fut>(test: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let place = |name: &str, run: &dyn Fn()| {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+            eprintln!("failed on {name}");
+            std::panic::resume_unwind(panic);
+        }
+    };
+    place("a current-thread runtime", &|| current.block_on(test()));
+    place("a multi-thread runtime's block_on", &|| {
+        multi.block_on(test())
+    });
+    place("a task of a multi-thread runtime", &|| {
+        multi.block_on(async {
+            match tokio::spawn(test()).await {
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                joined => joined.unwrap(),
+            }
+        })
+    });
+}

@@ -447,52 +447,54 @@ async fn egress_conformance_names_socket_destinations() {
 /// still reports the connection it made and the one it was refused: a
 /// guest cannot hide its traffic by getting itself abandoned. (That nothing
 /// it starts after that goes out is `runtime::store`'s unit test.)
-#[tokio::test]
-async fn egress_an_abandoned_body_keeps_its_network_records() {
-    let target = Counted::start("127.0.0.1");
-    let t = target.port;
-    let ws = tempfile::tempdir().unwrap();
-    let pipe = Fifo::make(ws.path().join("pipe"));
-    let policy = format!(
-        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\n"
-    );
-    let mut b = builder(
-        probes::EGRESS_CORPUS,
-        ws.path(),
-        Limits {
-            deadline: Duration::from_secs(5),
-            ..Limits::default()
-        },
-        suite_options(),
-    );
-    b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
-    let host = b.build().await.unwrap();
-    let r = call(
-        &host,
-        "egress",
-        json!({"tcp": [format!("127.0.0.1:{t}"), "127.0.0.2:9"], "then_read": "pipe"}),
-        SandboxMode::ReadOnly,
-    )
-    .await;
-    pipe.release();
-    assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
-    assert_eq!(target.count_reaching(1), 1);
-    let urls: Vec<&str> = r.receipt.network.iter().map(|n| n.url.as_str()).collect();
-    assert_eq!(
-        urls,
-        [format!("tcp://127.0.0.1:{t}").as_str(), "tcp://127.0.0.2:9"],
-        "{:?}",
-        r.receipt.network
-    );
-    assert_eq!(record_codes(&r), [Value::Null, json!("address_refused")]);
-    assert!(
-        r.receipt
-            .denied
-            .iter()
-            .any(|d| d.contains("tcp://127.0.0.2:9")),
-        "{:?}",
-        r.receipt.denied
-    );
+#[test]
+fn egress_an_abandoned_body_keeps_its_network_records() {
+    in_each_place(|| async {
+        let target = Counted::start("127.0.0.1");
+        let t = target.port;
+        let ws = tempfile::tempdir().unwrap();
+        let pipe = Fifo::make(ws.path().join("pipe"));
+        let policy = format!(
+            "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\n"
+        );
+        let mut b = builder(
+            probes::EGRESS_CORPUS,
+            ws.path(),
+            Limits {
+                deadline: Duration::from_secs(5),
+                ..Limits::default()
+            },
+            suite_options(),
+        );
+        b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
+        let host = b.build().await.unwrap();
+        let r = call(
+            &host,
+            "egress",
+            json!({"tcp": [format!("127.0.0.1:{t}"), "127.0.0.2:9"], "then_read": "pipe"}),
+            SandboxMode::ReadOnly,
+        )
+        .await;
+        pipe.release();
+        assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
+        assert_eq!(target.count_reaching(1), 1);
+        let urls: Vec<&str> = r.receipt.network.iter().map(|n| n.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [format!("tcp://127.0.0.1:{t}").as_str(), "tcp://127.0.0.2:9"],
+            "{:?}",
+            r.receipt.network
+        );
+        assert_eq!(record_codes(&r), [Value::Null, json!("address_refused")]);
+        assert!(
+            r.receipt
+                .denied
+                .iter()
+                .any(|d| d.contains("tcp://127.0.0.2:9")),
+            "{:?}",
+            r.receipt.denied
+        );
+    });
 }
 
 /// With a UDP grant, datagrams go to the granted address only: one sent to
@@ -876,97 +878,105 @@ async fn outcomes(host: &Host, args: Value) -> Vec<String> {
 /// server that never answers, then one to a server that does, gets the
 /// second response while the first is still pending (a `handle` that waited
 /// for the first response would hold the guest until its deadline).
-#[tokio::test]
-async fn egress_concurrent() {
-    let silent = Counted::start("127.0.0.1");
-    let answering = echo_heads(1);
-    let (_ws, host) = concurrent_host(&[silent.port, answering]).await;
-    let urls = [
-        format!("http://127.0.0.1:{}/never", silent.port),
-        format!("http://127.0.0.1:{answering}/now"),
-    ];
-    let got = outcomes(&host, json!({"http": urls})).await;
-    assert_eq!(got, ["pending", "status 200"]);
-    assert_eq!(silent.count_reaching(1), 1);
+#[test]
+fn egress_concurrent() {
+    in_each_place(|| async {
+        let silent = Counted::start("127.0.0.1");
+        let answering = echo_heads(1);
+        let (_ws, host) = concurrent_host(&[silent.port, answering]).await;
+        let urls = [
+            format!("http://127.0.0.1:{}/never", silent.port),
+            format!("http://127.0.0.1:{answering}/now"),
+        ];
+        let got = outcomes(&host, json!({"http": urls})).await;
+        assert_eq!(got, ["pending", "status 200"]);
+        assert_eq!(silent.count_reaching(1), 1);
+    });
 }
 
 /// A guest that never waits on its responses, only asks for them (`get`)
 /// between sleeps on a timer, still gets them, however its requests are
 /// exchanged (in place, or in a task of their own).
-#[tokio::test]
-async fn egress_a_response_only_asked_for_comes() {
-    let (a, b) = (echo_heads(1), echo_heads(1));
-    let (_ws, host) = concurrent_host(&[a, b]).await;
-    let urls = [
-        format!("http://127.0.0.1:{a}/a"),
-        format!("http://127.0.0.1:{b}/b"),
-    ];
-    let got = outcomes(&host, json!({"http": urls, "get_only": true})).await;
-    assert_eq!(got, ["status 200", "status 200"]);
+#[test]
+fn egress_a_response_only_asked_for_comes() {
+    in_each_place(|| async {
+        let (a, b) = (echo_heads(1), echo_heads(1));
+        let (_ws, host) = concurrent_host(&[a, b]).await;
+        let urls = [
+            format!("http://127.0.0.1:{a}/a"),
+            format!("http://127.0.0.1:{b}/b"),
+        ];
+        let got = outcomes(&host, json!({"http": urls, "get_only": true})).await;
+        assert_eq!(got, ["status 200", "status 200"]);
+    });
 }
 
 /// A request the guest sends and drops, never waiting on it nor asking for
 /// it, is never sent (nothing reaches the listener), yet its record, kept
-/// from `handle` on, is in the receipt: allowed, no status, not sent. (This
-/// test's current-thread runtime exchanges requests in place, where a
-/// request starts only when the guest waits for it; a request in a task of
-/// its own that has not started when the call ends is covered by
+/// from `handle` on, is in the receipt: allowed, no status, not sent. (In
+/// each place this test runs, a request without a body is exchanged in
+/// place, where it starts only when the guest waits for it; a request in a
+/// task of its own that has not started when the call ends is covered by
 /// `net::tests::a_request_not_started_when_the_receipt_is_taken_is_never_sent`.)
-#[tokio::test]
-async fn egress_a_request_never_waited_for_is_recorded_not_sent() {
-    let target = Counted::start("127.0.0.1");
-    let (_ws, host) = concurrent_host(&[target.port]).await;
-    let url = format!("http://127.0.0.1:{}/dropped", target.port);
-    let got = call(
-        &host,
-        "concurrent",
-        json!({"http": [url], "never_wait": true}),
-        SandboxMode::None,
-    )
-    .await;
-    assert!(got.is_ok(), "{got:?}");
-    assert_eq!(got.canonical["outcomes"], json!(["dropped"]));
-    let records = serde_json::to_value(&got.receipt.network).unwrap();
-    assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
-    assert_eq!(records[0]["decision"], "allowed", "{records}");
-    assert!(records[0]["status"].is_null(), "{records}");
-    assert!(
-        records[0]["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("not sent")),
-        "{records}"
-    );
-    assert_eq!(target.count(), 0, "a request never waited for was sent");
+#[test]
+fn egress_a_request_never_waited_for_is_recorded_not_sent() {
+    in_each_place(|| async {
+        let target = Counted::start("127.0.0.1");
+        let (_ws, host) = concurrent_host(&[target.port]).await;
+        let url = format!("http://127.0.0.1:{}/dropped", target.port);
+        let got = call(
+            &host,
+            "concurrent",
+            json!({"http": [url], "never_wait": true}),
+            SandboxMode::None,
+        )
+        .await;
+        assert!(got.is_ok(), "{got:?}");
+        assert_eq!(got.canonical["outcomes"], json!(["dropped"]));
+        let records = serde_json::to_value(&got.receipt.network).unwrap();
+        assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
+        assert_eq!(records[0]["decision"], "allowed", "{records}");
+        assert!(records[0]["status"].is_null(), "{records}");
+        assert!(
+            records[0]["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("not sent")),
+            "{records}"
+        );
+        assert_eq!(target.count(), 0, "a request never waited for was sent");
+    });
 }
 
 /// An allowed request that fails before its response (here, a granted
 /// loopback port nobody listens on) keeps why in its record.
-#[tokio::test]
-async fn egress_a_failed_request_records_why() {
-    // Bound, never listening: the port stays this test's, and refuses.
-    let closed = tokio::net::TcpSocket::new_v4().unwrap();
-    closed.bind(([127, 0, 0, 1], 0).into()).unwrap();
-    let port = closed.local_addr().unwrap().port();
-    let (_ws, host) = concurrent_host(&[port]).await;
-    let url = format!("http://127.0.0.1:{port}/nobody");
-    let r = call(
-        &host,
-        "concurrent",
-        json!({"http": [url], "sequential": true}),
-        SandboxMode::None,
-    )
-    .await;
-    assert!(
-        r.canonical["outcomes"][0]
-            .as_str()
-            .is_some_and(|o| o.starts_with("error")),
-        "{r:?}"
-    );
-    let records = serde_json::to_value(&r.receipt.network).unwrap();
-    assert_eq!(records[0]["decision"], "allowed", "{records}");
-    assert!(records[0]["status"].is_null(), "{records}");
-    let error = records[0]["error"].as_str().unwrap_or_default();
-    assert!(error.starts_with("connection error"), "{records}");
+#[test]
+fn egress_a_failed_request_records_why() {
+    in_each_place(|| async {
+        // Bound, never listening: the port stays this test's, and refuses.
+        let closed = tokio::net::TcpSocket::new_v4().unwrap();
+        closed.bind(([127, 0, 0, 1], 0).into()).unwrap();
+        let port = closed.local_addr().unwrap().port();
+        let (_ws, host) = concurrent_host(&[port]).await;
+        let url = format!("http://127.0.0.1:{port}/nobody");
+        let r = call(
+            &host,
+            "concurrent",
+            json!({"http": [url], "sequential": true}),
+            SandboxMode::None,
+        )
+        .await;
+        assert!(
+            r.canonical["outcomes"][0]
+                .as_str()
+                .is_some_and(|o| o.starts_with("error")),
+            "{r:?}"
+        );
+        let records = serde_json::to_value(&r.receipt.network).unwrap();
+        assert_eq!(records[0]["decision"], "allowed", "{records}");
+        assert!(records[0]["status"].is_null(), "{records}");
+        let error = records[0]["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("connection error"), "{records}");
+    });
 }
 
 /// Answers one request on 127.0.0.1 with `first`, then with `rest` after
@@ -1005,60 +1015,62 @@ fn staged(
 /// that stops; a connect timeout does not cut a body that takes longer.
 /// And options passed with every request do not fill the call's resource
 /// table (the guest gives them away with each request).
-#[tokio::test]
-async fn egress_concurrent_request_options() {
-    let silent = Counted::start("127.0.0.1");
-    let head = "HTTP/1.1 200 OK\r\ncontent-length: 10\r\nconnection: close\r\n\r\nhello";
-    let (stalls, _hold) = staged(head, None, "world");
-    let (slow, _release) = staged(head, Some(Duration::from_millis(1500)), "world");
-    let (paused, _later) = staged(head, Some(Duration::from_millis(100)), "world");
-    let (_ws, host) = concurrent_host(&[silent.port, stalls, slow, paused]).await;
-    let one = |port: u16, timeouts: Value| {
-        let mut args = json!({"http": [format!("http://127.0.0.1:{port}/")], "sequential": true, "read_body": true});
-        args.as_object_mut()
-            .unwrap()
-            .extend(timeouts.as_object().unwrap().clone());
-        args
-    };
-    let got = outcomes(
-        &host,
-        one(silent.port, json!({"first_byte_timeout_ms": 300})),
-    )
-    .await;
-    assert_eq!(got, ["error ErrorCode::ConnectionReadTimeout"]);
-    // Ended by the gap, long before the request's time (the call's 20 s).
-    let started = std::time::Instant::now();
-    let got = outcomes(&host, one(stalls, json!({"between_bytes_timeout_ms": 300}))).await;
-    assert_eq!(got, ["status 200, body error connection read timeout"]);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
-    // The guest's own pause between reads is not the server's gap: the
-    // rest came 100 ms after the first part, while the guest paused 800 ms.
-    let got = outcomes(
-        &host,
-        one(
-            paused,
-            json!({"between_bytes_timeout_ms": 300, "pause_ms": 800}),
-        ),
-    )
-    .await;
-    assert_eq!(got, ["status 200, 10 bytes"]);
-    let got = outcomes(&host, one(slow, json!({"connect_timeout_ms": 1000}))).await;
-    assert_eq!(got, ["status 200, 10 bytes"]);
-    // 1100 refused requests, each with its options: more than the call's
-    // 1024 resources.
-    let refused = vec!["http://127.0.0.2:9/"; 1100];
-    let got = outcomes(
-        &host,
-        json!({"http": refused, "sequential": true, "connect_timeout_ms": 1000}),
-    )
-    .await;
-    let refused = got
-        .iter()
-        .filter(|o| *o == "error ErrorCode::DestinationIpProhibited")
-        .count();
-    assert_eq!((got.len(), refused), (1100, 1100), "{:?}", got.last());
+#[test]
+fn egress_concurrent_request_options() {
+    in_each_place(|| async {
+        let silent = Counted::start("127.0.0.1");
+        let head = "HTTP/1.1 200 OK\r\ncontent-length: 10\r\nconnection: close\r\n\r\nhello";
+        let (stalls, _hold) = staged(head, None, "world");
+        let (slow, _release) = staged(head, Some(Duration::from_millis(1500)), "world");
+        let (paused, _later) = staged(head, Some(Duration::from_millis(100)), "world");
+        let (_ws, host) = concurrent_host(&[silent.port, stalls, slow, paused]).await;
+        let one = |port: u16, timeouts: Value| {
+            let mut args = json!({"http": [format!("http://127.0.0.1:{port}/")], "sequential": true, "read_body": true});
+            args.as_object_mut()
+                .unwrap()
+                .extend(timeouts.as_object().unwrap().clone());
+            args
+        };
+        let got = outcomes(
+            &host,
+            one(silent.port, json!({"first_byte_timeout_ms": 300})),
+        )
+        .await;
+        assert_eq!(got, ["error ErrorCode::ConnectionReadTimeout"]);
+        // Ended by the gap, long before the request's time (the call's 20 s).
+        let started = std::time::Instant::now();
+        let got = outcomes(&host, one(stalls, json!({"between_bytes_timeout_ms": 300}))).await;
+        assert_eq!(got, ["status 200, body error connection read timeout"]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        // The guest's own pause between reads is not the server's gap: the
+        // rest came 100 ms after the first part, while the guest paused 800 ms.
+        let got = outcomes(
+            &host,
+            one(
+                paused,
+                json!({"between_bytes_timeout_ms": 300, "pause_ms": 800}),
+            ),
+        )
+        .await;
+        assert_eq!(got, ["status 200, 10 bytes"]);
+        let got = outcomes(&host, one(slow, json!({"connect_timeout_ms": 1000}))).await;
+        assert_eq!(got, ["status 200, 10 bytes"]);
+        // 1100 refused requests, each with its options: more than the call's
+        // 1024 resources.
+        let refused = vec!["http://127.0.0.2:9/"; 1100];
+        let got = outcomes(
+            &host,
+            json!({"http": refused, "sequential": true, "connect_timeout_ms": 1000}),
+        )
+        .await;
+        let refused = got
+            .iter()
+            .filter(|o| *o == "error ErrorCode::DestinationIpProhibited")
+            .count();
+        assert_eq!((got.len(), refused), (1100, 1100), "{:?}", got.last());
+    });
 }

@@ -172,17 +172,24 @@ mod http {
                 .iter()
                 .map(|u| send(u, args))
                 .collect::<Result<Vec<_>, _>>()?;
+            // Each response is asked for until it comes, and not again
+            // (a second `get` of a response taken is an error).
+            let mut answered = vec![None; sent.len()];
             for _ in 0..500 {
-                let answered = sent
-                    .iter()
-                    .map(|f| outcome(f, false, None))
-                    .collect::<Vec<_>>();
-                if answered.iter().all(|o| o != "pending") {
-                    return Ok(answered);
+                for (f, a) in sent.iter().zip(answered.iter_mut()) {
+                    if a.is_none() {
+                        *a = Some(outcome(f, false, None)).filter(|o| o != "pending");
+                    }
+                }
+                if answered.iter().all(Option::is_some) {
+                    break;
                 }
                 monotonic_clock::subscribe_duration(10 * MS).block();
             }
-            return Ok(sent.iter().map(|_| "pending".to_string()).collect());
+            return Ok(answered
+                .into_iter()
+                .map(|a| a.unwrap_or_else(|| "pending".to_string()))
+                .collect());
         }
         if args.sequential {
             return args
