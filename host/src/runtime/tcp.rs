@@ -119,6 +119,12 @@ pub(crate) trait Socket: AsyncWrite + Unpin {
     fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// tokio's `try_io`.
     fn try_io<R>(&self, interest: Interest, op: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+    /// Whether a readiness wait costs no system call (tokio knows the
+    /// socket's readiness): then, once a direction has waited, its
+    /// operations wait for readiness before they are tried.
+    fn readiness_known(&self) -> bool {
+        true
+    }
 }
 
 /// [`Socket`] for tokio's stream types, whose methods of those names it
@@ -173,7 +179,8 @@ impl<S: Socket> Stream<S> {
         }
     }
 
-    /// `op` on the socket: at once (until its direction first waited),
+    /// `op` on the socket: at once (until its direction first waited, or
+    /// always when a readiness wait would cost a system call of its own),
     /// then after each readiness report of `interest` until it neither
     /// would block nor was interrupted. Each try counts against the task's
     /// cooperative budget, as tokio's own operations do (the try at once
@@ -190,7 +197,7 @@ impl<S: Socket> Stream<S> {
         } else {
             &mut self.read_waited
         };
-        if !*waited {
+        if !*waited || !self.stream.readiness_known() {
             let coop = ready!(tokio::task::coop::poll_proceed(cx));
             let done = op(self.stream.sock_ref());
             if !done.as_ref().is_err_and(again) {
@@ -295,7 +302,8 @@ pub(super) async fn connect_here(
         registered: std::sync::OnceLock::new(),
         exchanges,
     };
-    if connecting {
+    // As [`connect`]: a connect that has finished by now needs no wait.
+    if connecting && here.socket.peer_addr().is_err() {
         loop {
             std::future::poll_fn(|cx| here.poll_write_ready(cx)).await?;
             if let Some(e) = here.socket.take_error()? {
@@ -500,6 +508,9 @@ impl Socket for Here {
             Some(t) => t.try_io(interest, op),
             None => op(),
         }
+    }
+    fn readiness_known(&self) -> bool {
+        self.registered.get().is_some()
     }
 }
 
