@@ -123,8 +123,9 @@ pub(crate) enum Place {
     /// current-thread runtime).
     Tokio,
     /// In place, where the guest waits for it, on a thread that is not a
-    /// runtime worker: while it is the call's only exchange, its socket's
-    /// waits are made by that thread, in `poll(2)` (`tcp::drive_here`).
+    /// runtime worker: its socket's waits are made by that thread, in
+    /// `poll(2)` (`tcp::drive_here`), while it is the call's only exchange
+    /// and for its first millisecond of waiting (`tcp::Here`).
     Caller,
 }
 

@@ -26,8 +26,9 @@
 //!   it directly; in a multi-thread runtime's `block_on` (a caller outside
 //!   the runtime, as the CLI's), each would be handed over from a worker
 //!   thread, so there the call's only exchange waits on the caller's own
-//!   thread, in `poll(2)`, a slice at a time (`tcp::drive_here`), and
-//!   registers with tokio once the call has other exchanges in flight.
+//!   thread, in `poll(2)` (`tcp::drive_here`), for its first millisecond
+//!   of waiting; then, or once the call has other exchanges in flight, it
+//!   waits through tokio (`tcp::Here`).
 //! - **In a task of its own** otherwise: a request with a body (the guest
 //!   writes the body before it waits for the response, so the request must
 //!   go on without it), or a body whose file operations block its thread.

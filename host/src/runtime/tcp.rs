@@ -20,9 +20,10 @@
 //! `block_on`) would still be woken for each wait by the worker that owns
 //! tokio's I/O driver: two thread wake-ups where the kernel could wake it
 //! once. Its exchange's socket ([`Here`], made by [`connect_here`]) is not
-//! registered with tokio while it is the call's only exchange: the
-//! [`drive_here`] around the exchange waits for it in `poll(2)` on the
-//! caller's own thread.
+//! registered with tokio at first: the [`drive_here`] around the exchange
+//! waits for it in `poll(2)` on the caller's own thread, while it is the
+//! call's only exchange and for its first millisecond of waiting (a nearby
+//! server's whole exchange), a slice at a time.
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -110,7 +111,7 @@ fn in_progress(e: &io::Error) -> bool {
 
 /// What [`Stream`] needs of a connected stream socket registered with
 /// tokio: its readiness, and the socket for the system calls.
-pub(crate) trait Socket: AsyncWrite + Unpin {
+pub(crate) trait Socket: Unpin {
     /// The socket, for `recv` and `send`.
     fn sock_ref(&self) -> socket2::SockRef<'_>;
     /// tokio's `poll_read_ready`.
@@ -125,6 +126,8 @@ pub(crate) trait Socket: AsyncWrite + Unpin {
     fn readiness_known(&self) -> bool {
         true
     }
+    /// Shuts the writing side down (tokio's `poll_shutdown`).
+    fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
 /// [`Socket`] for tokio's stream types, whose methods of those names it
@@ -147,6 +150,9 @@ macro_rules! socket {
                 op: impl FnOnce() -> io::Result<R>,
             ) -> io::Result<R> {
                 <$t>::try_io(self, interest, op)
+            }
+            fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                AsyncWrite::poll_shutdown(Pin::new(self), cx)
             }
         }
     };
@@ -271,16 +277,14 @@ impl<S: Socket> AsyncWrite for Stream<S> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        self.stream.poll_shutdown(cx)
     }
 }
 
-/// Connects to `addr` with a socket that tokio's I/O driver never sees:
-/// its waits are made by the thread that polls it ([`Here`]).
-/// `exchanges` counts the call's exchanges in flight: while this is the
-/// only one, its waits block the polling thread; once there are others, it
-/// is registered with tokio and waits as the others do, so that none of
-/// them waits for another's socket.
+/// Connects to `addr` with a socket that tokio's I/O driver does not see at
+/// first ([`Here`]): its waits are made by the thread that polls it, in the
+/// [`drive_here`] around the exchange. `exchanges` counts the call's
+/// exchanges in flight.
 #[cfg(unix)]
 pub(super) async fn connect_here(
     addr: SocketAddr,
@@ -301,8 +305,12 @@ pub(super) async fn connect_here(
         socket: socket.into(),
         registered: std::sync::OnceLock::new(),
         exchanges,
+        waiting_since: std::sync::Mutex::new(None),
     };
-    // As [`connect`]: a connect that has finished by now needs no wait.
+    // As [`connect`]: a connect that has finished by now needs no wait; one
+    // that ends does so when the socket turns writable, with its error if it
+    // failed. A socket reported closed without an error, and not connected,
+    // fails at once (`ENOTCONN`); any other early report is waited past.
     if connecting && here.socket.peer_addr().is_err() {
         loop {
             std::future::poll_fn(|cx| here.poll_write_ready(cx)).await?;
@@ -311,7 +319,13 @@ pub(super) async fn connect_here(
             }
             match here.socket.peer_addr() {
                 Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                    let revents = poll_fd(here.fd(), libc::POLLOUT, 0)?;
+                    if revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                        return Err(e);
+                    }
+                    here.clear_readiness(Interest::WRITABLE);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -319,26 +333,46 @@ pub(super) async fn connect_here(
     Ok(Stream::new(here))
 }
 
-/// How long a [`drive_here`] blocks its thread at most before it lets the
-/// caller's other futures (deadline, cancellation, the guest's other
-/// pollables) be polled again.
+/// The longest a [`drive_here`] blocks its thread in one poll (about; it
+/// may overrun by one `poll(2)` millisecond), and the longest a [`Here`]
+/// socket waits on its thread before it waits through tokio.
 #[cfg(unix)]
-const WAIT_SLICE_MS: libc::c_int = 1;
+const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The most times a [`drive_here`] polls again in one poll (each after a
+/// socket turned ready or something woke the future): a server that sends
+/// a little at a time cannot hold the caller's thread, whose deadline and
+/// cancellation are polled around it.
+#[cfg(unix)]
+const MAX_TURNS: usize = 16;
 
 #[cfg(unix)]
 thread_local! {
     /// Whether a [`drive_here`] is polling on this thread.
     static DRIVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// The socket and events the last [`Here`] that had to wait is waiting
-    /// for, taken by the [`drive_here`] around it.
+    /// The socket and events a [`Here`] that had to wait is waiting for,
+    /// taken by the [`drive_here`] around it.
     static WANTED: std::cell::Cell<Option<(std::os::fd::RawFd, libc::c_short)>> =
         const { std::cell::Cell::new(None) };
 }
 
+#[cfg(all(unix, test))]
+thread_local! {
+    /// For the tests: how many times a [`drive_here`] on this thread
+    /// blocked in `poll(2)`, and how many of those a socket ended (rather
+    /// than the slice).
+    static BLOCKED: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 /// `poll(2)` of one socket for `events`, for at most `ms` milliseconds:
-/// whether anything of them (or an error, or the peer's end) is there.
+/// what of them (or an error, or the peer's end) it reported, 0 when
+/// nothing came (or a signal interrupted the wait).
 #[cfg(unix)]
-fn poll_fd(fd: std::os::fd::RawFd, events: libc::c_short, ms: libc::c_int) -> io::Result<bool> {
+fn poll_fd(
+    fd: std::os::fd::RawFd,
+    events: libc::c_short,
+    ms: libc::c_int,
+) -> io::Result<libc::c_short> {
     let mut fd = libc::pollfd {
         fd,
         events,
@@ -346,12 +380,12 @@ fn poll_fd(fd: std::os::fd::RawFd, events: libc::c_short, ms: libc::c_int) -> io
     };
     // SAFETY: one pollfd, valid for the call.
     match unsafe { libc::poll(&mut fd, 1, ms) } {
-        n if n > 0 => Ok(true),
-        0 => Ok(false),
+        n if n > 0 => Ok(fd.revents),
+        0 => Ok(0),
         _ => {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
+                Ok(0)
             } else {
                 Err(e)
             }
@@ -360,8 +394,8 @@ fn poll_fd(fd: std::os::fd::RawFd, events: libc::c_short, ms: libc::c_int) -> io
 }
 
 /// The waker a [`drive_here`] polls with: it notes that something woke the
-/// future (then it is polled again at once, not blocked), and passes the
-/// wake-up on to the caller's waker.
+/// future (then it is polled again at once, not blocked on its socket),
+/// and passes the wake-up on to the caller's waker.
 #[cfg(unix)]
 struct Noted {
     woken: std::sync::atomic::AtomicBool,
@@ -379,101 +413,148 @@ impl std::task::Wake for Noted {
     }
 }
 
-/// Polls `poll`, whose [`Here`] sockets wait on this thread: when it is
+/// [`DRIVING`] set while a [`drive_here`] polls, put back (and
+/// [`WANTED`] cleared) when it returns or unwinds.
+#[cfg(unix)]
+struct Driving(bool);
+
+#[cfg(unix)]
+impl Driving {
+    fn enter() -> Driving {
+        Driving(DRIVING.replace(true))
+    }
+}
+
+#[cfg(unix)]
+impl Drop for Driving {
+    fn drop(&mut self) {
+        DRIVING.set(self.0);
+        WANTED.set(None);
+    }
+}
+
+/// Polls `poll`, whose [`Here`] sockets wait on this thread. When it is
 /// pending on one of them, and nothing else woke it meanwhile, this thread
-/// blocks in `poll(2)` on that socket (at most [`WAIT_SLICE_MS`]) and polls
-/// again when the socket is ready; after a slice with nothing, it returns
-/// pending, woken at once, so that the caller's other futures run. A
-/// look without a waker (`Waker::noop`) never blocks.
+/// blocks in `poll(2)` on that socket and polls again when the socket is
+/// ready; within [`WAIT_SLICE`] and [`MAX_TURNS`] in all, after which it
+/// returns pending, woken at once, so that the caller's other futures (the
+/// call's deadline, its cancellation, the request's timeouts, the guest's
+/// other pollables) are polled. A future woken while it was polled is
+/// polled again at once while tokio's cooperative budget lasts. A look
+/// (a poll with the no-op waker, as wasi's non-blocking reads and
+/// `future-incoming-response.get` make) never blocks.
 #[cfg(unix)]
 pub(crate) fn drive_here<T>(
     cx: &mut Context<'_>,
     mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
 ) -> Poll<T> {
     use std::sync::atomic::Ordering;
-    let look = cx.waker().will_wake(std::task::Waker::noop());
+    // The no-op waker may be a copy of its own in another crate: a null
+    // data pointer is taken for one too (a waker that wakes something
+    // points at it). Either way the caller is woken before pending is
+    // returned, so a look taken for a wait costs a poll, never a wake-up.
+    let look = cx.waker().will_wake(std::task::Waker::noop()) || cx.waker().data().is_null();
     let noted = std::sync::Arc::new(Noted {
         woken: std::sync::atomic::AtomicBool::new(false),
         outer: cx.waker().clone(),
     });
     let waker = std::task::Waker::from(noted.clone());
     let mut inner = Context::from_waker(&waker);
-    let was_driving = DRIVING.replace(true);
-    let out = loop {
+    let _driving = Driving::enter();
+    let mut until = None;
+    for _ in 0..MAX_TURNS {
         WANTED.set(None);
         if let Poll::Ready(out) = poll(&mut inner) {
-            break Poll::Ready(out);
+            return Poll::Ready(out);
         }
+        // Pending on something else only: its waker wakes the caller.
         let Some((fd, events)) = WANTED.take() else {
-            break Poll::Pending;
+            return Poll::Pending;
         };
         if look {
-            break Poll::Pending;
+            break;
         }
         if noted.woken.swap(false, Ordering::AcqRel) {
-            continue;
-        }
-        match poll_fd(fd, events, WAIT_SLICE_MS) {
-            Ok(true) => continue,
-            Ok(false) | Err(_) => {
-                cx.waker().wake_by_ref();
-                break Poll::Pending;
+            if tokio::task::coop::has_budget_remaining() {
+                continue;
             }
+            // Out of budget: the caller, woken already, runs its others.
+            return Poll::Pending;
         }
-    };
-    DRIVING.set(was_driving);
-    WANTED.set(None);
-    out
+        let until = *until.get_or_insert_with(|| std::time::Instant::now() + WAIT_SLICE);
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let ms = libc::c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(1);
+        let ready = poll_fd(fd, events, ms).is_ok_and(|r| r != 0);
+        #[cfg(test)]
+        BLOCKED.set({
+            let (n, r) = BLOCKED.get();
+            (n + 1, r + usize::from(ready))
+        });
+        if !ready {
+            break;
+        }
+    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
 }
 
-/// A connected socket that tokio's I/O driver never sees: its waits are
-/// made on the thread that polls it, by the [`drive_here`] around it, in
-/// `poll(2)`. For a caller that is not a runtime worker (a multi-thread
-/// runtime's `block_on`): there tokio's readiness comes from a worker
-/// thread, which then wakes the caller, two thread wake-ups where the
-/// kernel wakes the caller's thread once.
+/// A connected socket that tokio's I/O driver does not see while its waits
+/// can be made by the thread that polls it: a caller that is not a runtime
+/// worker (a multi-thread runtime's `block_on`), where tokio's readiness
+/// would come from a worker thread, which then wakes the caller (two
+/// thread wake-ups where the kernel wakes the caller once). It is
+/// registered with tokio, for good, when a wait would be made anywhere
+/// else: outside a [`drive_here`], while the call has other exchanges in
+/// flight (so that none of them waits for another's socket), or once one
+/// wait has lasted [`WAIT_SLICE`] (a slow server: the call is not polled
+/// again every slice while it waits).
 #[cfg(unix)]
 pub(crate) struct Here {
     socket: std::net::TcpStream,
-    /// The same socket registered with tokio, once the call has other
-    /// exchanges in flight.
+    /// The same socket registered with tokio, once it waits through it.
     registered: std::sync::OnceLock<TcpStream>,
     /// The call's exchanges in flight.
     exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Since when the current wait has found the socket not ready.
+    waiting_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 #[cfg(unix)]
 impl Here {
-    /// Whether the socket has any of `events`; if not, the [`drive_here`]
-    /// around it waits for them. Outside one, the wait blocks here (a
-    /// slice at most, then the future is woken again).
-    fn wait(&self, cx: &mut Context<'_>, events: libc::c_short) -> Poll<io::Result<()>> {
-        use std::os::fd::AsRawFd;
-        let fd = self.socket.as_raw_fd();
-        let driven = DRIVING.get();
-        let slice = if driven { 0 } else { WAIT_SLICE_MS };
-        match poll_fd(fd, events, slice) {
-            Ok(true) => Poll::Ready(Ok(())),
-            Err(e) => Poll::Ready(Err(e)),
-            Ok(false) => {
-                if driven {
-                    WANTED.set(Some((fd, events)));
-                } else {
-                    cx.waker().wake_by_ref();
-                }
-                Poll::Pending
+    fn waiting_since(&self) -> Option<std::time::Instant> {
+        self.waiting_since.lock().map_or(None, |w| *w)
+    }
+
+    /// Starts the current wait's clock (if it is not running), or stops it.
+    fn set_waiting_since(&self, waiting: bool) {
+        if let Ok(mut w) = self.waiting_since.lock() {
+            match (waiting, *w) {
+                (true, None) => *w = Some(std::time::Instant::now()),
+                (false, Some(_)) => *w = None,
+                _ => {}
             }
         }
     }
 
-    /// The socket registered with tokio, if the call has other exchanges
-    /// in flight (registered then, for good), or `None` while it waits
-    /// here.
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.socket.as_raw_fd()
+    }
+
+    /// The socket registered with tokio, registered now if its waits can
+    /// no longer be made here; `None` while they can.
     fn registered(&self) -> io::Result<Option<&TcpStream>> {
         if let Some(t) = self.registered.get() {
             return Ok(Some(t));
         }
-        if self.exchanges.load(std::sync::atomic::Ordering::Acquire) <= 1 {
+        let alone = self.exchanges.load(std::sync::atomic::Ordering::Relaxed) <= 1;
+        let waited_long = self
+            .waiting_since()
+            .is_some_and(|t| t.elapsed() >= WAIT_SLICE);
+        if alone && DRIVING.get() && !waited_long {
             return Ok(None);
         }
         if tokio::runtime::Handle::try_current().is_err() {
@@ -481,6 +562,47 @@ impl Here {
         }
         let t = TcpStream::from_std(self.socket.try_clone()?)?;
         Ok(Some(self.registered.get_or_init(|| t)))
+    }
+
+    /// Whether the socket has any of `events`; if not, the [`drive_here`]
+    /// around it waits for them (`WANTED`), or tokio does.
+    fn ready(&self, cx: &mut Context<'_>, events: libc::c_short) -> Poll<io::Result<()>> {
+        let tokio = match self.registered() {
+            Ok(t) => t,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if let Some(t) = tokio {
+            return if events == libc::POLLIN {
+                t.poll_read_ready(cx)
+            } else {
+                t.poll_write_ready(cx)
+            };
+        }
+        let fd = self.fd();
+        match poll_fd(fd, events, 0) {
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(r) if r != 0 => {
+                self.set_waiting_since(false);
+                Poll::Ready(Ok(()))
+            }
+            Ok(_) => {
+                self.set_waiting_since(true);
+                let wanted = match WANTED.get() {
+                    Some((f, e)) if f == fd => e | events,
+                    _ => events,
+                };
+                WANTED.set(Some((fd, wanted)));
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Forgets a readiness of `interest` that turned out stale (tokio's,
+    /// once registered; a wait here asks the socket each time).
+    fn clear_readiness(&self, interest: Interest) {
+        if let Some(t) = self.registered.get() {
+            let _ = t.try_io(interest, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+        }
     }
 }
 
@@ -490,18 +612,10 @@ impl Socket for Here {
         socket2::SockRef::from(&self.socket)
     }
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.registered() {
-            Ok(Some(t)) => t.poll_read_ready(cx),
-            Ok(None) => self.wait(cx, libc::POLLIN),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        self.ready(cx, libc::POLLIN)
     }
     fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.registered() {
-            Ok(Some(t)) => t.poll_write_ready(cx),
-            Ok(None) => self.wait(cx, libc::POLLOUT),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        self.ready(cx, libc::POLLOUT)
     }
     fn try_io<R>(&self, interest: Interest, op: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
         match self.registered.get() {
@@ -512,26 +626,7 @@ impl Socket for Here {
     fn readiness_known(&self) -> bool {
         self.registered.get().is_some()
     }
-}
-
-#[cfg(unix)]
-impl AsyncWrite for Here {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        loop {
-            match socket2::SockRef::from(&self.socket).send_with_flags(buf, SEND_FLAGS) {
-                Err(e) if again(&e) => ready!(self.poll_write_ready(cx))?,
-                done => return Poll::Ready(done),
-            }
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.socket.shutdown(std::net::Shutdown::Write) {
             Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
             _ => Poll::Ready(Ok(())),
@@ -1064,49 +1159,70 @@ mod tests {
         (here, peer)
     }
 
-    /// The call's only exchange, from a multi-thread runtime's `block_on`:
-    /// its socket is never registered with tokio, and a read that waits is
-    /// woken by the socket itself (the driver around it waits in
-    /// `poll(2)`), across many waits, nothing lost.
+    /// A waker that counts its wake-ups.
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// The call's only exchange: when its read must wait, the thread that
+    /// polls it waits for the socket itself, in `poll(2)`, and the read
+    /// completes within that one poll of the driver, the socket never
+    /// registered with tokio and the caller never woken. (The peer writes
+    /// once the read has found nothing: from inside the polled future,
+    /// before the driver blocks.)
     #[cfg(unix)]
     #[test]
     fn an_only_exchange_waits_on_the_callers_thread() {
         use std::io::Write;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        rt.block_on(async {
-            let (mut here, mut peer) = here_pair(1).await;
-            let (go, went) = std::sync::mpsc::channel::<()>();
-            let writer = std::thread::spawn(move || {
-                for i in 0..50u8 {
-                    if went.recv().is_err() {
-                        return;
-                    }
+        let (mut here, mut peer) = current_thread().block_on(here_pair(1));
+        let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(count.clone());
+        BLOCKED.set((0, 0));
+        for i in 0..3u8 {
+            let mut byte = [0u8];
+            let mut wrote = false;
+            let read = drive_here(&mut Context::from_waker(&waker), |cx| {
+                let mut buf = ReadBuf::new(&mut byte);
+                let read = Pin::new(&mut here).poll_read(cx, &mut buf);
+                if read.is_pending() && !wrote {
                     peer.write_all(&[i]).unwrap_or_else(|e| panic!("{e}"));
+                    wrote = true;
                 }
+                read.map_ok(|()| buf.filled().len())
             });
-            for i in 0..50u8 {
-                let _ = go.send(());
-                let mut byte = [0u8];
-                let n = std::future::poll_fn(|cx| {
-                    drive_here(cx, |cx| {
-                        let mut buf = ReadBuf::new(&mut byte);
-                        ready!(Pin::new(&mut here).poll_read(cx, &mut buf))?;
-                        Poll::Ready(io::Result::Ok(buf.filled().len()))
-                    })
-                })
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-                assert_eq!((n, byte[0]), (1, i));
-            }
-            assert!(here.stream.registered.get().is_none());
-            writer
-                .join()
-                .unwrap_or_else(|_| panic!("the writer panicked"));
+            assert!(matches!(read, Poll::Ready(Ok(1))), "{read:?}");
+            assert_eq!(byte[0], i);
+        }
+        assert_eq!(BLOCKED.get(), (3, 3));
+        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(here.stream.registered.get().is_none());
+    }
+
+    /// A server that always has a little more for the exchange (which
+    /// always wants more) cannot hold the caller's thread: the driver polls
+    /// again at most [`MAX_TURNS`] times, then returns pending, the caller
+    /// woken, so that its deadline and cancellation are polled.
+    #[cfg(unix)]
+    #[test]
+    fn a_driver_gives_the_thread_back() {
+        use std::io::Write;
+        let (here, mut peer) = current_thread().block_on(here_pair(1));
+        // Data that the polled future never reads: the socket stays ready.
+        peer.write_all(b"more").unwrap_or_else(|e| panic!("{e}"));
+        let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(count.clone());
+        let mut polls = 0;
+        let out = drive_here(&mut Context::from_waker(&waker), |_| {
+            polls += 1;
+            WANTED.set(Some((here.stream.fd(), libc::POLLIN)));
+            Poll::<()>::Pending
         });
+        assert!(out.is_pending());
+        assert_eq!(polls, MAX_TURNS);
+        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     /// Once the call has other exchanges in flight, a socket that must wait
@@ -1145,35 +1261,40 @@ mod tests {
     }
 
     /// A wait with no driver around it (a path that polls the socket
-    /// directly) wakes its own task, so it is polled again rather than
-    /// never; a look without a waker (`Waker::noop`, as
-    /// `future-incoming-response.get` takes) returns at once, pending.
+    /// directly) is made through tokio: the socket is registered, and the
+    /// read is woken when the peer writes. A look without a waker (wasi's
+    /// `poll_noop`, as its non-blocking reads and
+    /// `future-incoming-response.get` poll) never blocks on the socket.
     #[cfg(unix)]
     #[test]
-    fn a_wait_outside_a_driver_wakes_itself_and_a_look_does_not_wait() {
-        struct Count(std::sync::atomic::AtomicUsize);
-        impl std::task::Wake for Count {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
+    fn a_wait_outside_a_driver_goes_through_tokio_and_a_look_does_not_wait() {
+        use std::io::Write;
+        use tokio::io::AsyncReadExt;
         let rt = current_thread();
-        let (mut here, _peer) = rt.block_on(here_pair(1));
-        let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
-        let waker = std::task::Waker::from(count.clone());
+        let (mut here, mut peer) = rt.block_on(here_pair(1));
+        BLOCKED.set((0, 0));
         let mut byte = [0u8];
-        let mut buf = ReadBuf::new(&mut byte);
-        let mut cx = Context::from_waker(&waker);
-        assert!(
-            Pin::new(&mut here)
-                .poll_read(&mut cx, &mut buf)
-                .is_pending()
-        );
-        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-        let mut look = Context::from_waker(std::task::Waker::noop());
-        let looked = drive_here(&mut look, |cx| Pin::new(&mut here).poll_read(cx, &mut buf));
-        assert!(looked.is_pending());
-        assert!(WANTED.get().is_none() && !DRIVING.get());
+        let looked =
+            wasmtime_wasi::runtime::poll_noop(std::pin::pin!(std::future::poll_fn(|cx| {
+                drive_here(cx, |cx| {
+                    Pin::new(&mut here).poll_read(cx, &mut ReadBuf::new(&mut byte))
+                })
+            })));
+        assert!(looked.is_none());
+        assert_eq!(BLOCKED.get(), (0, 0));
+        assert!(here.stream.registered.get().is_none());
+        rt.block_on(async {
+            let mut reading = std::pin::pin!(here.read(&mut byte));
+            assert!(futures::poll!(reading.as_mut()).is_pending());
+            peer.write_all(b"y").unwrap_or_else(|e| panic!("{e}"));
+            let n = tokio::time::timeout(std::time::Duration::from_secs(60), reading)
+                .await
+                .unwrap_or_else(|_| panic!("the registered socket was never woken"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((n, byte[0]), (1, b'y'));
+        });
+        assert!(here.stream.registered.get().is_some());
+        assert_eq!(BLOCKED.get(), (0, 0));
     }
 
     /// A future woken while it was polled (as hyper's channel wakes the

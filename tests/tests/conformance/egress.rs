@@ -447,54 +447,52 @@ async fn egress_conformance_names_socket_destinations() {
 /// still reports the connection it made and the one it was refused: a
 /// guest cannot hide its traffic by getting itself abandoned. (That nothing
 /// it starts after that goes out is `runtime::store`'s unit test.)
-#[test]
-fn egress_an_abandoned_body_keeps_its_network_records() {
-    in_each_place(|| async {
-        let target = Counted::start("127.0.0.1");
-        let t = target.port;
-        let ws = tempfile::tempdir().unwrap();
-        let pipe = Fifo::make(ws.path().join("pipe"));
-        let policy = format!(
-            "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\n"
-        );
-        let mut b = builder(
-            probes::EGRESS_CORPUS,
-            ws.path(),
-            Limits {
-                deadline: Duration::from_secs(5),
-                ..Limits::default()
-            },
-            suite_options(),
-        );
-        b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
-        let host = b.build().await.unwrap();
-        let r = call(
-            &host,
-            "egress",
-            json!({"tcp": [format!("127.0.0.1:{t}"), "127.0.0.2:9"], "then_read": "pipe"}),
-            SandboxMode::ReadOnly,
-        )
-        .await;
-        pipe.release();
-        assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
-        assert_eq!(target.count_reaching(1), 1);
-        let urls: Vec<&str> = r.receipt.network.iter().map(|n| n.url.as_str()).collect();
-        assert_eq!(
-            urls,
-            [format!("tcp://127.0.0.1:{t}").as_str(), "tcp://127.0.0.2:9"],
-            "{:?}",
-            r.receipt.network
-        );
-        assert_eq!(record_codes(&r), [Value::Null, json!("address_refused")]);
-        assert!(
-            r.receipt
-                .denied
-                .iter()
-                .any(|d| d.contains("tcp://127.0.0.2:9")),
-            "{:?}",
-            r.receipt.denied
-        );
-    });
+#[tokio::test]
+async fn egress_an_abandoned_body_keeps_its_network_records() {
+    let target = Counted::start("127.0.0.1");
+    let t = target.port;
+    let ws = tempfile::tempdir().unwrap();
+    let pipe = Fifo::make(ws.path().join("pipe"));
+    let policy = format!(
+        "version = 1\ndefault = \"allow\"\n\n[network]\nallow = [\"tcp://127.0.0.1:{t}\"]\n"
+    );
+    let mut b = builder(
+        probes::EGRESS_CORPUS,
+        ws.path(),
+        Limits {
+            deadline: Duration::from_secs(5),
+            ..Limits::default()
+        },
+        suite_options(),
+    );
+    b.policy(Policy::from_toml(&policy, "egress.toml").unwrap());
+    let host = b.build().await.unwrap();
+    let r = call(
+        &host,
+        "egress",
+        json!({"tcp": [format!("127.0.0.1:{t}"), "127.0.0.2:9"], "then_read": "pipe"}),
+        SandboxMode::ReadOnly,
+    )
+    .await;
+    pipe.release();
+    assert_eq!(r.code(), Some(toolhost::ErrorCode::Timeout), "{r:?}");
+    assert_eq!(target.count_reaching(1), 1);
+    let urls: Vec<&str> = r.receipt.network.iter().map(|n| n.url.as_str()).collect();
+    assert_eq!(
+        urls,
+        [format!("tcp://127.0.0.1:{t}").as_str(), "tcp://127.0.0.2:9"],
+        "{:?}",
+        r.receipt.network
+    );
+    assert_eq!(record_codes(&r), [Value::Null, json!("address_refused")]);
+    assert!(
+        r.receipt
+            .denied
+            .iter()
+            .any(|d| d.contains("tcp://127.0.0.2:9")),
+        "{:?}",
+        r.receipt.denied
+    );
 }
 
 /// With a UDP grant, datagrams go to the granted address only: one sent to
@@ -1007,6 +1005,64 @@ fn staged(
         let _ = stream.write_all(rest.as_bytes());
     });
     (port, release)
+}
+
+/// A server on 127.0.0.1 that answers one connection with `100 Continue`
+/// heads, one every 200 µs, for at most 30 s or until the connection is
+/// gone; the response's real head never comes. Returns its port and the
+/// count of heads it sent.
+fn dribbling() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = sent.clone();
+    std::thread::spawn(move || {
+        let Some(Ok(mut stream)) = listener.incoming().next() else {
+            return;
+        };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+            line.clear();
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < until
+            && stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").is_ok()
+        {
+            counted.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    (port, sent)
+}
+
+/// A server that keeps sending a little (interim heads, which the client
+/// skips) cannot hold the call past the guest's first-byte timeout, in any
+/// place the request is exchanged: the host's waits for the socket give
+/// the call's timers their turn.
+#[test]
+fn egress_a_dribbling_server_cannot_hold_the_call() {
+    in_each_place(|| async {
+        let (port, sent) = dribbling();
+        let (_ws, host) = concurrent_host(&[port]).await;
+        let started = std::time::Instant::now();
+        let got = outcomes(
+            &host,
+            json!({"http": [format!("http://127.0.0.1:{port}/")], "sequential": true,
+                   "first_byte_timeout_ms": 300}),
+        )
+        .await;
+        assert_eq!(got, ["error ErrorCode::ConnectionReadTimeout"]);
+        // It was kept busy: heads kept coming while the call waited.
+        assert!(sent.load(Ordering::SeqCst) > 50, "{sent:?}");
+        // Long before the server's 30 s of interim heads end.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    });
 }
 
 /// The guest's request options hold as wasi:http defines them, each for
