@@ -129,20 +129,14 @@ pub(crate) enum Place {
     Caller,
 }
 
-/// One HTTP exchange in flight, counted in [`CallNet::exchanges`] until
-/// dropped (with the response's body, or with the request that failed).
-struct Flight(Arc<AtomicUsize>);
-
-impl Flight {
-    fn start(exchanges: &Arc<AtomicUsize>) -> Flight {
-        exchanges.fetch_add(1, Ordering::AcqRel);
-        Flight(exchanges.clone())
-    }
-}
+/// One HTTP exchange in flight, counted in [`CallNet::exchanges`] from
+/// `handle` until dropped: when the response's body ends (or is dropped),
+/// or with the request that failed or was given up.
+pub(crate) struct Flight(Arc<AtomicUsize>);
 
 impl Drop for Flight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -212,6 +206,12 @@ impl CallNet {
             unlisted: AtomicU64::new(0),
             exchanges: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// A request admitted, in flight until the [`Flight`] is dropped.
+    pub(crate) fn flight(&self) -> Flight {
+        self.exchanges.fetch_add(1, Ordering::Relaxed);
+        Flight(self.exchanges.clone())
     }
 
     /// How many refusal records were not kept (over the per-call cap).
@@ -482,6 +482,7 @@ impl CallNet {
         mut req: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         place: Place,
+        flight: Flight,
     ) -> Sent {
         let here = place == Place::Caller;
         let Admitted {
@@ -498,7 +499,6 @@ impl CallNet {
                 "the call ended before the request started".into(),
             )));
         }
-        let flight = Flight::start(&self.exchanges);
         let started = Instant::now();
         // A failure before the response's head: its record says what it was.
         let failed = |e: HttpError| {
@@ -740,7 +740,7 @@ impl CallNet {
                 started,
                 done: false,
                 here,
-                _flight: flight,
+                flight: Some(flight),
             };
             if masking {
                 MaskedBody {
@@ -1164,13 +1164,14 @@ struct LimitedBody<B = hyper::body::Incoming> {
     /// Its connection's socket waits on the thread that polls it
     /// (`tcp::drive_here`).
     here: bool,
-    /// The exchange is in flight until its body is dropped.
-    _flight: Flight,
+    /// The exchange is in flight until its body ends or is dropped.
+    flight: Option<Flight>,
 }
 
 impl<B> LimitedBody<B> {
     /// Ends the body with `e`, which its record keeps.
     fn fail<T>(&mut self, e: HttpError) -> Poll<Option<Result<T, HttpError>>> {
+        self.flight = None;
         if !self.done {
             self.done = true;
             self.net.fail(self.index, &e, self.started);
@@ -1179,6 +1180,7 @@ impl<B> LimitedBody<B> {
     }
 
     fn finish(&mut self) {
+        self.flight = None;
         if !self.done {
             self.done = true;
             let ms = elapsed_ms(self.started);
@@ -1534,7 +1536,7 @@ mod tests {
         assert_eq!(receipt[0].error.as_deref(), Some(NOT_SENT));
         let sent = net
             .clone()
-            .send(admitted, request(), None, Place::Tokio)
+            .send(admitted, request(), None, Place::Tokio, net.flight())
             .await;
         assert!(sent.is_err());
         assert!(
@@ -1822,7 +1824,7 @@ mod tests {
             started: Instant::now(),
             done: false,
             here: false,
-            _flight: Flight::start(&net.exchanges),
+            flight: Some(net.flight()),
         };
         let now = tokio::time::Instant::now();
         let in_time = body(now + Duration::from_secs(60)).collect().await;

@@ -240,22 +240,32 @@ fn handle(
     };
     let response = match net.admit_http(&request) {
         Err(refused) => PendingResponse::Ready(Err(refused)),
-        // Where the guest runs is asked here (a store may be built
-        // elsewhere), and only of a request that is sent.
-        Ok(admitted) if has_body || !may_exchange_in_place => PendingResponse::Task(
-            wasmtime_wasi::runtime::spawn(net.send(admitted, request, options, Place::Task)),
-        ),
         Ok(admitted) => {
-            let place = if super::store::drives_its_own_io() {
-                Place::Tokio
-            } else {
-                Place::Caller
-            };
-            PendingResponse::InPlace(Box::pin(net.send(admitted, request, options, place)))
+            // In flight from now: a request not yet polled counts, so that
+            // the first of a `Promise.all` is not taken for the only one.
+            let flight = net.flight();
+            let place = place(has_body, may_exchange_in_place);
+            let sent = net.clone().send(admitted, request, options, place, flight);
+            match place {
+                Place::Task => PendingResponse::Task(wasmtime_wasi::runtime::spawn(sent)),
+                Place::Tokio | Place::Caller => PendingResponse::InPlace(Box::pin(sent)),
+            }
         }
     };
     let id = store.data_mut().http().table.push(response)?;
     Ok((Ok(id),))
+}
+
+/// Where a request that is sent is exchanged (`net::Place`), asked where
+/// the guest runs (a store may be built elsewhere).
+fn place(has_body: bool, may_exchange_in_place: bool) -> Place {
+    if has_body || !may_exchange_in_place {
+        Place::Task
+    } else if super::store::drives_its_own_io() {
+        Place::Tokio
+    } else {
+        Place::Caller
+    }
 }
 
 /// The guest's request as an `http::Request`, checked as wasmtime-wasi-http
@@ -417,4 +427,41 @@ fn content_length(value: &http::HeaderValue) -> Result<u64, ErrorCode> {
 
 fn internal(message: &str) -> ErrorCode {
     ErrorCode::InternalError(Some(message.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where a request is exchanged: a request with a body, or one from a
+    /// body whose file operations block, in a task of its own; one without,
+    /// in place, waiting through tokio where the guest runs in a runtime
+    /// task or on a current-thread runtime, and on the caller's own thread
+    /// in a multi-thread runtime's `block_on` (the CLI's place).
+    #[test]
+    fn a_request_is_exchanged_where_its_guest_runs() {
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let current = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let all =
+            || [(false, true), (true, true), (false, false)].map(|(body, may)| place(body, may));
+        assert_eq!(
+            multi.block_on(async { all() }),
+            [Place::Caller, Place::Task, Place::Task]
+        );
+        let in_task = multi
+            .block_on(async { tokio::spawn(async move { all() }).await })
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(in_task, [Place::Tokio, Place::Task, Place::Task]);
+        assert_eq!(
+            current.block_on(async { all() }),
+            [Place::Tokio, Place::Task, Place::Task]
+        );
+    }
 }

@@ -1420,9 +1420,9 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
 }
 
 /// The same from a multi-thread runtime's `block_on` (the CLI's place),
-/// where the exchange's socket waits on the caller's own thread: the
-/// handshake, the request and the TLS close, each a read or a write that
-/// may wait, go through it.
+/// where the exchange's socket waits on the caller's own thread (and,
+/// once it has waited there a millisecond, as a debug build's handshake
+/// may, through tokio): the handshake, the request and the TLS close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_from_a_callers_thread_trusts_the_policy_ca_file_and_nothing_else() {
     trusts_the_policy_ca_file_and_nothing_else().await;
