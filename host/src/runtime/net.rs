@@ -108,8 +108,7 @@ pub(crate) struct CallNet {
     denied: Arc<Mutex<Vec<String>>>,
     /// Denied attempts not listed in `denied` (see `record_denied`).
     unlisted: AtomicU64,
-    /// HTTP exchanges in flight: from `send`'s start to the end of the
-    /// response's body (see [`Flight`]).
+    /// HTTP exchanges in flight (see [`Flight`]).
     exchanges: Arc<AtomicUsize>,
 }
 
@@ -125,13 +124,31 @@ pub(crate) enum Place {
     /// In place, where the guest waits for it, on a thread that is not a
     /// runtime worker: its socket's waits are made by that thread, in
     /// `poll(2)` (`tcp::drive_here`), while it is the call's only exchange
-    /// and for its first millisecond of waiting (`tcp::Here`).
+    /// and until that thread has been blocked on it 1 ms in all
+    /// (`tcp::Here`). Unix only.
     Caller,
+}
+
+impl Place {
+    /// `poll` with `cx`: in [`Place::Caller`] through `tcp::drive_here`,
+    /// which waits for the exchange's socket on this thread.
+    fn drive<T>(
+        self,
+        cx: &mut Context<'_>,
+        mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        match self {
+            Place::Caller => super::tcp::drive_here(cx, poll),
+            Place::Task | Place::Tokio => poll(cx),
+        }
+    }
 }
 
 /// One HTTP exchange in flight, counted in [`CallNet::exchanges`] from
 /// `handle` until dropped: when the response's body ends (or is dropped),
-/// or with the request that failed or was given up.
+/// or with the request that failed or was given up. A body the guest
+/// neither reads to its end nor drops keeps it in flight, so that the
+/// call's later exchanges wait through tokio (`tcp::Here`).
 pub(crate) struct Flight(Arc<AtomicUsize>);
 
 impl Drop for Flight {
@@ -475,7 +492,8 @@ impl CallNet {
     /// is not [`Place::Task`]), the response's body drives it as the guest
     /// reads (no task: the future runs wherever it is polled, the guest's
     /// own thread); otherwise a task of its own does, whose handle is
-    /// returned (dropping it ends the connection).
+    /// returned (dropping it ends the connection). `flight` counts the
+    /// exchange in flight; the response's body keeps it until it ends.
     pub(crate) async fn send(
         self: Arc<Self>,
         admitted: Admitted,
@@ -484,7 +502,6 @@ impl CallNet {
         place: Place,
         flight: Flight,
     ) -> Sent {
-        let here = place == Place::Caller;
         let Admitted {
             request,
             path,
@@ -620,10 +637,16 @@ impl CallNet {
         });
 
         let connection = async {
-            let stream: Box<dyn Stream> = if here {
-                Box::new(connect_here(&plan.addrs, &self.exchanges).await?)
+            let stream: Box<dyn Stream> = if place == Place::Caller {
+                let exchanges = &self.exchanges;
+                Box::new(
+                    connect(&plan.addrs, |a| {
+                        super::tcp::connect_here(a, exchanges.clone())
+                    })
+                    .await?,
+                )
             } else {
-                Box::new(connect(&plan.addrs).await?)
+                Box::new(connect(&plan.addrs, super::tcp::connect).await?)
             };
             let io: Box<dyn Stream> = if request.scheme == Scheme::Https {
                 let name = server_name(&request.host)?;
@@ -643,13 +666,8 @@ impl CallNet {
         };
         let connected = {
             let mut connection = std::pin::pin!(connection);
-            let connection = std::future::poll_fn(|cx| {
-                if here {
-                    super::tcp::drive_here(cx, |cx| connection.as_mut().poll(cx))
-                } else {
-                    connection.as_mut().poll(cx)
-                }
-            });
+            let connection =
+                std::future::poll_fn(|cx| place.drive(cx, |cx| connection.as_mut().poll(cx)));
             tokio::time::timeout_at(connected_by, connection)
                 .await
                 .unwrap_or(Err(HttpError::ConnectionTimeout))
@@ -675,13 +693,7 @@ impl CallNet {
                 _ => Poll::Pending,
             }
         };
-        let sending = std::future::poll_fn(|cx| {
-            if here {
-                super::tcp::drive_here(cx, &mut exchange)
-            } else {
-                exchange(cx)
-            }
-        });
+        let sending = std::future::poll_fn(|cx| place.drive(cx, &mut exchange));
         let head = match first_byte_timeout.map(|t| tokio::time::Instant::now() + t) {
             Some(by) if by < until => tokio::time::timeout_at(by, sending)
                 .await
@@ -739,7 +751,7 @@ impl CallNet {
                 between: between_bytes_timeout.map(Between::new),
                 started,
                 done: false,
-                here,
+                place,
                 flight: Some(flight),
             };
             if masking {
@@ -1068,27 +1080,14 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CloseAfterYield
     }
 }
 
-/// Connects to the first of `addrs` that accepts, with a socket whose
-/// waits block the polling thread.
-async fn connect_here(
+/// Connects to the first of `addrs` that accepts, each through `connect`.
+async fn connect<S, F: Future<Output = std::io::Result<S>>>(
     addrs: &[SocketAddr],
-    exchanges: &Arc<AtomicUsize>,
-) -> Result<impl Stream + use<>, HttpError> {
+    connect: impl Fn(SocketAddr) -> F,
+) -> Result<S, HttpError> {
     let mut last = None;
     for addr in addrs {
-        match super::tcp::connect_here(*addr, exchanges.clone()).await {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.map_or(HttpError::DestinationNotFound, HttpError::Connect))
-}
-
-/// Connects to the first of `addrs` that accepts.
-async fn connect(addrs: &[SocketAddr]) -> Result<super::tcp::Tcp, HttpError> {
-    let mut last = None;
-    for addr in addrs {
-        match super::tcp::connect(*addr).await {
+        match connect(*addr).await {
             Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
@@ -1161,9 +1160,9 @@ struct LimitedBody<B = hyper::body::Incoming> {
     between: Option<Between>,
     started: Instant,
     done: bool,
-    /// Its connection's socket waits on the thread that polls it
-    /// (`tcp::drive_here`).
-    here: bool,
+    /// Where it is exchanged: in [`Place::Caller`], its connection's socket
+    /// may wait on the thread that polls it.
+    place: Place,
     /// The exchange is in flight until its body ends or is dropped.
     flight: Option<Flight>,
 }
@@ -1208,7 +1207,7 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             return this.fail(HttpError::ConnectionReadTimeout);
         }
         let (conn, inner) = (&mut this.conn, &mut this.inner);
-        let mut read = |cx: &mut Context<'_>| {
+        let read = |cx: &mut Context<'_>| {
             if let Some(c) = conn.as_mut()
                 && c.as_mut().poll(cx).is_ready()
             {
@@ -1216,12 +1215,7 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             }
             inner.as_mut().poll_frame(cx)
         };
-        let read = if this.here {
-            super::tcp::drive_here(cx, read)
-        } else {
-            read(cx)
-        };
-        match read {
+        match this.place.drive(cx, read) {
             Poll::Ready(None) => {
                 this.finish();
                 Poll::Ready(None)
@@ -1823,7 +1817,7 @@ mod tests {
             between: None,
             started: Instant::now(),
             done: false,
-            here: false,
+            place: Place::Tokio,
             flight: Some(net.flight()),
         };
         let now = tokio::time::Instant::now();
@@ -1837,5 +1831,90 @@ mod tests {
             matches!(late, Some(Err(HttpError::ConnectionReadTimeout))),
             "{late:?}"
         );
+        // Each body ended its exchange's flight as it ended, the body
+        // still held: read to its end, or failed.
+        let mut ended = body(now + Duration::from_secs(60));
+        let mut failed = body(now);
+        while let Some(frame) = ended.frame().await {
+            assert!(frame.is_ok());
+        }
+        assert!(matches!(failed.frame().await, Some(Err(_))));
+        assert_eq!(net.exchanges.load(Ordering::SeqCst), 0);
+        let held = [net.flight(), net.flight()];
+        assert_eq!(net.exchanges.load(Ordering::SeqCst), 2);
+        drop(held);
+        assert_eq!(net.exchanges.load(Ordering::SeqCst), 0);
+        drop((ended, failed));
+    }
+
+    /// From a multi-thread runtime's `block_on`, an exchange in
+    /// [`Place::Caller`] waits for its socket on the calling thread (its
+    /// driver blocks in `poll(2)` until the response comes), and in
+    /// [`Place::Tokio`] never does; each gets the whole response, and
+    /// its flight ends with its body.
+    #[cfg(unix)]
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_callers_exchange_waits_on_its_own_thread() {
+        use std::io::{BufRead, BufReader, Write};
+        const EACH: usize = 5;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            for _ in 0..2 * EACH {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    line.clear();
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                );
+            }
+        });
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let request = || {
+            http::Request::get(format!("http://127.0.0.1:{port}/"))
+                .body(
+                    http_body_util::Empty::<Bytes>::new()
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                )
+                .unwrap()
+        };
+        for place in [Place::Caller, Place::Tokio] {
+            let _ = super::super::tcp::take_blocked();
+            for _ in 0..EACH {
+                let net = CallNet::new(
+                    granting(&format!("http://127.0.0.1:{port}")),
+                    Instant::now() + Duration::from_secs(60),
+                    Arc::default(),
+                );
+                let body = rt.block_on(async {
+                    let admitted = net.admit_http(&request()).unwrap();
+                    let (response, _worker) = net
+                        .clone()
+                        .send(admitted, request(), None, place, net.flight())
+                        .await
+                        .unwrap();
+                    response.into_body().collect().await.unwrap().to_bytes()
+                });
+                assert_eq!(body, Bytes::from_static(b"ok"), "{place:?}");
+                assert_eq!(net.exchanges.load(Ordering::SeqCst), 0, "{place:?}");
+            }
+            let (blocked, ended_by_the_socket) = super::super::tcp::take_blocked();
+            match place {
+                // A response that came before its read would not block;
+                // not all of them do.
+                Place::Caller => assert!(ended_by_the_socket >= 1, "{blocked}"),
+                _ => assert_eq!(blocked, 0, "{place:?}"),
+            }
+        }
+        server.join().unwrap();
     }
 }

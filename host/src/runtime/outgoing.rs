@@ -8,7 +8,8 @@
 //! request first (`CallNet::admit_http`): a refusal is the guest's answer
 //! at once. An admitted request goes through `CallNet::send` (the address
 //! checks, the credential, the limits and the records are the same for
-//! every request), in one of two places:
+//! every request), in one of two places (`net::Place`: in place is
+//! `Tokio` or `Caller`, by how the socket waits):
 //!
 //! - **In place**, a request without a body: the exchange is the
 //!   `future-incoming-response` itself, driven while the guest waits on it
@@ -25,13 +26,14 @@
 //!   calls are) or on a current-thread runtime, tokio's I/O wake-ups reach
 //!   it directly; in a multi-thread runtime's `block_on` (a caller outside
 //!   the runtime, as the CLI's), each would be handed over from a worker
-//!   thread, so there the call's only exchange waits on the caller's own
-//!   thread, in `poll(2)` (`tcp::drive_here`), for its first millisecond
-//!   of waiting; then, or once the call has other exchanges in flight, it
-//!   waits through tokio (`tcp::Here`).
+//!   thread, so there (on Unix) the call's only exchange waits on the
+//!   caller's own thread, in `poll(2)` (`tcp::drive_here`), until that
+//!   thread has been blocked on it 1 ms in all; then, or once the call has
+//!   other exchanges in flight, it waits through tokio (`tcp::Here`).
 //! - **In a task of its own** otherwise: a request with a body (the guest
 //!   writes the body before it waits for the response, so the request must
-//!   go on without it), or a body whose file operations block its thread.
+//!   go on without it), a body whose file operations block its thread, or
+//!   (off Unix) a call in a multi-thread runtime's `block_on`.
 //!   The task hands the guest the response's head and the handle of the
 //!   task that then drives the connection.
 //!
@@ -124,9 +126,10 @@ pub(crate) enum PendingResponse {
     /// among other pollables, as a JavaScript `Promise.all` does) and ends
     /// when the guest drops it.
     InPlace(Pin<Box<dyn Future<Output = Sent> + Send>>),
-    /// A request with a body, exchanged in a task of its own: the guest
+    /// A request exchanged in a task of its own: one with a body (the guest
     /// writes the body before it waits for the response, so the request
-    /// must go on without it.
+    /// must go on without it), or one from a body whose file operations
+    /// block its thread.
     Task(AbortOnDropJoinHandle<Sent>),
     /// The response's head, or the error the request failed with.
     Ready(Sent),
@@ -245,7 +248,7 @@ fn handle(
             // the first of a `Promise.all` is not taken for the only one.
             let flight = net.flight();
             let place = place(has_body, may_exchange_in_place);
-            let sent = net.clone().send(admitted, request, options, place, flight);
+            let sent = net.send(admitted, request, options, place, flight);
             match place {
                 Place::Task => PendingResponse::Task(wasmtime_wasi::runtime::spawn(sent)),
                 Place::Tokio | Place::Caller => PendingResponse::InPlace(Box::pin(sent)),
@@ -263,8 +266,11 @@ fn place(has_body: bool, may_exchange_in_place: bool) -> Place {
         Place::Task
     } else if super::store::drives_its_own_io() {
         Place::Tokio
-    } else {
+    } else if cfg!(unix) {
         Place::Caller
+    } else {
+        // Each wake-up would come from a worker: one hand-off in all.
+        Place::Task
     }
 }
 

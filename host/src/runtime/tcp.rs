@@ -22,8 +22,8 @@
 //! once. Its exchange's socket ([`Here`], made by [`connect_here`]) is not
 //! registered with tokio at first: the [`drive_here`] around the exchange
 //! waits for it in `poll(2)` on the caller's own thread, while it is the
-//! call's only exchange and for its first millisecond of waiting (a nearby
-//! server's whole exchange), a slice at a time.
+//! call's only exchange, until that thread has been blocked on it 1 ms in
+//! all (a nearby server's whole exchange); then it waits through tokio.
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -55,17 +55,7 @@ const SEND_FLAGS: libc::c_int = 0;
 /// Connects to `addr`, without waiting for the driver when the connection
 /// is made by the time the connect returns.
 pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_nonblocking(true)?;
-    let connecting = match socket.connect(&addr.into()) {
-        Ok(()) => false,
-        Err(e) if in_progress(&e) => true,
-        Err(e) => return Err(e),
-    };
+    let (socket, connecting) = start_connect(addr)?;
     let stream = TcpStream::from_std(socket.into())?;
     // Connecting, and not done yet: the connect ends when the socket turns
     // writable, with its error if it failed (as tokio's own connect). A
@@ -96,6 +86,22 @@ pub(super) async fn connect(addr: SocketAddr) -> io::Result<Tcp> {
     Ok(Tcp::new(stream))
 }
 
+/// A non-blocking socket for `addr`'s family, its connect begun: whether
+/// it is still connecting (rather than connected).
+fn start_connect(addr: SocketAddr) -> io::Result<(socket2::Socket, bool)> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_nonblocking(true)?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => Ok((socket, false)),
+        Err(e) if in_progress(&e) => Ok((socket, true)),
+        Err(e) => Err(e),
+    }
+}
+
 /// A non-blocking connect that has begun and ends later: `EINPROGRESS`
 /// (Windows: `WSAEWOULDBLOCK`). On Linux `EAGAIN` means it never began.
 fn in_progress(e: &io::Error) -> bool {
@@ -109,16 +115,17 @@ fn in_progress(e: &io::Error) -> bool {
     }
 }
 
-/// What [`Stream`] needs of a connected stream socket registered with
-/// tokio: its readiness, and the socket for the system calls.
+/// What [`Stream`] needs of a connected stream socket: its readiness
+/// (tokio's, or for [`Here`] the socket's own), and the socket for the
+/// system calls.
 pub(crate) trait Socket: Unpin {
     /// The socket, for `recv` and `send`.
     fn sock_ref(&self) -> socket2::SockRef<'_>;
-    /// tokio's `poll_read_ready`.
+    /// Waits until the socket may be read (tokio's `poll_read_ready`).
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
-    /// tokio's `poll_write_ready`.
+    /// Waits until the socket may be written (tokio's `poll_write_ready`).
     fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
-    /// tokio's `try_io`.
+    /// `op`, a readiness it finds stale cleared (tokio's `try_io`).
     fn try_io<R>(&self, interest: Interest, op: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
     /// Whether a readiness wait costs no system call (tokio knows the
     /// socket's readiness): then, once a direction has waited, its
@@ -166,7 +173,8 @@ pub(crate) type Tcp = Stream<TcpStream>;
 
 /// A connected stream socket whose reads and writes are tried at once,
 /// each direction until it first has to wait: from then on tokio knows its
-/// readiness, and a poll that finds it not ready costs no system call.
+/// readiness, and a poll that finds it not ready costs no system call
+/// (a [`Here`] socket not registered with tokio is tried at once always).
 pub(crate) struct Stream<S> {
     stream: S,
     read_waited: bool,
@@ -174,8 +182,8 @@ pub(crate) struct Stream<S> {
 }
 
 impl<S: Socket> Stream<S> {
-    /// A connected stream (one [`connect`] made, one a listener accepted,
-    /// or a socket the process was given), whose sends from now on never
+    /// A connected stream (one [`connect`] or [`connect_here`] made, one a
+    /// listener accepted, or a socket the process was given), whose sends from now on never
     /// raise `SIGPIPE`.
     pub(crate) fn new(stream: S) -> Stream<S> {
         Stream {
@@ -290,17 +298,7 @@ pub(super) async fn connect_here(
     addr: SocketAddr,
     exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> io::Result<Stream<Here>> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_nonblocking(true)?;
-    let connecting = match socket.connect(&addr.into()) {
-        Ok(()) => false,
-        Err(e) if in_progress(&e) => true,
-        Err(e) => return Err(e),
-    };
+    let (socket, connecting) = start_connect(addr)?;
     let here = Here {
         socket: socket.into(),
         registered: std::sync::OnceLock::new(),
@@ -309,8 +307,10 @@ pub(super) async fn connect_here(
     };
     // As [`connect`]: a connect that has finished by now needs no wait; one
     // that ends does so when the socket turns writable, with its error if it
-    // failed. A socket reported closed without an error, and not connected,
-    // fails at once (`ENOTCONN`); any other early report is waited past.
+    // failed. Reported writable, yet neither connected nor failed: a socket
+    // closed without an error, or asked here (`poll(2)`, which reports the
+    // socket as it is, not a readiness that may be stale), fails at once
+    // (`ENOTCONN`); only tokio's stale readiness is cleared and waited past.
     if connecting && here.socket.peer_addr().is_err() {
         loop {
             std::future::poll_fn(|cx| here.poll_write_ready(cx)).await?;
@@ -321,7 +321,7 @@ pub(super) async fn connect_here(
                 Ok(_) => break,
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => {
                     let revents = poll_fd(here.fd(), libc::POLLOUT, 0)?;
-                    if revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                    if !here.readiness_known() || revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                         return Err(e);
                     }
                     here.clear_readiness(Interest::WRITABLE);
@@ -333,11 +333,17 @@ pub(super) async fn connect_here(
     Ok(Stream::new(here))
 }
 
-/// The longest a [`drive_here`] blocks its thread in one poll (about; it
-/// may overrun by one `poll(2)` millisecond), and the longest a [`Here`]
-/// socket waits on its thread before it waits through tokio.
+/// Two bounds of the same size: the longest a [`drive_here`] blocks its
+/// thread in one poll (about; it may overrun by one `poll(2)`
+/// millisecond), and how long a [`Here`] socket's thread may be blocked on
+/// it in all, over its whole exchange, before it waits through tokio.
 #[cfg(unix)]
 const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// How much a look that finds the socket not ready counts toward its
+/// [`WAIT_SLICE`] (microseconds): ten such looks send it to tokio.
+#[cfg(unix)]
+const LOOK_CHARGE_US: u64 = 100;
 
 /// The most times a [`drive_here`] polls again in one poll (each after a
 /// socket turned ready or something woke the future): a server that sends
@@ -370,6 +376,12 @@ struct Wanted {
     events: libc::c_short,
     /// The socket's time blocked in `poll(2)` so far, in microseconds.
     blocked: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// For the tests: [`BLOCKED`] on this thread, and zeroes it.
+#[cfg(all(unix, test))]
+pub(crate) fn take_blocked() -> (usize, usize) {
+    BLOCKED.replace((0, 0))
 }
 
 /// `poll(2)` of one socket for `events`, for at most `ms` milliseconds:
@@ -421,22 +433,25 @@ impl std::task::Wake for Noted {
     }
 }
 
-/// [`DRIVING`] set while a [`drive_here`] polls, put back (and
-/// [`WANTED`] cleared) when it returns or unwinds.
+/// [`DRIVING`] set while a [`drive_here`] polls, cleared (and [`WANTED`]
+/// with it) when it returns or unwinds. Drivers do not nest: each wraps an
+/// exchange's own polls, and an exchange polls no other.
 #[cfg(unix)]
-struct Driving(bool);
+struct Driving;
 
 #[cfg(unix)]
 impl Driving {
     fn enter() -> Driving {
-        Driving(DRIVING.replace(true))
+        debug_assert!(!DRIVING.get(), "a drive_here inside another");
+        DRIVING.set(true);
+        Driving
     }
 }
 
 #[cfg(unix)]
 impl Drop for Driving {
     fn drop(&mut self) {
-        DRIVING.set(self.0);
+        DRIVING.set(false);
         WANTED.set(None);
     }
 }
@@ -480,6 +495,10 @@ pub(crate) fn drive_here<T>(
             return Poll::Pending;
         };
         if look {
+            // A look finds nothing: counted as blocked a while, so that a
+            // caller that only ever looks (or a waker taken for a look)
+            // has the socket wait through tokio soon.
+            wanted.blocked.fetch_add(LOOK_CHARGE_US, Ordering::Relaxed);
             break;
         }
         if noted.woken.swap(false, Ordering::AcqRel) {
@@ -530,7 +549,6 @@ pub(crate) struct Here {
     registered: std::sync::OnceLock<TcpStream>,
     /// The call's exchanges in flight.
     exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    /// Since when the current wait has found the socket not ready.
     /// The time its thread has been blocked on it, in microseconds.
     blocked: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -558,12 +576,6 @@ impl Here {
             return Err(io::Error::other("no runtime to wait in"));
         }
         let t = TcpStream::from_std(self.socket.try_clone()?)?;
-        // A wait this poll recorded for the driver is tokio's from now on.
-        if let Some(w) = WANTED.take()
-            && w.fd != self.fd()
-        {
-            WANTED.set(Some(w));
-        }
         Ok(Some(self.registered.get_or_init(|| t)))
     }
 
@@ -609,6 +621,19 @@ impl Here {
     }
 }
 
+/// A wait recorded for a socket that is closed now is forgotten (its
+/// descriptor may be another's by the time the driver would block on it).
+#[cfg(unix)]
+impl Drop for Here {
+    fn drop(&mut self) {
+        if let Some(w) = WANTED.take()
+            && w.fd != self.fd()
+        {
+            WANTED.set(Some(w));
+        }
+    }
+}
+
 #[cfg(unix)]
 impl Socket for Here {
     fn sock_ref(&self) -> socket2::SockRef<'_> {
@@ -629,6 +654,8 @@ impl Socket for Here {
     fn readiness_known(&self) -> bool {
         self.registered.get().is_some()
     }
+    /// A socket the peer has already reset is not connected any more: its
+    /// shutdown has nothing to do, and is not an error of the exchange.
     fn poll_shutdown(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.socket.shutdown(std::net::Shutdown::Write) {
             Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
@@ -1147,21 +1174,54 @@ mod tests {
         );
     }
 
-    /// A [`connect_here`] socket to a fresh loopback listener, counted as
+    /// A [`Here`] socket connected to a fresh loopback listener, counted as
     /// one of `exchanges` exchanges in flight, and its peer.
     #[cfg(unix)]
-    async fn here_pair(exchanges: usize) -> (Stream<Here>, std::net::TcpStream) {
+    fn here_pair(exchanges: usize) -> (Stream<Here>, std::net::TcpStream) {
         let listener =
             std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(exchanges));
-        let here = connect_here(addr, count)
-            .await
+        // Connected here, so that no wait of the connect registers it.
+        let socket = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+        socket
+            .set_nonblocking(true)
             .unwrap_or_else(|e| panic!("{e}"));
+        let here = Stream::new(Here {
+            socket,
+            registered: std::sync::OnceLock::new(),
+            exchanges: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(exchanges)),
+            blocked: std::sync::Arc::default(),
+        });
         let (peer, _) = listener.accept().unwrap_or_else(|e| panic!("{e}"));
-        // The loopback connect had finished: it waited nowhere.
-        assert!(here.stream.registered.get().is_none());
         (here, peer)
+    }
+
+    /// [`connect_here`] connects to a listener (unregistered: it waited
+    /// nowhere, or on its own thread), and a port nobody listens on refuses
+    /// it; either way within one driven poll or a few.
+    #[cfg(unix)]
+    #[test]
+    fn connect_here_connects_or_is_refused() {
+        let rt = current_thread();
+        let listener =
+            std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| panic!("{e}"));
+        let open = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let closed = {
+            let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| panic!("{e}"));
+            l.local_addr().unwrap_or_else(|e| panic!("{e}"))
+        };
+        let count = || std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        let driven = |addr| {
+            rt.block_on(async {
+                let mut connecting = std::pin::pin!(connect_here(addr, count()));
+                std::future::poll_fn(|cx| drive_here(cx, |cx| connecting.as_mut().poll(cx))).await
+            })
+        };
+        let here = driven(open).unwrap_or_else(|e| panic!("{e}"));
+        assert!(here.stream.registered.get().is_none());
+        assert!(listener.accept().is_ok());
+        let refused = driven(closed).err().map(|e| e.kind());
+        assert_eq!(refused, Some(io::ErrorKind::ConnectionRefused));
     }
 
     /// A waker that counts its wake-ups.
@@ -1184,11 +1244,15 @@ mod tests {
         use std::io::Write;
         let rt = current_thread();
         let _in_runtime = rt.enter();
-        let (mut here, mut peer) = rt.block_on(here_pair(1));
+        let (mut here, mut peer) = here_pair(1);
         let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
         let waker = std::task::Waker::from(count.clone());
         BLOCKED.set((0, 0));
         for i in 0..3u8 {
+            // Each read on its own: a preempted earlier one must not count.
+            here.stream
+                .blocked
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             let mut byte = [0u8];
             let mut wrote = false;
             let read = drive_here(&mut Context::from_waker(&waker), |cx| {
@@ -1216,8 +1280,7 @@ mod tests {
     #[test]
     fn a_driver_gives_the_thread_back() {
         use std::io::Write;
-        let rt = current_thread();
-        let (here, mut peer) = rt.block_on(here_pair(1));
+        let (here, mut peer) = here_pair(1);
         // Data that the polled future never reads: the socket stays ready.
         peer.write_all(b"more").unwrap_or_else(|e| panic!("{e}"));
         let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
@@ -1243,14 +1306,14 @@ mod tests {
     }
 
     /// A socket whose thread has been blocked on it for [`WAIT_SLICE`] in
-    /// all (a silent or slow server) waits through tokio from then on: the
-    /// driver blocks no more, and the caller is left to tokio's wake-up.
+    /// all (a silent or slow server) is registered with tokio from then on:
+    /// the driver blocks on it no more, and wakes no one itself.
     #[cfg(unix)]
     #[test]
     fn a_socket_waited_on_for_a_slice_goes_to_tokio() {
         let rt = current_thread();
         let _in_runtime = rt.enter();
-        let (mut here, _silent) = rt.block_on(here_pair(1));
+        let (mut here, _silent) = here_pair(1);
         let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
         let waker = std::task::Waker::from(count.clone());
         BLOCKED.set((0, 0));
@@ -1284,7 +1347,7 @@ mod tests {
     async fn among_other_exchanges_a_socket_waits_through_tokio() {
         use std::io::Write;
         use tokio::io::AsyncReadExt;
-        let (mut here, mut peer) = here_pair(2).await;
+        let (mut here, mut peer) = here_pair(2);
         let mut byte = [0u8];
         let reading = std::future::poll_fn(|cx| {
             drive_here(cx, |cx| {
@@ -1305,6 +1368,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((n, byte[0]), (1, b'x'));
         assert!(here.stream.registered.get().is_some());
+        assert_eq!(BLOCKED.get(), (0, 0));
         drop(peer);
         let mut rest = Vec::new();
         here.read_to_end(&mut rest)
@@ -1324,7 +1388,7 @@ mod tests {
         use std::io::Write;
         use tokio::io::AsyncReadExt;
         let rt = current_thread();
-        let (mut here, mut peer) = rt.block_on(here_pair(1));
+        let (mut here, mut peer) = here_pair(1);
         BLOCKED.set((0, 0));
         let mut byte = [0u8];
         let looked =
@@ -1334,6 +1398,12 @@ mod tests {
                 })
             })));
         assert!(looked.is_none());
+        // Another crate's no-op waker (a waker with no data) is a look too.
+        let mut other = Context::from_waker(futures::task::noop_waker_ref());
+        let looked = drive_here(&mut other, |cx| {
+            Pin::new(&mut here).poll_read(cx, &mut ReadBuf::new(&mut byte))
+        });
+        assert!(looked.is_pending());
         assert_eq!(BLOCKED.get(), (0, 0));
         assert!(here.stream.registered.get().is_none());
         rt.block_on(async {
@@ -1357,13 +1427,10 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_driver_polls_again_what_was_woken() {
-        let rt = current_thread();
-        let (mut here, _peer) = rt.block_on(here_pair(1));
-        struct Ignore;
-        impl std::task::Wake for Ignore {
-            fn wake(self: std::sync::Arc<Self>) {}
-        }
-        let waker = std::task::Waker::from(std::sync::Arc::new(Ignore));
+        let (mut here, _peer) = here_pair(1);
+        let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(count.clone());
+        BLOCKED.set((0, 0));
         let mut polls = 0;
         let mut byte = [0u8];
         let out = drive_here(&mut Context::from_waker(&waker), |cx| {
@@ -1378,5 +1445,8 @@ mod tests {
             Poll::Pending
         });
         assert_eq!(out, Poll::Ready(2));
+        // Not blocked on the socket; the wake-up passed on to the caller.
+        assert_eq!(BLOCKED.get(), (0, 0));
+        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

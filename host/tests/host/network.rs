@@ -305,12 +305,11 @@ async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
     assert_eq!(result.payload["receipt"]["network"][0]["status"], 200);
 }
 
-/// A request without a body is exchanged where the guest waits for it: in
-/// a runtime task (or on a current-thread runtime, as in the other tests
-/// here) its socket waits through tokio, in a multi-thread runtime's
-/// `block_on` on the caller's own thread; a request with a body always in
-/// a task of its own. Each way, on a multi-thread runtime: the same
-/// exchange, the same records, one connection each.
+/// A request without a body is exchanged where the guest waits for it (in
+/// a multi-thread runtime's `block_on` or a runtime task, each waiting for
+/// its socket its own way: `runtime::net`'s unit tests check which), a
+/// request with a body in a task of its own. Each way, on a multi-thread
+/// runtime: the same exchange, the same records, one connection each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_is_the_same_exchanged_in_place_or_in_a_task() {
     let server = Server::start(
@@ -1422,7 +1421,7 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
 /// The same from a multi-thread runtime's `block_on` (the CLI's place),
 /// where the exchange's socket waits on the caller's own thread (and,
 /// once it has waited there a millisecond, as a debug build's handshake
-/// may, through tokio): the handshake, the request and the TLS close.
+/// may, through tokio): the handshake and the exchange over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_from_a_callers_thread_trusts_the_policy_ca_file_and_nothing_else() {
     trusts_the_policy_ca_file_and_nothing_else().await;

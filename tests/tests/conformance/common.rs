@@ -296,8 +296,8 @@ pub fn exits_within(
 /// Runs `test` in each place a body's HTTP requests are exchanged
 /// differently (`runtime::outgoing`): on a current-thread runtime (in
 /// place, tokio's I/O on the caller's thread), in a multi-thread runtime's
-/// `block_on` (in place, the socket's waits made by the caller's thread
-/// itself), and in a task of a multi-thread runtime (in place, tokio's I/O
+/// `block_on` (in place; a call's only exchange waits for its socket on the
+/// caller's thread itself), and in a task of a multi-thread runtime (in place, tokio's I/O
 /// on its worker), as the MCP server calls. Each place gets fresh state
 /// from `test`; a failure says which place it was.
 pub fn in_each_place<F, Fut>(test: F)

@@ -898,14 +898,18 @@ fn egress_concurrent() {
 #[test]
 fn egress_a_response_only_asked_for_comes() {
     in_each_place(|| async {
-        let (a, b) = (echo_heads(1), echo_heads(1));
-        let (_ws, host) = concurrent_host(&[a, b]).await;
+        let (a, b, c) = (echo_heads(1), echo_heads(1), echo_heads(1));
+        let (_ws, host) = concurrent_host(&[a, b, c]).await;
         let urls = [
             format!("http://127.0.0.1:{a}/a"),
             format!("http://127.0.0.1:{b}/b"),
         ];
         let got = outcomes(&host, json!({"http": urls, "get_only": true})).await;
         assert_eq!(got, ["status 200", "status 200"]);
+        // One alone, which only its looks drive.
+        let alone = [format!("http://127.0.0.1:{c}/c")];
+        let got = outcomes(&host, json!({"http": alone, "get_only": true})).await;
+        assert_eq!(got, ["status 200"]);
     });
 }
 
@@ -1018,15 +1022,24 @@ fn dribbling() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = sent.clone();
     std::thread::spawn(move || {
-        let Some(Ok(mut stream)) = listener.incoming().next() else {
-            return;
+        // The call connects within its 20 s deadline, or never.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        listener.set_nonblocking(true).unwrap();
+        let mut stream = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(_) if std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
         };
+        stream.set_nonblocking(false).unwrap();
         let mut reader = BufReader::new(stream.try_clone().unwrap());
         let mut line = String::new();
         while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
             line.clear();
         }
-        let until = std::time::Instant::now() + Duration::from_secs(30);
         while std::time::Instant::now() < until
             && stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").is_ok()
         {
@@ -1040,7 +1053,8 @@ fn dribbling() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
 /// A server that keeps sending a little (interim heads, which the client
 /// skips) cannot hold the call past the guest's first-byte timeout, in any
 /// place the request is exchanged: the host's waits for the socket give
-/// the call's timers their turn.
+/// the call's timers their turn. (Which bound does it, of those that
+/// `runtime::tcp`'s unit tests each check, depends on the place.)
 #[test]
 fn egress_a_dribbling_server_cannot_hold_the_call() {
     in_each_place(|| async {
@@ -1054,8 +1068,8 @@ fn egress_a_dribbling_server_cannot_hold_the_call() {
         )
         .await;
         assert_eq!(got, ["error ErrorCode::ConnectionReadTimeout"]);
-        // It was kept busy: heads kept coming while the call waited.
-        assert!(sent.load(Ordering::SeqCst) > 50, "{sent:?}");
+        // Heads kept coming while the call waited.
+        assert!(sent.load(Ordering::SeqCst) >= 3, "{sent:?}");
         // Long before the server's 30 s of interim heads end.
         assert!(
             started.elapsed() < Duration::from_secs(10),
