@@ -1451,6 +1451,17 @@ mod tests {
     use http_body_util::Full;
 
     /// The grant of exactly `pattern`, as `toolhost exec --allow-net`.
+    /// A GET of `url` without a body, as `wasi:http` hands it over.
+    fn get(url: &str) -> http::Request<WasiBody> {
+        http::Request::get(url)
+            .body(
+                http_body_util::Empty::<Bytes>::new()
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn granting(pattern: &str) -> NetworkGrant {
         let grant = toolhost_egress::Grant::parse(pattern).unwrap_or_else(|e| panic!("{e}"));
         NetworkGrant::from_policy(
@@ -1515,15 +1526,7 @@ mod tests {
             Instant::now() + Duration::from_secs(60),
             denied.clone(),
         );
-        let request = || {
-            http::Request::get(format!("http://127.0.0.1:{port}/late"))
-                .body(
-                    http_body_util::Empty::<Bytes>::new()
-                        .map_err(|never| match never {})
-                        .boxed_unsync(),
-                )
-                .unwrap()
-        };
+        let request = || get(&format!("http://127.0.0.1:{port}/late"));
         let admitted = net.admit_http(&request()).unwrap();
         let receipt = net.close();
         assert_eq!(receipt.len(), 1);
@@ -1878,15 +1881,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let request = || {
-            http::Request::get(format!("http://127.0.0.1:{port}/"))
-                .body(
-                    http_body_util::Empty::<Bytes>::new()
-                        .map_err(|never| match never {})
-                        .boxed_unsync(),
-                )
-                .unwrap()
-        };
+        let request = || get(&format!("http://127.0.0.1:{port}/"));
         for place in [Place::Caller, Place::Tokio] {
             let _ = super::super::tcp::take_blocked();
             for _ in 0..EACH {
