@@ -1075,7 +1075,7 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
     .map_err(|e| {
         // Nothing ran: what is at the receipt's path is not this run's.
         if let Some(r) = &receipt {
-            let _ = std::fs::remove_file(&r.path);
+            r.discard_stale();
         }
         anyhow!("{e}")
     })?;
@@ -1143,11 +1143,10 @@ async fn exec(a: ExecArgs) -> Result<ExitCode> {
 /// Where `exec --receipt` goes: a new file made beside the path before the
 /// program runs, written once the run ends and then renamed over the path
 /// (whatever is there then, a link included, is replaced, not written
-/// through). Dropped unwritten, it is removed.
+/// through). Dropped unwritten, it is removed. Readable by its owner only.
 struct ReceiptFile {
     path: PathBuf,
-    tmp: PathBuf,
-    file: Option<std::fs::File>,
+    tmp: tempfile::NamedTempFile,
 }
 
 impl ReceiptFile {
@@ -1181,66 +1180,40 @@ impl ReceiptFile {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        // A name of its own: the process id, the time and a try count, made
-        // with `create_new` (never someone else's file).
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let mut last = None;
-        for attempt in 0..16 {
-            let mut tmp_name = std::ffi::OsString::from(".");
-            tmp_name.push(name);
-            tmp_name.push(format!(".{}.{stamp}.{attempt}.tmp", std::process::id()));
-            let tmp = dir.join(tmp_name);
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-            {
-                Ok(file) => {
-                    return Ok(ReceiptFile {
-                        path: path.to_path_buf(),
-                        tmp,
-                        file: Some(file),
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!(
-                            "cannot write --receipt {} in {}",
-                            path.display(),
-                            dir.display()
-                        )
-                    });
-                }
-            }
-        }
-        Err(anyhow!(
-            "cannot write --receipt {}: {}",
-            path.display(),
-            last.map_or_else(|| "no free name".to_string(), |e| e.to_string())
-        ))
+        // A name of its own, made with `create_new` (never someone else's
+        // file), removed unless renamed.
+        let mut prefix = std::ffi::OsString::from(".");
+        prefix.push(name);
+        prefix.push(".");
+        let tmp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .tempfile_in(dir)
+            .with_context(|| {
+                format!(
+                    "cannot write --receipt {} in {}",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
+        Ok(ReceiptFile {
+            path: path.to_path_buf(),
+            tmp,
+        })
+    }
+
+    /// Removes what is at the path: it is not this run's receipt.
+    fn discard_stale(&self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 
     /// Writes `json` and renames it over the path.
-    fn write(mut self, json: &serde_json::Value) -> std::io::Result<()> {
-        let file = self
-            .file
-            .take()
-            .ok_or_else(|| std::io::Error::other("already written"))?;
-        let mut out = std::io::BufWriter::new(file);
+    fn write(self, json: &serde_json::Value) -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(self.tmp.as_file());
         serde_json::to_writer_pretty(&mut out, json)?;
         std::io::Write::flush(&mut out)?;
         drop(out);
-        std::fs::rename(&self.tmp, &self.path)
-    }
-}
-
-impl Drop for ReceiptFile {
-    fn drop(&mut self) {
-        // Not renamed (unwritten, or its write failed): ours to remove.
-        let _ = std::fs::remove_file(&self.tmp);
+        self.tmp.persist(&self.path).map(drop).map_err(|e| e.error)
     }
 }
 

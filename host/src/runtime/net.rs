@@ -102,14 +102,15 @@ type SendResult = Result<
 pub(crate) struct CallNet {
     grant: NetworkGrant,
     /// Whether the grant has one of TCP, of UDP, that the call may use.
-    grants_protocol: [bool; 2],
+    /// Worked out at the first socket that asks (most calls make none).
+    grants_protocol: std::sync::OnceLock<[bool; 2]>,
     deadline: Instant,
     log: Mutex<NetLog>,
-    denied: Arc<Mutex<Vec<String>>>,
+    denied: Mutex<Vec<String>>,
     /// Denied attempts not listed in `denied` (see `record_denied`).
     unlisted: AtomicU64,
     /// HTTP exchanges in flight (see [`Flight`]).
-    exchanges: Arc<AtomicUsize>,
+    exchanges: AtomicUsize,
 }
 
 /// Where an admitted HTTP request is exchanged (see `runtime::outgoing`).
@@ -149,11 +150,17 @@ impl Place {
 /// or with the request that failed or was given up. A body the guest
 /// neither reads to its end nor drops keeps it in flight, so that the
 /// call's later exchanges wait through tokio (`tcp::Here`).
-pub(crate) struct Flight(Arc<AtomicUsize>);
+pub(crate) struct Flight(Arc<CallNet>);
 
 impl Drop for Flight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.exchanges.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl super::tcp::Exchanges for CallNet {
+    fn in_flight(&self) -> usize {
+        self.exchanges.load(Ordering::Relaxed)
     }
 }
 
@@ -209,26 +216,22 @@ pub(crate) struct Admitted {
 }
 
 impl CallNet {
-    pub(crate) fn new(
-        grant: NetworkGrant,
-        deadline: Instant,
-        denied: Arc<Mutex<Vec<String>>>,
-    ) -> Arc<CallNet> {
+    pub(crate) fn new(grant: NetworkGrant, deadline: Instant) -> Arc<CallNet> {
         Arc::new(CallNet {
-            grants_protocol: CallNet::protocols_granted(&grant),
+            grants_protocol: std::sync::OnceLock::new(),
             grant,
             deadline,
             log: Mutex::new(NetLog::default()),
-            denied,
+            denied: Mutex::default(),
             unlisted: AtomicU64::new(0),
-            exchanges: Arc::new(AtomicUsize::new(0)),
+            exchanges: AtomicUsize::new(0),
         })
     }
 
     /// A request admitted, in flight until the [`Flight`] is dropped.
-    pub(crate) fn flight(&self) -> Flight {
+    pub(crate) fn flight(self: &Arc<Self>) -> Flight {
         self.exchanges.fetch_add(1, Ordering::Relaxed);
-        Flight(self.exchanges.clone())
+        Flight(self.clone())
     }
 
     /// How many refusal records were not kept (over the per-call cap).
@@ -638,13 +641,7 @@ impl CallNet {
 
         let connection = async {
             let stream: Box<dyn Stream> = if place == Place::Caller {
-                let exchanges = &self.exchanges;
-                Box::new(
-                    connect(&plan.addrs, |a| {
-                        super::tcp::connect_here(a, exchanges.clone())
-                    })
-                    .await?,
-                )
+                Box::new(connect(&plan.addrs, |a| super::tcp::connect_here(a, self.clone())).await?)
             } else {
                 Box::new(connect(&plan.addrs, super::tcp::connect).await?)
             };
@@ -886,7 +883,9 @@ impl CallNet {
     /// Whether the call may use a grant of `scheme`'s protocol: an `allow`
     /// one, a matched rule's, or an `ask` one its approval covered.
     fn grants_protocol(&self, scheme: Scheme) -> bool {
-        self.grants_protocol[usize::from(scheme == Scheme::Udp)]
+        self.grants_protocol
+            .get_or_init(|| CallNet::protocols_granted(&self.grant))
+            [usize::from(scheme == Scheme::Udp)]
     }
 
     /// [`CallNet::grants_protocol`] of TCP and UDP, for `grant`.
@@ -1520,12 +1519,7 @@ mod tests {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let grant = granting(&format!("http://127.0.0.1:{port}"));
-        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
-        let net = CallNet::new(
-            grant,
-            Instant::now() + Duration::from_secs(60),
-            denied.clone(),
-        );
+        let net = CallNet::new(grant, Instant::now() + Duration::from_secs(60));
         let request = || get(&format!("http://127.0.0.1:{port}/late"));
         let admitted = net.admit_http(&request()).unwrap();
         let receipt = net.close();
@@ -1546,7 +1540,7 @@ mod tests {
         let ungranted = SocketAddr::from(([127, 0, 0, 1], port.wrapping_add(1).max(1)));
         assert!(!net.check_socket(ungranted, SocketAddrUse::TcpConnect));
         assert_eq!(net.close().len(), 1);
-        assert!(denied.lock().unwrap().is_empty());
+        assert!(net.denied().is_empty());
     }
 
     /// Without a grant, a bind to port 0 of the unspecified or a loopback
@@ -1559,7 +1553,6 @@ mod tests {
         let net = CallNet::new(
             NetworkGrant::none(),
             Instant::now() + Duration::from_secs(60),
-            Arc::default(),
         );
         let any: SocketAddr = SocketAddr::from(([0, 0, 0, 0], 0));
         let peer = SocketAddr::from(([127, 0, 0, 1], 9));
@@ -1601,7 +1594,6 @@ mod tests {
         let fresh = CallNet::new(
             NetworkGrant::none(),
             Instant::now() + Duration::from_secs(60),
-            Arc::default(),
         );
         for refused in ["0.0.0.0:80", "10.1.2.3:0", "[fe80::1]:0"] {
             let addr: SocketAddr = refused.parse().unwrap_or_else(|e| panic!("{e}"));
@@ -1625,11 +1617,7 @@ mod tests {
     #[test]
     fn a_udp_reply_is_matched_to_its_peer_by_address_and_port() {
         let grant = granting("udp://[::1]:5353");
-        let net = CallNet::new(
-            grant,
-            Instant::now() + Duration::from_secs(60),
-            Arc::default(),
-        );
+        let net = CallNet::new(grant, Instant::now() + Duration::from_secs(60));
         let peer = std::net::SocketAddrV6::new(std::net::Ipv6Addr::LOCALHOST, 5353, 0, 0);
         let reply = std::net::SocketAddrV6::new(std::net::Ipv6Addr::LOCALHOST, 5353, 7, 0);
         assert!(!net.check_socket(SocketAddr::V6(reply), SocketAddrUse::UdpReceive));
@@ -1806,7 +1794,6 @@ mod tests {
         let net = CallNet::new(
             NetworkGrant::default(),
             Instant::now() + Duration::from_secs(60),
-            Arc::default(),
         );
         let inner = Full::new(Bytes::from_static(b"waiting"))
             .map_err(|never: std::convert::Infallible| match never {});
@@ -1888,7 +1875,6 @@ mod tests {
                 let net = CallNet::new(
                     granting(&format!("http://127.0.0.1:{port}")),
                     Instant::now() + Duration::from_secs(60),
-                    Arc::default(),
                 );
                 let body = rt.block_on(async {
                     let admitted = net.admit_http(&request()).unwrap();

@@ -439,7 +439,7 @@ impl<'a> StoreBuilder<'a> {
         let stdout = CapturedOutput::new(limits.max_stdio);
         let stderr = CapturedOutput::new(limits.max_stdio);
         let deadline = Instant::now() + limits.deadline;
-        let net = CallNet::new(self.spec.network.clone(), deadline, Arc::default());
+        let net = CallNet::new(self.spec.network.clone(), deadline);
         if let Some(w) = self.witness
             && !w.watch(&net)
         {
@@ -715,7 +715,6 @@ mod tests {
         CallNet::new(
             crate::egress::NetworkGrant::none(),
             Instant::now() + std::time::Duration::from_secs(60),
-            Arc::default(),
         )
     }
 

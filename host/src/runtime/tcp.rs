@@ -289,6 +289,20 @@ impl<S: Socket> AsyncWrite for Stream<S> {
     }
 }
 
+/// What a [`Here`] asks of its call: how many exchanges it has in flight
+/// (the call's own count, so that nothing is allocated for it per call).
+pub(crate) trait Exchanges: Send + Sync {
+    /// The call's exchanges in flight now.
+    fn in_flight(&self) -> usize;
+}
+
+#[cfg(test)]
+impl Exchanges for std::sync::atomic::AtomicUsize {
+    fn in_flight(&self) -> usize {
+        self.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Connects to `addr` with a socket that tokio's I/O driver does not see at
 /// first ([`Here`]): its waits are made by the thread that polls it, in the
 /// [`drive_here`] around the exchange. `exchanges` counts the call's
@@ -296,7 +310,7 @@ impl<S: Socket> AsyncWrite for Stream<S> {
 #[cfg(unix)]
 pub(super) async fn connect_here(
     addr: SocketAddr,
-    exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    exchanges: std::sync::Arc<dyn Exchanges>,
 ) -> io::Result<Stream<Here>> {
     let (socket, connecting) = start_connect(addr)?;
     let here = Here {
@@ -477,6 +491,21 @@ pub(crate) fn drive_here<T>(
     // points at it). Either way the caller is woken before pending is
     // returned, so a look taken for a wait costs a poll, never a wake-up.
     let look = cx.waker().will_wake(std::task::Waker::noop()) || cx.waker().data().is_null();
+    if look {
+        let _driving = Driving::enter();
+        WANTED.set(None);
+        let polled = poll(cx);
+        // A look finds nothing: counted as blocked a while, so that a
+        // caller that only ever looks (or a waker taken for a look) has the
+        // socket wait through tokio soon.
+        if polled.is_pending()
+            && let Some(wanted) = WANTED.take()
+        {
+            wanted.blocked.fetch_add(LOOK_CHARGE_US, Ordering::Relaxed);
+            cx.waker().wake_by_ref();
+        }
+        return polled;
+    }
     let noted = std::sync::Arc::new(Noted {
         woken: std::sync::atomic::AtomicBool::new(false),
         outer: cx.waker().clone(),
@@ -494,13 +523,6 @@ pub(crate) fn drive_here<T>(
         let Some(wanted) = WANTED.take() else {
             return Poll::Pending;
         };
-        if look {
-            // A look finds nothing: counted as blocked a while, so that a
-            // caller that only ever looks (or a waker taken for a look)
-            // has the socket wait through tokio soon.
-            wanted.blocked.fetch_add(LOOK_CHARGE_US, Ordering::Relaxed);
-            break;
-        }
         if noted.woken.swap(false, Ordering::AcqRel) {
             if tokio::task::coop::has_budget_remaining() {
                 continue;
@@ -548,7 +570,7 @@ pub(crate) struct Here {
     /// The same socket registered with tokio, once it waits through it.
     registered: std::sync::OnceLock<TcpStream>,
     /// The call's exchanges in flight.
-    exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    exchanges: std::sync::Arc<dyn Exchanges>,
     /// The time its thread has been blocked on it, in microseconds.
     blocked: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -566,7 +588,7 @@ impl Here {
         if let Some(t) = self.registered.get() {
             return Ok(Some(t));
         }
-        let alone = self.exchanges.load(std::sync::atomic::Ordering::Relaxed) <= 1;
+        let alone = self.exchanges.in_flight() <= 1;
         let waited_long = u128::from(self.blocked.load(std::sync::atomic::Ordering::Relaxed))
             >= WAIT_SLICE.as_micros();
         if alone && DRIVING.get() && !waited_long {
@@ -668,7 +690,7 @@ impl Socket for Here {
 #[cfg(not(unix))]
 pub(super) async fn connect_here(
     addr: SocketAddr,
-    _exchanges: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _exchanges: std::sync::Arc<dyn Exchanges>,
 ) -> io::Result<Tcp> {
     connect(addr).await
 }
@@ -1210,7 +1232,9 @@ mod tests {
             let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| panic!("{e}"));
             l.local_addr().unwrap_or_else(|e| panic!("{e}"))
         };
-        let count = || std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        let count = || -> std::sync::Arc<dyn Exchanges> {
+            std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(1))
+        };
         let driven = |addr| {
             rt.block_on(async {
                 let mut connecting = std::pin::pin!(connect_here(addr, count()));
