@@ -733,6 +733,7 @@ impl CallNet {
             })
         });
         let net = self.clone();
+        let closure_alert = request.scheme == Scheme::Https;
         let (conn, worker) = match conn {
             Some(conn) if place == Place::Task => (None, Some(wasmtime_wasi::runtime::spawn(conn))),
             conn => (conn, None),
@@ -750,6 +751,7 @@ impl CallNet {
                 done: false,
                 place,
                 flight: Some(flight),
+                closure_alert,
             };
             if masking {
                 MaskedBody {
@@ -1164,6 +1166,9 @@ struct LimitedBody<B = hyper::body::Incoming> {
     place: Place,
     /// The exchange is in flight until its body ends or is dropped.
     flight: Option<Flight>,
+    /// The connection ends with TLS's closure alert, sent when the body
+    /// ends ([`LimitedBody::end_connection`]).
+    closure_alert: bool,
 }
 
 impl<B> LimitedBody<B> {
@@ -1177,8 +1182,25 @@ impl<B> LimitedBody<B> {
         Poll::Ready(Some(Err(e)))
     }
 
+    /// The guest has the whole body, and the connection it drives is not
+    /// polled again on its path. A plain one is closed (the FIN its
+    /// shutdown would send). TLS's closure alert, which a TLS client must
+    /// send before it closes, is sent by a task of its own (bounded by the
+    /// request's time, as the connection is).
+    fn end_connection(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.closure_alert
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn(conn));
+        }
+    }
+
     fn finish(&mut self) {
         self.flight = None;
+        self.end_connection();
         if !self.done {
             self.done = true;
             let ms = elapsed_ms(self.started);
@@ -1206,7 +1228,14 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             return this.fail(HttpError::ConnectionReadTimeout);
         }
         let (conn, inner) = (&mut this.conn, &mut this.inner);
+        // What the connection has already given is read first: the
+        // connection is polled only for more, so that its end is not made
+        // on the guest's path before the guest has the body's end
+        // ([`LimitedBody::end_connection`] then closes it).
         let read = |cx: &mut Context<'_>| {
+            if let ready @ Poll::Ready(_) = inner.as_mut().poll_frame(cx) {
+                return ready;
+            }
             if let Some(c) = conn.as_mut()
                 && c.as_mut().poll(cx).is_ready()
             {
@@ -1809,6 +1838,7 @@ mod tests {
             done: false,
             place: Place::Tokio,
             flight: Some(net.flight()),
+            closure_alert: false,
         };
         let now = tokio::time::Instant::now();
         let in_time = body(now + Duration::from_secs(60)).collect().await;
@@ -1835,6 +1865,62 @@ mod tests {
         drop(held);
         assert_eq!(net.exchanges.load(Ordering::SeqCst), 0);
         drop((ended, failed));
+    }
+
+    /// When a body it drives ends, a connection still open is not polled on
+    /// the guest's path again: a plain one is dropped (closed), and a TLS
+    /// one is left to a task that runs it to its end (its closure alert).
+    #[tokio::test]
+    async fn a_connection_outliving_its_body_is_closed_or_ended_by_a_task() {
+        let net = CallNet::new(
+            NetworkGrant::default(),
+            Instant::now() + Duration::from_secs(60),
+        );
+        for closure_alert in [false, true] {
+            // A connection that ends only when told to, after the body.
+            let (go, gone) = tokio::sync::oneshot::channel::<()>();
+            let (ended, end) = tokio::sync::oneshot::channel::<()>();
+            let conn: Conn = Box::pin(async move {
+                if gone.await.is_ok() {
+                    let _ = ended.send(());
+                }
+            });
+            let inner = Full::new(Bytes::from_static(b"whole"))
+                .map_err(|never: std::convert::Infallible| match never {});
+            let mut body = LimitedBody::<_> {
+                inner: Box::pin(inner),
+                conn: Some(conn),
+                net: net.clone(),
+                index: usize::MAX,
+                max: 1 << 20,
+                until: Box::pin(tokio::time::sleep(Duration::from_secs(60))),
+                between: None,
+                started: Instant::now(),
+                done: false,
+                place: Place::Tokio,
+                flight: Some(net.flight()),
+                closure_alert,
+            };
+            let mut got = Vec::new();
+            while let Some(frame) = body.frame().await {
+                got.extend_from_slice(
+                    &frame
+                        .unwrap_or_else(|e| panic!("{e}"))
+                        .into_data()
+                        .unwrap_or_default(),
+                );
+            }
+            assert_eq!(got, b"whole");
+            assert!(body.conn.is_none(), "the body still holds its connection");
+            let told = go.send(());
+            if closure_alert {
+                assert!(told.is_ok(), "the TLS connection was dropped");
+                assert_eq!(end.await, Ok(()), "the TLS connection did not end");
+            } else {
+                assert!(told.is_err(), "the plain connection is still open");
+            }
+            drop(body);
+        }
     }
 
     /// From a multi-thread runtime's `block_on`, an exchange in

@@ -227,6 +227,28 @@ fn grant_policy(grants: &str) -> String {
     format!("version = 1\ndefault = \"allow\"\n\n[network]\nallow = [{grants}]\n")
 }
 
+/// A body that is not valid UTF-8 comes to the model as text, each
+/// invalid sequence replaced (U+FFFD), the valid text around it whole.
+#[tokio::test]
+async fn a_body_not_in_utf8_comes_as_text_with_its_invalid_bytes_replaced() {
+    let server = Server::start(
+        "127.0.0.1",
+        Box::new(|req| match req.target.as_str() {
+            "/valid" => response(200, &[], "caf\u{e9} \u{1f600}".as_bytes()),
+            _ => response(200, &[], b"caf\xe9 \xf0\x9f\x98 ok"),
+        }),
+    );
+    let (_ws, host) = host(&grant_policy(&format!(
+        "\"http://127.0.0.1:{}\"",
+        server.port()
+    )))
+    .await;
+    let r = fetch(&host, json!({"url": server.url("/valid")})).await;
+    assert_eq!(r.canonical["body"], "caf\u{e9} \u{1f600}", "{r:?}");
+    let r = fetch(&host, json!({"url": server.url("/invalid")})).await;
+    assert_eq!(r.canonical["body"], "caf\u{fffd} \u{fffd} ok", "{r:?}");
+}
+
 #[tokio::test]
 async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
     let server = Server::start(
@@ -1337,11 +1359,14 @@ async fn hostile_spellings_and_names_of_refused_addresses_never_connect() {
 }
 
 /// An HTTPS server on 127.0.0.1 with a self-signed certificate for that
-/// address: one thread, counts connections and complete requests.
+/// address: one thread, counts connections and complete requests, and
+/// tells, for each response it sent, whether the client ended that
+/// connection with TLS's closure alert (`close_notify`) before closing it.
 struct TlsServer {
     port: u16,
     connections: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
+    closed_with_alert: Mutex<std::sync::mpsc::Receiver<bool>>,
     ca_pem: String,
     stop: Arc<AtomicBool>,
 }
@@ -1368,6 +1393,7 @@ impl TlsServer {
         let requests = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (c, r, s) = (connections.clone(), requests.clone(), stop.clone());
+        let (alerted, closed_with_alert) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -1393,6 +1419,14 @@ impl TlsServer {
                     let _ = tls.flush();
                     tls.conn.send_close_notify();
                     let _ = tls.flush();
+                    // Then what the client sends until it closes: its
+                    // alert ends the reading cleanly; a close without one
+                    // is an unexpected end.
+                    let _ = tls
+                        .sock
+                        .set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                    let mut rest = Vec::new();
+                    let _ = alerted.send(tls.read_to_end(&mut rest).is_ok());
                 }
             }
         });
@@ -1400,6 +1434,7 @@ impl TlsServer {
             port,
             connections,
             requests,
+            closed_with_alert: Mutex::new(closed_with_alert),
             ca_pem,
             stop,
         }
@@ -1425,6 +1460,15 @@ async fn https_trusts_the_policy_ca_file_and_nothing_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_from_a_callers_thread_trusts_the_policy_ca_file_and_nothing_else() {
     trusts_the_policy_ca_file_and_nothing_else().await;
+}
+
+/// The same from a runtime task (the MCP server's place), where the
+/// exchange is driven by a task of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_from_a_task_trusts_the_policy_ca_file_and_nothing_else() {
+    tokio::spawn(trusts_the_policy_ca_file_and_nothing_else())
+        .await
+        .unwrap();
 }
 
 async fn trusts_the_policy_ca_file_and_nothing_else() {
@@ -1457,6 +1501,15 @@ async fn trusts_the_policy_ca_file_and_nothing_else() {
     assert_eq!(r.canonical["body"], "over tls");
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
     assert!(server.connections.load(Ordering::SeqCst) >= 2);
+    // The connection ended as TLS requires: with the client's closure
+    // alert, though the guest had the whole body (and the call its result)
+    // before it was sent.
+    let alerted = server
+        .closed_with_alert
+        .lock()
+        .unwrap()
+        .recv_timeout(std::time::Duration::from_secs(20));
+    assert_eq!(alerted, Ok(true));
 }
 
 /// A `ca_file` or a credential's `value_file` that is not a regular file

@@ -127,7 +127,10 @@ impl Tool for HttpFetch {
         Ok(Output {
             status: response.status,
             headers,
-            body: String::from_utf8_lossy(&response.body).into_owned(),
+            // Valid UTF-8 (the usual body) is taken as it is, checked a
+            // word at a time; only an invalid one is copied, replaced.
+            body: String::from_utf8(response.body)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
             truncated: response.truncated,
         })
     }
