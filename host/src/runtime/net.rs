@@ -639,21 +639,28 @@ impl CallNet {
             .boxed_unsync()
         });
 
+        let tls = request.scheme == Scheme::Https;
         let connection = async {
             let stream: Box<dyn Stream> = if place == Place::Caller {
                 Box::new(connect(&plan.addrs, |a| super::tcp::connect_here(a, self.clone())).await?)
             } else {
                 Box::new(connect(&plan.addrs, super::tcp::connect).await?)
             };
-            let io: Box<dyn Stream> = if request.scheme == Scheme::Https {
+            let io: Box<dyn Stream> = if tls {
                 let name = server_name(&request.host)?;
                 let connector = tokio_rustls::TlsConnector::from(egress.tls.clone());
-                Box::new(
-                    connector
-                        .connect(name, stream)
-                        .await
-                        .map_err(HttpError::Tls)?,
-                )
+                let stream = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(HttpError::Tls)?;
+                // In a task of its own the connection's end is its task's
+                // to make; a yield there could let the guest's drop of the
+                // body abort the task before the closure alert is sent.
+                if place == Place::Task {
+                    Box::new(stream)
+                } else {
+                    Box::new(CloseAfterYield::new(stream))
+                }
             } else {
                 Box::new(CloseAfterYield::new(stream))
             };
@@ -733,7 +740,6 @@ impl CallNet {
             })
         });
         let net = self.clone();
-        let closure_alert = request.scheme == Scheme::Https;
         let (conn, worker) = match conn {
             Some(conn) if place == Place::Task => (None, Some(wasmtime_wasi::runtime::spawn(conn))),
             conn => (conn, None),
@@ -751,7 +757,7 @@ impl CallNet {
                 done: false,
                 place,
                 flight: Some(flight),
-                closure_alert,
+                closure_alert: tls,
             };
             if masking {
                 MaskedBody {
@@ -1011,17 +1017,22 @@ fn elapsed_ms(started: Instant) -> u64 {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
 
-/// A plain TCP connection whose shutdown first lets the tasks it woke run.
+/// A connection whose shutdown first lets the tasks it woke run.
 ///
 /// hyper shuts a connection down (and then closes it) in the same poll
-/// that hands the response body's end to the guest's task, so on one
-/// worker the guest waited for both system calls. Yielding once before the
-/// shutdown lets that task run first (or another worker take this one).
-/// The guest, having the whole body, then usually drops it, which aborts
-/// the connection's task before the shutdown: the socket is closed when
-/// the task is dropped, a FIN as the shutdown would have sent. A TLS
-/// connection is not wrapped: its shutdown sends TLS's `close_notify`
-/// first, which a close alone would leave out.
+/// that hands the response body's end to the guest, so the guest waited
+/// for both system calls. Yielding once before the shutdown lets the guest
+/// have the body's end first:
+/// - in a task of its own (plain TCP only), that task runs first (or
+///   another worker takes this one). The guest, having the whole body,
+///   then usually drops it, which aborts the connection's task before the
+///   shutdown: the socket is closed when the task is dropped, a FIN as the
+///   shutdown would have sent. A TLS connection there is not wrapped: its
+///   shutdown sends TLS's `close_notify` first, which a close alone would
+///   leave out;
+/// - driven by its body (plain or TLS), the body's end comes while the
+///   connection is still open, and [`LimitedBody::end_connection`] ends it
+///   off the guest's path.
 struct CloseAfterYield<S> {
     inner: S,
     yielded: bool,
@@ -1148,8 +1159,9 @@ type Conn = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// stops at the call's response byte limit and the request's deadline.
 struct LimitedBody<B = hyper::body::Incoming> {
     inner: Pin<Box<B>>,
-    /// The connection, when the body drives it (polled before each read;
-    /// dropped with the body, which closes it).
+    /// The connection, when the body drives it: polled when the body has
+    /// nothing ready, and ended with the body
+    /// ([`LimitedBody::end_connection`]).
     conn: Option<Conn>,
     net: Arc<CallNet>,
     index: usize,
@@ -1186,7 +1198,8 @@ impl<B> LimitedBody<B> {
     /// polled again on its path. A plain one is closed (the FIN its
     /// shutdown would send). TLS's closure alert, which a TLS client must
     /// send before it closes, is sent by a task of its own (bounded by the
-    /// request's time, as the connection is).
+    /// request's time, as the connection is); without a runtime to run it
+    /// (or if the runtime stops first) the connection is closed without it.
     fn end_connection(&mut self) {
         let Some(conn) = self.conn.take() else {
             return;
@@ -1244,6 +1257,12 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             inner.as_mut().poll_frame(cx)
         };
         match this.place.drive(cx, read) {
+            // A connection whose time ran out while it was polled ends the
+            // body without an error: at the request's time the body has
+            // not come whole.
+            Poll::Ready(None) if tokio::time::Instant::now() >= this.until.deadline() => {
+                this.fail(HttpError::ConnectionReadTimeout)
+            }
             Poll::Ready(None) => {
                 this.finish();
                 Poll::Ready(None)
@@ -1256,6 +1275,11 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
                 }
                 if let Some(between) = this.between.as_mut() {
                     between.running = false;
+                }
+                // Trailers are the last frame: the guest may drop the body
+                // without asking for more.
+                if frame.is_trailers() {
+                    this.finish();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -1815,6 +1839,31 @@ mod tests {
         assert_eq!(got_trailers["x-trailer"], masked.as_str());
     }
 
+    /// A body over `inner` that `net` counts, ending by `until`, driving
+    /// `conn` (if any) in [`Place::Tokio`].
+    fn limited<B>(
+        inner: B,
+        net: &Arc<CallNet>,
+        conn: Option<Conn>,
+        until: tokio::time::Instant,
+        closure_alert: bool,
+    ) -> LimitedBody<B> {
+        LimitedBody {
+            inner: Box::pin(inner),
+            conn,
+            net: net.clone(),
+            index: usize::MAX,
+            max: 1 << 20,
+            until: Box::pin(tokio::time::sleep_until(until)),
+            between: None,
+            started: Instant::now(),
+            done: false,
+            place: Place::Tokio,
+            flight: Some(net.flight()),
+            closure_alert,
+        }
+    }
+
     /// A response body whose request time is up ends with a read timeout
     /// even when data is waiting (a guest that reads slowly never sees the
     /// body pending, where the timer alone would be looked at).
@@ -1826,20 +1875,7 @@ mod tests {
         );
         let inner = Full::new(Bytes::from_static(b"waiting"))
             .map_err(|never: std::convert::Infallible| match never {});
-        let body = |until| LimitedBody::<_> {
-            inner: Box::pin(inner.clone()),
-            conn: None,
-            net: net.clone(),
-            index: usize::MAX,
-            max: 1 << 20,
-            until: Box::pin(tokio::time::sleep_until(until)),
-            between: None,
-            started: Instant::now(),
-            done: false,
-            place: Place::Tokio,
-            flight: Some(net.flight()),
-            closure_alert: false,
-        };
+        let body = |until| limited(inner.clone(), &net, None, until, false);
         let now = tokio::time::Instant::now();
         let in_time = body(now + Duration::from_secs(60)).collect().await;
         assert_eq!(
@@ -1877,30 +1913,25 @@ mod tests {
             Instant::now() + Duration::from_secs(60),
         );
         for closure_alert in [false, true] {
-            // A connection that ends only when told to, after the body.
+            // A connection that ends only when told to, after the body, and
+            // counts its polls.
             let (go, gone) = tokio::sync::oneshot::channel::<()>();
             let (ended, end) = tokio::sync::oneshot::channel::<()>();
-            let conn: Conn = Box::pin(async move {
+            let mut waiting = Box::pin(async move {
                 if gone.await.is_ok() {
                     let _ = ended.send(());
                 }
             });
+            let polls = Arc::new(AtomicUsize::new(0));
+            let counted = polls.clone();
+            let conn: Conn = Box::pin(std::future::poll_fn(move |cx| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                waiting.as_mut().poll(cx)
+            }));
             let inner = Full::new(Bytes::from_static(b"whole"))
                 .map_err(|never: std::convert::Infallible| match never {});
-            let mut body = LimitedBody::<_> {
-                inner: Box::pin(inner),
-                conn: Some(conn),
-                net: net.clone(),
-                index: usize::MAX,
-                max: 1 << 20,
-                until: Box::pin(tokio::time::sleep(Duration::from_secs(60))),
-                between: None,
-                started: Instant::now(),
-                done: false,
-                place: Place::Tokio,
-                flight: Some(net.flight()),
-                closure_alert,
-            };
+            let later = tokio::time::Instant::now() + Duration::from_secs(60);
+            let mut body = limited(inner, &net, Some(conn), later, closure_alert);
             let mut got = Vec::new();
             while let Some(frame) = body.frame().await {
                 got.extend_from_slice(
@@ -1911,6 +1942,9 @@ mod tests {
                 );
             }
             assert_eq!(got, b"whole");
+            // What the body had ready was read without polling the
+            // connection for more.
+            assert_eq!(polls.load(Ordering::SeqCst), 0);
             assert!(body.conn.is_none(), "the body still holds its connection");
             let told = go.send(());
             if closure_alert {
@@ -1921,6 +1955,73 @@ mod tests {
             }
             drop(body);
         }
+    }
+
+    /// A body whose last frame is its trailers ends with them: its flight
+    /// and its connection end though the guest never asks for more.
+    #[tokio::test]
+    async fn a_body_ends_with_its_trailers() {
+        let net = CallNet::new(
+            NetworkGrant::default(),
+            Instant::now() + Duration::from_secs(60),
+        );
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-sum", HeaderValue::from_static("1"));
+        let frames = [
+            Frame::data(Bytes::from_static(b"data")),
+            Frame::trailers(trailers),
+        ];
+        let inner = http_body_util::StreamBody::new(futures::stream::iter(
+            frames.map(Ok::<_, hyper::Error>),
+        ));
+        let (_go, gone) = tokio::sync::oneshot::channel::<()>();
+        let conn: Conn = Box::pin(async move {
+            let _ = gone.await;
+        });
+        let later = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut body = limited(inner, &net, Some(conn), later, false);
+        let data = body.frame().await.map(|f| f.map(|f| f.is_data()));
+        assert!(matches!(data, Some(Ok(true))), "{data:?}");
+        assert_eq!(net.exchanges.load(Ordering::SeqCst), 1);
+        let last = body.frame().await.map(|f| f.map(|f| f.is_trailers()));
+        assert!(matches!(last, Some(Ok(true))), "{last:?}");
+        assert_eq!(net.exchanges.load(Ordering::SeqCst), 0);
+        assert!(body.conn.is_none(), "the body still holds its connection");
+        assert!(body.frame().await.is_none());
+    }
+
+    /// A body that ends while its request's time runs out (its connection
+    /// stopped at that time, which ends the body without an error) ends
+    /// with a read timeout, not as a whole body.
+    #[tokio::test]
+    async fn a_body_ended_by_its_request_time_is_not_taken_whole() {
+        /// A body whose only poll outlasts `until`, then ends.
+        struct EndsLate(tokio::time::Instant);
+        impl Body for EndsLate {
+            type Data = Bytes;
+            type Error = hyper::Error;
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+                while tokio::time::Instant::now() < self.0 {
+                    std::hint::spin_loop();
+                }
+                Poll::Ready(None)
+            }
+        }
+        let net = CallNet::new(
+            NetworkGrant::default(),
+            Instant::now() + Duration::from_secs(60),
+        );
+        let until = tokio::time::Instant::now() + Duration::from_millis(20);
+        let mut body = limited(EndsLate(until), &net, None, until, false);
+        let end = body.frame().await;
+        assert!(
+            matches!(end, Some(Err(HttpError::ConnectionReadTimeout))),
+            "{end:?}"
+        );
+        assert!(body.frame().await.is_none());
     }
 
     /// From a multi-thread runtime's `block_on`, an exchange in

@@ -1366,7 +1366,7 @@ struct TlsServer {
     port: u16,
     connections: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
-    closed_with_alert: Mutex<std::sync::mpsc::Receiver<bool>>,
+    closed_with_alert: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<bool>>,
     ca_pem: String,
     stop: Arc<AtomicBool>,
 }
@@ -1393,7 +1393,7 @@ impl TlsServer {
         let requests = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (c, r, s) = (connections.clone(), requests.clone(), stop.clone());
-        let (alerted, closed_with_alert) = std::sync::mpsc::channel();
+        let (alerted, closed_with_alert) = tokio::sync::mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -1434,7 +1434,7 @@ impl TlsServer {
             port,
             connections,
             requests,
-            closed_with_alert: Mutex::new(closed_with_alert),
+            closed_with_alert: tokio::sync::Mutex::new(closed_with_alert),
             ca_pem,
             stop,
         }
@@ -1462,8 +1462,9 @@ async fn https_from_a_callers_thread_trusts_the_policy_ca_file_and_nothing_else(
     trusts_the_policy_ca_file_and_nothing_else().await;
 }
 
-/// The same from a runtime task (the MCP server's place), where the
-/// exchange is driven by a task of its own.
+/// The same from a runtime task (the MCP server's place): a request
+/// without a body is exchanged by the task that makes the call, on a
+/// worker (one with a body, in a task of its own, in each of these).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_from_a_task_trusts_the_policy_ca_file_and_nothing_else() {
     tokio::spawn(trusts_the_policy_ca_file_and_nothing_else())
@@ -1495,21 +1496,29 @@ async fn trusts_the_policy_ca_file_and_nothing_else() {
         ca.display()
     );
     let (_ws, trusting) = host(&policy).await;
-    let r = fetch(&trusting, json!({"url": url})).await;
-    assert!(r.is_ok(), "{r:?}");
-    assert_eq!(r.canonical["status"], 200);
-    assert_eq!(r.canonical["body"], "over tls");
-    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
-    assert!(server.connections.load(Ordering::SeqCst) >= 2);
-    // The connection ended as TLS requires: with the client's closure
-    // alert, though the guest had the whole body (and the call its result)
-    // before it was sent.
-    let alerted = server
-        .closed_with_alert
-        .lock()
-        .unwrap()
-        .recv_timeout(std::time::Duration::from_secs(20));
-    assert_eq!(alerted, Ok(true));
+    // A GET (exchanged where the call runs) and a POST (in a task of its
+    // own): each connection ends as TLS requires, with the client's
+    // closure alert, though the guest has the whole body (and the call its
+    // result) before it is sent.
+    for (n, args) in [
+        json!({"url": url}),
+        json!({"url": url, "method": "POST", "body": "sent"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = fetch(&trusting, args).await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(r.canonical["status"], 200);
+        assert_eq!(r.canonical["body"], "over tls");
+        assert_eq!(server.requests.load(Ordering::SeqCst), n + 1);
+        let alerted = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            server.closed_with_alert.lock().await.recv().await
+        })
+        .await;
+        assert_eq!(alerted, Ok(Some(true)), "request {n}");
+    }
+    assert!(server.connections.load(Ordering::SeqCst) >= 3);
 }
 
 /// A `ca_file` or a credential's `value_file` that is not a regular file
