@@ -73,11 +73,7 @@ impl Recorder {
         }
     }
 
-    /// Tells the waiters of `events`' calls that they were written.
-    fn written(&self, events: &[NewEvent]) {
-        self.written_ids(events.iter().map(|e| e.call_id.as_str()));
-    }
-
+    /// Tells the waiters of these calls that their events were written.
     fn written_ids<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
         let Ok(mut w) = self.first_write.lock() else {
             return;
@@ -166,25 +162,29 @@ impl Recorder {
     /// (riding on the next durable commit), as the checkpoint decided.
     pub(crate) fn intents(
         &self,
-        intents: &[(String, serde_json::Value)],
+        intents: Vec<(String, serde_json::Value)>,
         durability: Durability,
     ) -> Result<(), String> {
-        let ids: Vec<&str> = intents.iter().map(|(id, _)| id.as_str()).collect();
+        let ids: Vec<String> = intents.iter().map(|(id, _)| id.clone()).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         let calls = self.take(&ids);
-        let events: Vec<NewEvent> = intents
-            .iter()
-            .map(|(id, p)| NewEvent::new(id.clone(), EventKind::ToolIntent, p.clone()))
-            .collect();
+        let events = intents
+            .into_iter()
+            .map(|(id, p)| NewEvent::new(id, EventKind::ToolIntent, p));
+        // The held `tool/call` events are copied (a failed write holds them
+        // again); the intents are the log's.
         let written = match durability {
-            Durability::Durable => self.log.record_intents_after(&calls, &events),
-            Durability::Lazy => {
-                let all: Vec<NewEvent> = calls.iter().chain(&events).cloned().collect();
-                self.log.append(&all, Durability::Lazy)
-            }
+            Durability::Durable => self
+                .log
+                .record_intents_after(&calls, &events.collect::<Vec<_>>()),
+            Durability::Lazy => self.log.append_owned(
+                calls.iter().cloned().chain(events).collect(),
+                Durability::Lazy,
+            ),
         };
         match written {
             Ok(_) => {
-                self.written(&events);
+                self.written_ids(ids);
                 Ok(())
             }
             Err(e) => {

@@ -84,7 +84,7 @@ pub trait LogEngine: Send + Sync + Debug {
         intents: &[NewEvent],
     ) -> Result<Vec<u64>, LogError> {
         let all: Vec<NewEvent> = before.iter().chain(intents).cloned().collect();
-        self.append(&all, Durability::Durable)
+        self.append_owned(all, Durability::Durable)
     }
 
     /// Whether a [`Durability::Durable`] commit waits for the storage (an

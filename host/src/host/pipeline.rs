@@ -163,9 +163,9 @@ impl Host {
             // durable calls reach the log together and share one fsync. (An
             // in-memory log's commit does not block: handing the worker's
             // core to another thread would cost more than the commit.)
-            blocking(|| self.recorder.intents(&intents, durability))?;
+            blocking(|| self.recorder.intents(intents, durability))?;
         } else {
-            self.recorder.intents(&intents, durability)?;
+            self.recorder.intents(intents, durability)?;
         }
         crate::crashpoint::reached("after-intent");
         Ok(())
