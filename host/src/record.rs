@@ -171,8 +171,9 @@ impl Recorder {
         let events = intents
             .into_iter()
             .map(|(id, p)| NewEvent::new(id, EventKind::ToolIntent, p));
-        // The held `tool/call` events are copied (a failed write holds them
-        // again); the intents are the log's.
+        // The held `tool/call` events stay here (a failed write holds them
+        // again): a lazy commit copies them, a durable one lends them to the
+        // engine. The intents are the log's.
         let written = match durability {
             Durability::Durable => self
                 .log

@@ -1031,8 +1031,9 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for 
 ///   shutdown sends TLS's `close_notify` first, which a close alone would
 ///   leave out;
 /// - driven by its body (plain or TLS), the body's end comes while the
-///   connection is still open, and [`LimitedBody::end_connection`] ends it
-///   off the guest's path.
+///   connection is still open, and [`LimitedBody::end_connection`] ends
+///   it: a plain one is closed (its FIN, without the shutdown), a TLS one's
+///   closure alert is sent by a task, off the guest's path.
 struct CloseAfterYield<S> {
     inner: S,
     yielded: bool,
@@ -1160,7 +1161,7 @@ type Conn = Pin<Box<dyn Future<Output = ()> + Send>>;
 struct LimitedBody<B = hyper::body::Incoming> {
     inner: Pin<Box<B>>,
     /// The connection, when the body drives it: polled when the body has
-    /// nothing ready, and ended with the body
+    /// nothing ready, and ended when the body ends or is dropped
     /// ([`LimitedBody::end_connection`]).
     conn: Option<Conn>,
     net: Arc<CallNet>,
@@ -1183,6 +1184,14 @@ struct LimitedBody<B = hyper::body::Incoming> {
     closure_alert: bool,
 }
 
+/// A body dropped before its end (a guest that stops reading) ends its
+/// connection as its end would: a TLS one with its closure alert.
+impl<B> Drop for LimitedBody<B> {
+    fn drop(&mut self) {
+        self.end_connection();
+    }
+}
+
 impl<B> LimitedBody<B> {
     /// Ends the body with `e`, which its record keeps.
     fn fail<T>(&mut self, e: HttpError) -> Poll<Option<Result<T, HttpError>>> {
@@ -1194,9 +1203,9 @@ impl<B> LimitedBody<B> {
         Poll::Ready(Some(Err(e)))
     }
 
-    /// The guest has the whole body, and the connection it drives is not
-    /// polled again on its path. A plain one is closed (the FIN its
-    /// shutdown would send). TLS's closure alert, which a TLS client must
+    /// The guest has the whole body (or has dropped it), and the connection
+    /// it drives is not polled again on its path. A plain one is closed
+    /// (the FIN its shutdown would send). TLS's closure alert, which a TLS client must
     /// send before it closes, is sent by a task of its own (bounded by the
     /// request's time, as the connection is); without a runtime to run it
     /// (or if the runtime stops first) the connection is closed without it.
@@ -1257,15 +1266,15 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             inner.as_mut().poll_frame(cx)
         };
         match this.place.drive(cx, read) {
-            // A connection whose time ran out while it was polled ends the
-            // body without an error: at the request's time the body has
-            // not come whole.
-            Poll::Ready(None) if tokio::time::Instant::now() >= this.until.deadline() => {
-                this.fail(HttpError::ConnectionReadTimeout)
-            }
             Poll::Ready(None) => {
                 this.finish();
                 Poll::Ready(None)
+            }
+            // A connection whose time ran out while it was polled (its
+            // future stopped, hyper's body cut short) failed the body by
+            // that time: a read timeout, as a later read would have been.
+            Poll::Ready(Some(Err(_))) if tokio::time::Instant::now() >= this.until.deadline() => {
+                this.fail(HttpError::ConnectionReadTimeout)
             }
             Poll::Ready(Some(Err(e))) => this.fail(HttpError::Hyper(e)),
             Poll::Ready(Some(Ok(frame))) => {
@@ -1903,16 +1912,19 @@ mod tests {
         drop((ended, failed));
     }
 
-    /// When a body it drives ends, a connection still open is not polled on
-    /// the guest's path again: a plain one is dropped (closed), and a TLS
-    /// one is left to a task that runs it to its end (its closure alert).
+    /// When a body it drives ends (or is dropped before its end), a
+    /// connection still open is not polled on the guest's path again: a
+    /// plain one is dropped (closed), and a TLS one is left to a task that
+    /// runs it to its end (its closure alert).
     #[tokio::test]
     async fn a_connection_outliving_its_body_is_closed_or_ended_by_a_task() {
         let net = CallNet::new(
             NetworkGrant::default(),
             Instant::now() + Duration::from_secs(60),
         );
-        for closure_alert in [false, true] {
+        for (closure_alert, read_to_end) in
+            [(false, true), (true, true), (false, false), (true, false)]
+        {
             // A connection that ends only when told to, after the body, and
             // counts its polls.
             let (go, gone) = tokio::sync::oneshot::channel::<()>();
@@ -1940,12 +1952,20 @@ mod tests {
                         .into_data()
                         .unwrap_or_default(),
                 );
+                if !read_to_end {
+                    break;
+                }
             }
             assert_eq!(got, b"whole");
             // What the body had ready was read without polling the
             // connection for more.
             assert_eq!(polls.load(Ordering::SeqCst), 0);
-            assert!(body.conn.is_none(), "the body still holds its connection");
+            if read_to_end {
+                assert!(body.conn.is_none(), "the body still holds its connection");
+            } else {
+                // A guest that stops reading drops the body.
+                drop(body);
+            }
             let told = go.send(());
             if closure_alert {
                 assert!(told.is_ok(), "the TLS connection was dropped");
@@ -1953,7 +1973,6 @@ mod tests {
             } else {
                 assert!(told.is_err(), "the plain connection is still open");
             }
-            drop(body);
         }
     }
 
@@ -1990,38 +2009,74 @@ mod tests {
         assert!(body.frame().await.is_none());
     }
 
-    /// A body that ends while its request's time runs out (its connection
-    /// stopped at that time, which ends the body without an error) ends
-    /// with a read timeout, not as a whole body.
+    /// A body cut short while its request's time runs out (its connection
+    /// stopped at that time, which fails hyper's body) ends with a read
+    /// timeout, as a read after that time does; one that ends whole in its
+    /// last poll is whole, whenever that poll ends.
     #[tokio::test]
-    async fn a_body_ended_by_its_request_time_is_not_taken_whole() {
-        /// A body whose only poll outlasts `until`, then ends.
-        struct EndsLate(tokio::time::Instant);
+    async fn a_body_cut_at_its_request_time_ends_with_a_read_timeout() {
+        /// A body whose only poll outlasts `until`, then ends with `end`
+        /// (an error, or whole when there is none).
+        struct EndsLate {
+            until: tokio::time::Instant,
+            end: Option<hyper::Error>,
+            polled: Arc<std::sync::atomic::AtomicBool>,
+        }
         impl Body for EndsLate {
             type Data = Bytes;
             type Error = hyper::Error;
             fn poll_frame(
-                self: Pin<&mut Self>,
+                mut self: Pin<&mut Self>,
                 _: &mut Context<'_>,
             ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-                while tokio::time::Instant::now() < self.0 {
-                    std::hint::spin_loop();
+                self.polled.store(true, Ordering::SeqCst);
+                while tokio::time::Instant::now() < self.until {
+                    std::thread::yield_now();
                 }
-                Poll::Ready(None)
+                Poll::Ready(self.end.take().map(Err))
             }
         }
+        // A hyper error: a request over a connection whose peer is gone.
+        let (client, server) = tokio::io::duplex(64);
+        drop(server);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(client))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        tokio::spawn(conn);
+        let Err(cut) = sender
+            .send_request(http::Request::new(Full::default()))
+            .await
+        else {
+            panic!("a request over a closed connection was answered");
+        };
         let net = CallNet::new(
             NetworkGrant::default(),
             Instant::now() + Duration::from_secs(60),
         );
-        let until = tokio::time::Instant::now() + Duration::from_millis(20);
-        let mut body = limited(EndsLate(until), &net, None, until, false);
-        let end = body.frame().await;
-        assert!(
-            matches!(end, Some(Err(HttpError::ConnectionReadTimeout))),
-            "{end:?}"
-        );
-        assert!(body.frame().await.is_none());
+        for end in [Some(cut), None] {
+            let whole = end.is_none();
+            let polled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let until = tokio::time::Instant::now() + Duration::from_millis(100);
+            let late = EndsLate {
+                until,
+                end,
+                polled: polled.clone(),
+            };
+            let mut body = limited(late, &net, None, until, false);
+            let last = body.frame().await;
+            // The poll began before the time was up.
+            assert!(polled.load(Ordering::SeqCst));
+            if whole {
+                assert!(last.is_none(), "{last:?}");
+            } else {
+                assert!(
+                    matches!(last, Some(Err(HttpError::ConnectionReadTimeout))),
+                    "{last:?}"
+                );
+                assert!(body.frame().await.is_none());
+            }
+        }
     }
 
     /// From a multi-thread runtime's `block_on`, an exchange in

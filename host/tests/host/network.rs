@@ -1496,10 +1496,10 @@ async fn trusts_the_policy_ca_file_and_nothing_else() {
         ca.display()
     );
     let (_ws, trusting) = host(&policy).await;
-    // A GET (exchanged where the call runs) and a POST (in a task of its
-    // own): each connection ends as TLS requires, with the client's
-    // closure alert, though the guest has the whole body (and the call its
-    // result) before it is sent.
+    // A GET (exchanged where the call runs: the guest has the whole body,
+    // and the call its result, before the alert is sent, by a task) and a
+    // POST (in a task of its own, which sends it as the body ends): each
+    // connection ends as TLS requires, with the client's closure alert.
     for (n, args) in [
         json!({"url": url}),
         json!({"url": url, "method": "POST", "body": "sent"}),
