@@ -101,9 +101,6 @@ type SendResult = Result<
 /// address check, and read for its receipt.
 pub(crate) struct CallNet {
     grant: NetworkGrant,
-    /// Whether the grant has one of TCP, of UDP, that the call may use.
-    /// Worked out at the first socket that asks (most calls make none).
-    grants_protocol: std::sync::OnceLock<[bool; 2]>,
     deadline: Instant,
     log: Mutex<NetLog>,
     denied: Mutex<Vec<String>>,
@@ -218,7 +215,6 @@ pub(crate) struct Admitted {
 impl CallNet {
     pub(crate) fn new(grant: NetworkGrant, deadline: Instant) -> Arc<CallNet> {
         Arc::new(CallNet {
-            grants_protocol: std::sync::OnceLock::new(),
             grant,
             deadline,
             log: Mutex::new(NetLog::default()),
@@ -731,18 +727,25 @@ impl CallNet {
         });
         // Then the connection lives at most until the request's time is up
         // (a request body the guest streams slowly, a response body it
-        // reads slowly: neither outlasts it). A connection that fails after
-        // the response's head fails its body, which is where the guest sees
-        // it.
-        let conn = conn.map(|conn| -> Conn {
-            Box::pin(async move {
-                let _ = tokio::time::timeout_at(until, conn).await;
-            })
-        });
+        // reads slowly: neither outlasts it): in a task of its own, stopped
+        // then; driven by its body, polled only by the body's reads, which
+        // that time ends. A connection that fails after the response's head
+        // fails its body, which is where the guest sees it.
         let net = self.clone();
-        let (conn, worker) = match conn {
-            Some(conn) if place == Place::Task => (None, Some(wasmtime_wasi::runtime::spawn(conn))),
-            conn => (conn, None),
+        let (conn, worker): (Option<Conn>, _) = match conn {
+            Some(conn) if place == Place::Task => {
+                let conn = async move {
+                    let _ = tokio::time::timeout_at(until, conn).await;
+                };
+                (None, Some(wasmtime_wasi::runtime::spawn(conn)))
+            }
+            Some(conn) => (
+                Some(Box::pin(async move {
+                    let _ = conn.await;
+                })),
+                None,
+            ),
+            None => (None, None),
         };
         let response = response.map(move |incoming| {
             let body = LimitedBody {
@@ -754,7 +757,6 @@ impl CallNet {
                 until: Box::pin(tokio::time::sleep_until(until)),
                 between: between_bytes_timeout.map(Between::new),
                 started,
-                done: false,
                 place,
                 flight: Some(flight),
                 closure_alert: tls,
@@ -891,17 +893,7 @@ impl CallNet {
     /// Whether the call may use a grant of `scheme`'s protocol: an `allow`
     /// one, a matched rule's, or an `ask` one its approval covered.
     fn grants_protocol(&self, scheme: Scheme) -> bool {
-        self.grants_protocol
-            .get_or_init(|| CallNet::protocols_granted(&self.grant))
-            [usize::from(scheme == Scheme::Udp)]
-    }
-
-    /// [`CallNet::grants_protocol`] of TCP and UDP, for `grant`.
-    fn protocols_granted(grant: &NetworkGrant) -> [bool; 2] {
-        [Scheme::Tcp, Scheme::Udp].map(|scheme| Self::grants(grant, scheme))
-    }
-
-    fn grants(grant: &NetworkGrant, scheme: Scheme) -> bool {
+        let grant = &self.grant;
         let Some(egress) = &grant.egress else {
             return false;
         };
@@ -1173,11 +1165,11 @@ struct LimitedBody<B = hyper::body::Incoming> {
     /// between reads), stopped when a frame comes.
     between: Option<Between>,
     started: Instant,
-    done: bool,
     /// Where it is exchanged: in [`Place::Caller`], its connection's socket
     /// may wait on the thread that polls it.
     place: Place,
-    /// The exchange is in flight until its body ends or is dropped.
+    /// The exchange is in flight until its body ends (`None` then) or is
+    /// dropped.
     flight: Option<Flight>,
     /// The connection ends with TLS's closure alert, sent when the body
     /// ends ([`LimitedBody::end_connection`]).
@@ -1195,9 +1187,7 @@ impl<B> Drop for LimitedBody<B> {
 impl<B> LimitedBody<B> {
     /// Ends the body with `e`, which its record keeps.
     fn fail<T>(&mut self, e: HttpError) -> Poll<Option<Result<T, HttpError>>> {
-        self.flight = None;
-        if !self.done {
-            self.done = true;
+        if self.flight.take().is_some() {
             self.net.fail(self.index, &e, self.started);
         }
         Poll::Ready(Some(Err(e)))
@@ -1205,10 +1195,10 @@ impl<B> LimitedBody<B> {
 
     /// The guest has the whole body (or has dropped it), and the connection
     /// it drives is not polled again on its path. A plain one is closed
-    /// (the FIN its shutdown would send). TLS's closure alert, which a TLS client must
-    /// send before it closes, is sent by a task of its own (bounded by the
-    /// request's time, as the connection is); without a runtime to run it
-    /// (or if the runtime stops first) the connection is closed without it.
+    /// (the FIN its shutdown would send). TLS's closure alert, which a TLS
+    /// client must send before it closes, is sent by a task of its own,
+    /// stopped at the request's time; without a runtime to run it (or if
+    /// the runtime stops first) the connection is closed without it.
     fn end_connection(&mut self) {
         let Some(conn) = self.conn.take() else {
             return;
@@ -1216,15 +1206,13 @@ impl<B> LimitedBody<B> {
         if self.closure_alert
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            drop(runtime.spawn(conn));
+            drop(runtime.spawn(tokio::time::timeout_at(self.until.deadline(), conn)));
         }
     }
 
     fn finish(&mut self) {
-        self.flight = None;
         self.end_connection();
-        if !self.done {
-            self.done = true;
+        if self.flight.take().is_some() {
             let ms = elapsed_ms(self.started);
             self.net.update(self.index, |r| r.ms = ms);
         }
@@ -1240,7 +1228,7 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
         let this = self.get_mut();
-        if this.done {
+        if this.flight.is_none() {
             return Poll::Ready(None);
         }
         // The request's time is checked before each read, not only while
@@ -1258,9 +1246,10 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
             if let ready @ Poll::Ready(_) = inner.as_mut().poll_frame(cx) {
                 return ready;
             }
-            if let Some(c) = conn.as_mut()
-                && c.as_mut().poll(cx).is_ready()
-            {
+            let Some(c) = conn.as_mut() else {
+                return Poll::Pending;
+            };
+            if c.as_mut().poll(cx).is_ready() {
                 *conn = None;
             }
             inner.as_mut().poll_frame(cx)
@@ -1270,9 +1259,9 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
                 this.finish();
                 Poll::Ready(None)
             }
-            // A connection whose time ran out while it was polled (its
-            // future stopped, hyper's body cut short) failed the body by
-            // that time: a read timeout, as a later read would have been.
+            // A connection whose time ran out while the body was polled (its
+            // task stopped, hyper's body cut short) failed the body by that
+            // time: a read timeout, as a later read would have been.
             Poll::Ready(Some(Err(_))) if tokio::time::Instant::now() >= this.until.deadline() => {
                 this.fail(HttpError::ConnectionReadTimeout)
             }
@@ -1866,7 +1855,6 @@ mod tests {
             until: Box::pin(tokio::time::sleep_until(until)),
             between: None,
             started: Instant::now(),
-            done: false,
             place: Place::Tokio,
             flight: Some(net.flight()),
             closure_alert,
