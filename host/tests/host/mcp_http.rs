@@ -1775,7 +1775,7 @@ async fn mrtr_approval_runs_once_and_a_replay_is_refused_across_restart() {
             .count()
     };
     // The refusal is committed lazily (within the server's flush window):
-    // a SIGKILL before that would lose it, as DURABILITY.md says.
+    // a SIGKILL before that would lose it, as docs/design/durability.md says.
     assert_eq!(replays(&s.events_when(|e| replays(e) >= 1)), 1);
 
     s.kill_and_restart(&[
