@@ -38,7 +38,12 @@ use crate::recovery::Recovery;
 ///   live processes write (PostgreSQL) resolves only the calls of its own writer and of
 ///   writers that are gone (their lease expired): never a live writer's running call.
 /// - **Failure:** after a storage error on a write, an engine may refuse further use
-///   ([`LogError::Storage`]); reopening continues from the last durable state.
+///   ([`LogError::Storage`]); reopening continues from the last durable state, and the
+///   recovery after it resolves the calls whose result was lost. An engine that goes on
+///   instead (PostgreSQL reconnects) resolves those calls itself, as recovery would,
+///   once it can write again: a call whose `tool/result` was in a failed
+///   [`Durability::Lazy`] append never stays pending in a log that is still being
+///   written. (The caller of a failed durable append is told, and may try again.)
 /// - **Retention:** the engines that store the log keep every event. The in-memory one
 ///   forgets the oldest finished calls whole past its byte budget, never an unfinished one
 ///   ([`SessionLog::in_memory_with_budget`](crate::SessionLog::in_memory_with_budget)).

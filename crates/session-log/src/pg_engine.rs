@@ -142,6 +142,15 @@ struct Counters {
 ///   paused or cut off), every write fails with [`LogError::Fenced`]; restart it.
 /// - After a connection error the engine reconnects at its next operation; the failed
 ///   operation's outcome is unknown, as for any durable append that fails.
+/// - Going on after a failed write, it still leaves no call open that a failed lazy
+///   append would have closed: the calls whose `tool/result` it carried are resolved as
+///   recovery resolves them (`TOOL_OUTCOME_UNKNOWN` and a `session/recovered` event) by
+///   the first write transaction that commits after it (tried at once, then before the
+///   next operation and at every lease renewal), unless a result of theirs reached the
+///   database. The redb engine ends such a call the same way: it refuses further writes
+///   after a failure, and the recovery that follows the reopening resolves it. (Whoever
+///   appends lazily leaves the rest to the log and must not append the result again;
+///   the caller of a failed durable append is told, and decides: it may retry.)
 pub struct PgEngine {
     jobs: Option<Sender<Job>>,
     worker: Option<JoinHandle<()>>,
@@ -214,6 +223,7 @@ impl PgEngine {
             lazy_unflushed: false,
             lazy_last: 0,
             lazy_lost: None,
+            unresolved: Vec::new(),
             counters: counters.clone(),
             last_renewal: Instant::now(),
             lease: lease.clone(),
@@ -433,6 +443,10 @@ struct Worker {
     /// Lazily committed events were lost (the database restarted before they were
     /// durable): the next flush or durable append reports it.
     lazy_lost: Option<String>,
+    /// Calls of this replica whose `tool/result` was in a lazy append that failed: their
+    /// intents may still be pending. The next recovery transaction that commits resolves
+    /// those that are ([`Worker::resolve_unresolved`]).
+    unresolved: Vec<String>,
     counters: Arc<Counters>,
     last_renewal: Instant,
     /// Shared with the lease keeper: when the lease was last renewed.
@@ -482,7 +496,7 @@ impl Worker {
             if self.writer && !self.fenced && self.last_renewal.elapsed() >= renew_every {
                 // A failed renewal is tried again at the next tick (not at once: the
                 // database may be down); a write in between reports the error to its
-                // caller.
+                // caller. It also resolves the calls left unresolved.
                 let _ = self.recover(false);
                 self.last_renewal = Instant::now();
             }
@@ -495,6 +509,9 @@ impl Worker {
 
     /// Answers `jobs` in order; consecutive appends share one transaction.
     fn serve(&mut self, jobs: Vec<Job>) {
+        // Before anything else: what a caller reads or appends next comes after the
+        // resolution of the calls an earlier failure left open.
+        self.resolve_unresolved();
         let mut appends: Vec<AppendJob> = Vec::new();
         for job in jobs {
             match job {
@@ -621,7 +638,32 @@ impl Worker {
                 for (_, _, reply) in &group {
                     let _ = reply.send(Err(copy_error(&e)));
                 }
+                // A fenced replica's calls were resolved by whoever fenced it, and a
+                // reader has none.
+                if self.writer && !self.fenced {
+                    let lazy = group.iter().filter(|(_, durable, _)| !durable);
+                    self.note_unresolved(lazy.flat_map(|(events, _, _)| events));
+                    self.resolve_unresolved();
+                }
             }
+        }
+    }
+
+    /// Notes the calls whose result is among `events`, of a lazy append that failed.
+    fn note_unresolved<'e>(&mut self, events: impl IntoIterator<Item = &'e NewEvent>) {
+        for e in events {
+            // (A call has one result: no duplicates to look for.)
+            if e.kind == EventKind::ToolResult {
+                self.unresolved.push(e.call_id.clone());
+            }
+        }
+    }
+
+    /// Resolves the calls a failed append left unresolved, if there are any (one
+    /// recovery transaction; on failure they wait for the next try).
+    fn resolve_unresolved(&mut self) {
+        if !self.unresolved.is_empty() && self.writer && !self.fenced {
+            let _ = self.recover(false);
         }
     }
 
@@ -647,14 +689,19 @@ impl Worker {
             .map_or(Ok(()), |e| Err(LogError::Storage(e)))
     }
 
-    /// Resolves pending calls (see [`PgEngine`]); `include_own` adds this replica's
-    /// current calls. Without it, this is the periodic lease renewal and sweep.
+    /// Resolves pending calls (see [`PgEngine`]): those of replicas that are gone, this
+    /// replica's unresolved ones and, with `include_own`, all of this replica's current
+    /// calls. Without it, this is the periodic lease renewal and sweep.
     fn recover(&mut self, include_own: bool) -> Result<Recovery, LogError> {
         self.may_write()?;
         let who = self.who();
-        let outcome = self.run_op(async |c| recover_calls(&mut c.client, &who, include_own).await);
+        let unresolved = std::mem::take(&mut self.unresolved);
+        let outcome = self
+            .run_op(async |c| recover_calls(&mut c.client, &who, include_own, &unresolved).await);
         if outcome.is_ok() {
             self.committed(true, None);
+        } else {
+            self.unresolved = unresolved;
         }
         self.failed(outcome)
     }
@@ -1421,15 +1468,17 @@ async fn insert_events(
 }
 
 /// Resolves, in one synchronous transaction, the pending calls of other replicas that
-/// are gone (lease expired, superseded by a restart, or unregistered) and, with
-/// `include_own`, every call of this replica's identity (this incarnation's and its
-/// predecessors'); fences the expired replicas whose calls it resolved (the epoch it
-/// found expired, even if that replica renewed its lease since).
+/// are gone (lease expired, superseded by a restart, or unregistered), the calls of
+/// this replica's identity named in `unresolved` and, with `include_own`, every call of
+/// this replica's identity (this incarnation's and its predecessors'); fences the
+/// expired replicas whose calls it resolved (the epoch it found expired, even if that
+/// replica renewed its lease since).
 /// Renews this replica's lease either way.
 async fn recover_calls(
     client: &mut Client,
     who: &Who,
     include_own: bool,
+    unresolved: &[String],
 ) -> Result<Recovery, LogError> {
     let tx = client.transaction().await.map_err(from_pg)?;
     let first = lock_log(&tx, &who.log).await?;
@@ -1443,10 +1492,10 @@ async fn recover_calls(
                          THEN r.epoch END \
              FROM toolhost_pending p \
              LEFT JOIN toolhost_replicas r ON r.log = p.log AND r.id = p.replica \
-             WHERE p.log = $1 AND CASE WHEN p.replica = $3 THEN $2 \
+             WHERE p.log = $1 AND CASE WHEN p.replica = $3 THEN $2 OR p.call_id = ANY($4) \
                    ELSE (r.id IS NULL OR r.epoch <> p.epoch OR r.lease_until < now()) END \
              ORDER BY p.seq",
-            &[&who.log, &include_own, &who.replica],
+            &[&who.log, &include_own, &who.replica, &unresolved],
         )
         .await
         .map_err(from_pg)?;

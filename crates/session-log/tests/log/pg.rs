@@ -666,6 +666,146 @@ fn a_read_only_database_refuses_writes_clearly_and_the_log_stays_consistent() {
     sql(&url, &format!("DROP DATABASE {db} WITH (FORCE)"));
 }
 
+/// A database of the test's own on the test server, dropped at the end: what the test
+/// does to its tables touches no other test.
+struct OwnDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl OwnDatabase {
+    fn create(admin: &str) -> OwnDatabase {
+        let name = unique("own").replace('-', "_");
+        sql(admin, &format!("CREATE DATABASE {name}"));
+        let url = match admin.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{name}"),
+            None => panic!("a URL without a database: {admin}"),
+        };
+        OwnDatabase {
+            admin: admin.to_string(),
+            name,
+            url,
+        }
+    }
+}
+
+impl Drop for OwnDatabase {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| {
+            sql(
+                &self.admin,
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            )
+        });
+    }
+}
+
+/// Makes the database at `url` refuse `tool/result` rows (and only those); the
+/// returned closure lifts the refusal.
+fn refuse_results(url: &str) -> impl FnOnce() {
+    sql(
+        url,
+        &format!(
+            "CREATE FUNCTION {TEST_SCHEMA}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'results refused by the test'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON {TEST_SCHEMA}.toolhost_events \
+             FOR EACH ROW WHEN (NEW.kind = 'tool/result') EXECUTE FUNCTION {TEST_SCHEMA}.refuse()"
+        ),
+    );
+    let url = url.to_string();
+    move || {
+        sql(
+            &url,
+            &format!("DROP TRIGGER refuse ON {TEST_SCHEMA}.toolhost_events"),
+        )
+    }
+}
+
+/// The call `c1` of `log` was resolved as recovery resolves a call: one
+/// `TOOL_OUTCOME_UNKNOWN` result and a `session/recovered` event naming it.
+fn resolved_as_unknown(log: &SessionLog) {
+    assert!(log.pending_calls().unwrap().is_empty());
+    let events = log.events_for_call("c1").unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.kind).collect::<Vec<_>>(),
+        [
+            EventKind::ToolCall,
+            EventKind::ToolIntent,
+            EventKind::ToolResult
+        ]
+    );
+    assert_eq!(
+        events[2].payload["error"]["code"], "TOOL_OUTCOME_UNKNOWN",
+        "{events:?}"
+    );
+    let recovered: Vec<_> = log
+        .events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::SessionRecovered)
+        .collect();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(recovered[0].payload["calls"], serde_json::json!(["c1"]));
+    assert_eq!(log.recover().unwrap(), Recovery::default());
+}
+
+/// A lazy result whose append fails leaves no call open while the replica goes on:
+/// its call is resolved as `TOOL_OUTCOME_UNKNOWN` before the next operation, as the
+/// redb engine's recovery after reopening resolves it. (It stayed pending until the
+/// replica restarted: no other replica recovers a live replica's calls.)
+#[test]
+fn a_failed_lazy_result_is_resolved_as_unknown_before_the_next_operation() {
+    let Some(url) = pg_url() else { return };
+    let db = OwnDatabase::create(&url);
+    let (log, _) = open(&db.url, "default", "r", Duration::from_secs(600));
+    log.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let lift = refuse_results(&db.url);
+    let err = log.append(&[result("c1")], Durability::Lazy).unwrap_err();
+    assert!(err.to_string().contains("results refused"), "{err}");
+    // While results are refused, the call stays pending, and other events still go in.
+    assert_eq!(log.pending_calls().unwrap(), ["c1"]);
+    log.append(&[call("c2")], Durability::Lazy).unwrap();
+    lift();
+    // The next operation (any, here an append) resolves it first.
+    log.append(&[call("c3")], Durability::Lazy).unwrap();
+    resolved_as_unknown(&log);
+    let events = log.events().unwrap();
+    let pos = |kind: EventKind, id: &str| {
+        events
+            .iter()
+            .position(|e| e.kind == kind && e.call_id == id)
+            .unwrap()
+    };
+    assert!(pos(EventKind::ToolResult, "c1") < pos(EventKind::ToolCall, "c3"));
+}
+
+/// As above, with no operation after the failure: the worker resolves the call at its
+/// next lease renewal.
+#[test]
+fn a_failed_lazy_result_of_an_idle_replica_is_resolved_as_unknown_at_its_renewal() {
+    let Some(url) = pg_url() else { return };
+    let db = OwnDatabase::create(&url);
+    // A short lease: the worker renews it (and resolves) every half second.
+    let (log, _) = open(&db.url, "default", "r", Duration::from_millis(1500));
+    log.record_intents_after(&[call("c1")], &[intent("c1")])
+        .unwrap();
+    let lift = refuse_results(&db.url);
+    log.append(&[result("c1")], Durability::Lazy).unwrap_err();
+    // Served after the worker's tries that the failure and this read start: both
+    // failed, and the test leaves the engine alone from now on.
+    assert_eq!(log.pending_calls().unwrap(), ["c1"]);
+    lift();
+    // Watched from outside the engine.
+    let pending = format!("SELECT count(*)::text FROM {TEST_SCHEMA}.toolhost_pending");
+    wait_until("the call to be resolved", Duration::from_secs(30), || {
+        std::thread::sleep(Duration::from_millis(50));
+        sql_value(&db.url, &pending).as_deref() == Some("0")
+    });
+    resolved_as_unknown(&log);
+}
+
 /// A PostgreSQL server of this test alone (`scripts/pg-test-server` on a directory and
 /// port of its own), stopped on drop.
 struct PrivateServer {
