@@ -224,14 +224,13 @@ impl CredentialSpec {
 }
 
 /// The longest secret a credential may have, in bytes. Servers refuse
-/// longer header lines anyway (8 KiB is common), and a response is held
-/// back by at most this much while the host looks for a secret in it
-/// ([`StreamMask`]).
+/// longer header lines anyway (8 KiB is common).
 pub const MAX_SECRET_BYTES: usize = 8192;
 
-/// The shortest secret a credential may have, in bytes. Every response a
-/// call reads has each secret masked in it, so a secret of a few bytes
-/// would alter any body that happens to hold them; tokens are far longer.
+/// The shortest secret a credential may have, in bytes. A response of the
+/// server a secret was sent to has it masked, and a result has it
+/// redacted, so a secret of a few bytes would alter any text that happens
+/// to hold them; tokens are far longer.
 pub const MIN_SECRET_BYTES: usize = 8;
 
 /// Why [`read_bounded`] read nothing.
@@ -490,19 +489,24 @@ impl Credentials {
             .filter(|s| !s.is_empty())
     }
 
-    /// Whether `bytes` holds an occurrence of a loaded secret.
+    /// Whether `bytes` holds an occurrence of a loaded secret (searched
+    /// at a cost independent of how `bytes` relates to a secret:
+    /// `scan`).
     pub fn contains(&self, bytes: &[u8]) -> bool {
-        self.secrets()
-            .any(|secret| memchr::memmem::find(bytes, secret).is_some())
+        let mut hits = Vec::new();
+        self.occurrences(bytes, &mut hits);
+        !hits.is_empty()
     }
 
-    /// Whether a header name (which HTTP/1 parsers such as hyper's give in
-    /// lower case) holds any loaded secret, in any ASCII case: a server
-    /// that echoes a secret as a name passes it on lowercased.
-    pub fn in_header_name(&self, lowercase_name: &[u8]) -> bool {
-        self.secrets().any(|secret| {
-            memchr::memmem::find(lowercase_name, &secret.to_ascii_lowercase()).is_some()
-        })
+    /// Whether a header name holds any loaded secret, in any ASCII letter
+    /// case: HTTP/1 parsers such as hyper's give names lowercased, so a
+    /// server that echoes a secret as a name passes it on lowercased.
+    pub fn in_header_name(&self, name: &[u8]) -> bool {
+        let mut hits = Vec::new();
+        for secret in self.secrets() {
+            crate::scan::occurrences(secret, name, true, &mut hits);
+        }
+        !hits.is_empty()
     }
 
     /// Overwrites every byte of `bytes` that belongs to an occurrence of a
@@ -521,111 +525,15 @@ impl Credentials {
     /// included, as ranges.
     fn occurrences(&self, bytes: &[u8], hits: &mut Vec<std::ops::Range<usize>>) {
         for secret in self.secrets() {
-            let finder = memchr::memmem::Finder::new(secret);
-            let mut from = 0;
-            while let Some(at) = bytes.get(from..).and_then(|rest| finder.find(rest)) {
-                hits.push(from + at..from + at + secret.len());
-                from += at + 1;
-            }
+            crate::scan::occurrences(secret, bytes, false, hits);
         }
-    }
-
-    /// How many bytes at the end of `bytes` begin a secret without
-    /// completing it (the most, over all secrets): they must wait for what
-    /// follows before they can be passed on.
-    fn unfinished(&self, bytes: &[u8]) -> usize {
-        self.secrets()
-            .map(|secret| {
-                let most = (secret.len() - 1).min(bytes.len());
-                (1..=most)
-                    .rev()
-                    .find(|&k| bytes.ends_with(&secret[..k]))
-                    .unwrap_or(0)
-            })
-            .max()
-            .unwrap_or(0)
     }
 }
 
-/// The byte that stands for each byte of a secret in what a server sends
-/// back: a response keeps its length (and so its framing and any
-/// `content-length`), and the guest never reads the secret.
+/// The byte that stands for each byte of a secret in what the server it
+/// was sent to sends back: a response keeps its length (and so its framing
+/// and any `content-length`), and the guest never reads the secret.
 pub const MASK_BYTE: u8 = b'*';
-
-/// What [`StreamMask::push`] lets through of a chunk.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Pushed {
-    /// The whole chunk, as it came.
-    Unchanged,
-    /// The chunk's first `n` bytes, as they came; the rest is held.
-    Prefix(usize),
-    /// These bytes (the held ones and the chunk's, masked), and nothing
-    /// more for now.
-    Replaced(Vec<u8>),
-}
-
-/// Hides the loaded secrets in a stream of bytes (a response body), chunk
-/// by chunk, wherever the chunks are cut: the bytes at a chunk's end that
-/// could begin a secret are held (at most [`MAX_SECRET_BYTES`] - 1) until
-/// what follows shows whether they do. Every byte of every occurrence,
-/// overlapping ones too, comes out as [`MASK_BYTE`]; nothing else changes,
-/// and nothing is lost ([`StreamMask::finish`] gives the held bytes back
-/// at the stream's end).
-#[derive(Debug, Default)]
-pub struct StreamMask {
-    /// The held bytes, as they came.
-    held: Vec<u8>,
-    /// The held bytes, with the occurrences already found masked.
-    held_masked: Vec<u8>,
-}
-
-impl StreamMask {
-    /// A mask for one stream.
-    pub fn new() -> StreamMask {
-        StreamMask::default()
-    }
-
-    /// `chunk`, the stream's next bytes: what of them (and of the held
-    /// ones) may be passed on now.
-    pub fn push(&mut self, secrets: &Credentials, chunk: &[u8]) -> Pushed {
-        let mut hits = Vec::new();
-        // With nothing held, the chunk is all there is to look at, once.
-        let whole = self.held.is_empty();
-        if whole {
-            secrets.occurrences(chunk, &mut hits);
-            if hits.is_empty() {
-                let hold = secrets.unfinished(chunk);
-                if hold == 0 {
-                    return Pushed::Unchanged;
-                }
-                let n = chunk.len() - hold;
-                self.held.extend_from_slice(&chunk[n..]);
-                self.held_masked.extend_from_slice(&chunk[n..]);
-                return Pushed::Prefix(n);
-            }
-        }
-        let mut seen = std::mem::take(&mut self.held);
-        seen.extend_from_slice(chunk);
-        let mut out = std::mem::take(&mut self.held_masked);
-        out.extend_from_slice(chunk);
-        if !whole {
-            secrets.occurrences(&seen, &mut hits);
-        }
-        for r in &hits {
-            out[r.clone()].fill(MASK_BYTE);
-        }
-        let n = seen.len() - secrets.unfinished(&seen);
-        self.held = seen.split_off(n);
-        self.held_masked = out.split_off(n);
-        Pushed::Replaced(out)
-    }
-
-    /// The stream ended: the bytes still held (they complete no secret).
-    pub fn finish(&mut self) -> Vec<u8> {
-        self.held.clear();
-        std::mem::take(&mut self.held_masked)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -712,29 +620,10 @@ mod tests {
         )
     }
 
-    /// `text` through a [`StreamMask`] in the chunks `cuts` make of it.
-    fn streamed(secrets: &Credentials, text: &[u8], cuts: &[usize]) -> Vec<u8> {
-        let mut mask = StreamMask::new();
-        let mut out = Vec::new();
-        let mut from = 0;
-        for &to in cuts.iter().chain(std::iter::once(&text.len())) {
-            let chunk = &text[from..to];
-            match mask.push(secrets, chunk) {
-                Pushed::Unchanged => out.extend_from_slice(chunk),
-                Pushed::Prefix(n) => out.extend_from_slice(&chunk[..n]),
-                Pushed::Replaced(bytes) => out.extend_from_slice(&bytes),
-            }
-            from = to;
-        }
-        out.extend(mask.finish());
-        out
-    }
-
-    /// However a response is cut into chunks, what comes out is the whole
-    /// masked at once: every byte of every occurrence masked (overlapping
-    /// ones too), nothing else changed, nothing lost.
+    /// Every byte of every occurrence is masked (overlapping ones too), in
+    /// place, and nothing else changes: a masked response keeps its length.
     #[test]
-    fn a_secret_is_masked_wherever_the_stream_is_cut() {
+    fn a_secret_is_masked_in_place() {
         let secrets = loaded(&["sk-123abc", "abab"]);
         let text = b"head sk-123abc mid sk-12 sk-123ab ababab tail sk-123abcsk-123abc abab";
         let mut whole = text.to_vec();
@@ -743,29 +632,10 @@ mod tests {
             String::from_utf8_lossy(&whole),
             "head ********* mid sk-12 sk-123ab ****** tail ****************** ****"
         );
-        for a in 0..=text.len() {
-            for b in a..=text.len() {
-                let out = streamed(&secrets, text, &[a, b]);
-                assert_eq!(out, whole, "cut at {a} and {b}");
-            }
-        }
-        let bytewise: Vec<usize> = (1..text.len()).collect();
-        assert_eq!(streamed(&secrets, text, &bytewise), whole);
-    }
-
-    /// What could begin a secret is held, not lost: a stream that ends on
-    /// a secret's first bytes gives them back at its end, and a chunk with
-    /// nothing like a secret passes as it is.
-    #[test]
-    fn held_bytes_come_back_at_the_end() {
-        let secrets = loaded(&["sk-123abc"]);
-        let mut mask = StreamMask::new();
-        assert_eq!(mask.push(&secrets, b"plain text"), Pushed::Unchanged);
-        assert_eq!(mask.push(&secrets, b"ends with sk-12"), Pushed::Prefix(10));
-        assert_eq!(mask.finish(), b"sk-12");
-        assert_eq!(mask.push(&secrets, b"x"), Pushed::Unchanged);
-        assert!(mask.finish().is_empty());
-        assert_eq!(streamed(&loaded(&[]), b"sk-123abc", &[3]), b"sk-123abc");
+        let mut plain = b"sk-12 sk-123ab".to_vec();
+        assert!(!secrets.mask(&mut plain));
+        assert_eq!(plain, b"sk-12 sk-123ab");
+        assert!(!loaded(&[]).mask(&mut whole.clone()));
     }
 
     /// A secret inside another, or two that overlap, are redacted as the

@@ -26,7 +26,8 @@
 //!    addresses only.
 //! 4. [`NetworkPolicy::credential_for`] / [`Credentials::credential_for`]
 //!    give the credential of the request's host, if any, to attach in the
-//!    host. The guest never sees it.
+//!    host. The guest never sees it: the host masks it
+//!    ([`Credentials::mask`]) in what that host's response echoes.
 //! 5. [`EgressRecord`] records the request without query, userinfo or
 //!    headers.
 //!
@@ -41,6 +42,8 @@
 //! * `addr`: the address checks ([`classify`], [`check_addr`]);
 //! * `resolve`: [`Resolver`], [`connect_plan`], [`check_resolved`];
 //! * `credential`: [`Secret`], [`CredentialSpec`], [`Credentials`];
+//! * `scan`: finding a secret in text at a cost independent of how the
+//!   text relates to it (a guest chooses much of that text);
 //! * `record`: [`EgressRecord`], [`redact_url`];
 //! * `decision`: [`Decision`], [`DenyReason`], [`Refusal`] and their codes;
 //! * `error`: configuration errors ([`GrantError`], [`ConfigError`], ...).
@@ -58,12 +61,13 @@ mod policy;
 mod record;
 mod request;
 mod resolve;
+mod scan;
 
 pub use addr::{AddrClass, AddrRisk, Embedding, check_addr, classify};
 pub use config::{CredentialEntry, GrantEntry, GrantTable, NetworkSection};
 pub use credential::{
     BoundedReadError, Credential, CredentialError, CredentialSpec, Credentials, MASK_BYTE,
-    MAX_SECRET_BYTES, MIN_SECRET_BYTES, Pushed, Secret, SecretSource, StreamMask, read_bounded,
+    MAX_SECRET_BYTES, MIN_SECRET_BYTES, Secret, SecretSource, read_bounded,
 };
 pub use decision::{Decision, DenyReason, LIFTABLE_CODES, Refusal};
 pub use error::{

@@ -19,8 +19,9 @@
 //!    for whole and uncompressed (`accept-encoding: identity`; the guest's
 //!    `range`, `if-range` and `te` dropped; an encoded response refused);
 //!    the `Host` header is the request's host (never a userinfo the guest
-//!    put in the authority); every response has the loaded secrets masked
-//!    before the guest reads it ([`MaskedBody`]);
+//!    put in the authority); that host's response is read whole and has
+//!    the loaded secrets masked before the guest reads any of it
+//!    ([`MaskedBody`]);
 //! 4. per-call limits hold: at most `max_requests` requests, at most
 //!    `max_response_bytes` response body bytes summed, each request within
 //!    `request_timeout_ms` and the call's own deadline;
@@ -56,7 +57,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use toolhost_egress::{
     Credentials, Decision, EgressOutcome, EgressRecord, GrantRef, Host, NO_RESPONSE, NOT_SENT,
-    Pushed, Refusal, Request, Scheme, StreamMask, bounded, check_addr, connect_plan_approved,
+    Refusal, Request, Scheme, bounded, check_addr, connect_plan_approved,
 };
 use wasmtime_wasi::runtime::AbortOnDropJoinHandle;
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -645,10 +646,7 @@ impl CallNet {
             let io: Box<dyn Stream> = if tls {
                 let name = server_name(&request.host)?;
                 let connector = tokio_rustls::TlsConnector::from(egress.tls.clone());
-                let stream = connector
-                    .connect(name, stream)
-                    .await
-                    .map_err(HttpError::Tls)?;
+                let stream = connector.connect(name, stream).await.map_err(tls_error)?;
                 // In a task of its own the connection's end is its task's
                 // to make; a yield there could let the guest's drop of the
                 // body abort the task before the closure alert is sent.
@@ -713,9 +711,13 @@ impl CallNet {
         {
             return Err(failed(HttpError::HttpResponseContentCoding(Some(coding))));
         }
-        // The guest never reads a secret back: a server that echoes one
-        // (in a header, the body or the trailers) has it masked first.
-        let masking = !egress.credentials.is_empty();
+        // The guest never reads the secret back: the server it was sent to
+        // has an echo of it masked (in a header, the body or the trailers),
+        // the body read whole first (`MaskedBody`). Other servers never
+        // received it, and their responses are passed on as they come: a
+        // mask there would only tell a guest which of its own bytes begin
+        // a secret.
+        let masking = credential.is_some();
         if masking {
             mask_headers(&egress.credentials, response.headers_mut());
         }
@@ -762,14 +764,7 @@ impl CallNet {
                 closure_alert: tls,
             };
             if masking {
-                MaskedBody {
-                    inner: body,
-                    egress,
-                    mask: StreamMask::new(),
-                    trailers: None,
-                    ended: false,
-                }
-                .boxed_unsync()
+                MaskedBody::new(body, egress).boxed_unsync()
             } else {
                 body.boxed_unsync()
             }
@@ -1292,6 +1287,24 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for LimitedBody<B> {
     }
 }
 
+/// A failed TLS handshake as wasi:http names it: a certificate the
+/// client does not trust (unknown issuer, expired, another name) is a
+/// certificate error, an alert from the server is that alert, anything
+/// else is the protocol's error.
+fn tls_error(e: std::io::Error) -> HttpError {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(_)) => HttpError::TlsCertificateError,
+        Some(rustls::Error::AlertReceived(alert)) => HttpError::TlsAlertReceived {
+            alert_id: Some(u8::from(*alert)),
+            alert_message: Some(format!("{alert:?}")),
+        },
+        _ => HttpError::Tls(e),
+    }
+}
+
 /// The first coding a response's `content-encoding` or `transfer-encoding`
 /// names other than `identity` (or, for the latter, `chunked`, which hyper
 /// undoes), in any of their values: a body the mask could not read.
@@ -1344,16 +1357,47 @@ fn mask_headers(credentials: &Credentials, headers: &mut http::HeaderMap) {
     *headers = kept;
 }
 
-/// A response body with the call's secrets masked ([`StreamMask`]), its
-/// trailers' values too; the bytes held back at a frame's end come out
-/// before the trailers or at the body's end.
+/// The body of a response from the server a credential was sent to, with
+/// every loaded secret masked, its trailers' values too.
+///
+/// Nothing the guest can observe of it depends on the secret: the body is
+/// read whole (within the call's response byte limit and the request's
+/// time, which [`LimitedBody`] enforces) before the guest reads any of it,
+/// then masked in place ([`Credentials::mask`], whose cost does not depend
+/// on how the bytes relate to a secret) and given as one data frame, then
+/// the trailers (a trailers frame, kept even when every trailer was
+/// dropped), then its end. So the sizes and timing of the guest's reads,
+/// the frames, the end and any error are what they would be for any other
+/// bytes of the same length. A stream that masked as it went would have
+/// to hold back the bytes that could begin a secret, and where the
+/// guest's reads then ended would tell it which of its guesses do.
 struct MaskedBody<B> {
     inner: B,
     egress: Arc<Egress>,
-    mask: StreamMask,
-    /// Trailers that wait for the held bytes to go out first.
-    trailers: Option<http::HeaderMap>,
-    ended: bool,
+    state: Masking,
+}
+
+enum Masking {
+    /// Reading the body: the bytes and trailers so far.
+    Reading {
+        data: Vec<u8>,
+        trailers: Option<http::HeaderMap>,
+    },
+    /// Masked: the frames still to give, in order.
+    Giving(std::collections::VecDeque<Frame<Bytes>>),
+}
+
+impl<B> MaskedBody<B> {
+    fn new(inner: B, egress: Arc<Egress>) -> MaskedBody<B> {
+        MaskedBody {
+            inner,
+            egress,
+            state: Masking::Reading {
+                data: Vec::new(),
+                trailers: None,
+            },
+        }
+    }
 }
 
 impl<B> Body for MaskedBody<B>
@@ -1369,53 +1413,39 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
         let this = self.get_mut();
         loop {
-            if let Some(trailers) = this.trailers.take() {
-                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-            }
-            if this.ended {
-                return Poll::Ready(None);
-            }
-            let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-                None => {
-                    this.ended = true;
-                    let held = this.mask.finish();
-                    if held.is_empty() {
-                        return Poll::Ready(None);
+            let (data, trailers) = match &mut this.state {
+                Masking::Giving(frames) => return Poll::Ready(frames.pop_front().map(Ok)),
+                Masking::Reading { data, trailers } => (data, trailers),
+            };
+            match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(bytes) => data.extend_from_slice(&bytes),
+                    Err(frame) => {
+                        // Trailers end a body; a frame of another kind
+                        // carries nothing to give.
+                        if let Ok(mut t) = frame.into_trailers() {
+                            mask_headers(&this.egress.credentials, &mut t);
+                            trailers.get_or_insert_with(http::HeaderMap::new).extend(t);
+                        }
                     }
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
-                }
+                },
+                // Nothing read is given: the guest sees the error alone.
                 Some(Err(e)) => {
-                    this.ended = true;
+                    this.state = Masking::Giving(Default::default());
                     return Poll::Ready(Some(Err(e)));
                 }
-                Some(Ok(frame)) => frame,
-            };
-            let frame = match frame.into_data() {
-                Ok(data) => {
-                    let out = match this.mask.push(&this.egress.credentials, &data) {
-                        Pushed::Unchanged => data,
-                        Pushed::Prefix(n) => data.slice(..n),
-                        Pushed::Replaced(bytes) => Bytes::from(bytes),
-                    };
-                    if out.is_empty() {
-                        continue;
+                None => {
+                    let mut data = std::mem::take(data);
+                    this.egress.credentials.mask(&mut data);
+                    let mut frames = std::collections::VecDeque::with_capacity(2);
+                    if !data.is_empty() {
+                        frames.push_back(Frame::data(Bytes::from(data)));
                     }
-                    return Poll::Ready(Some(Ok(Frame::data(out))));
-                }
-                Err(frame) => frame,
-            };
-            match frame.into_trailers() {
-                Ok(mut trailers) => {
-                    mask_headers(&this.egress.credentials, &mut trailers);
-                    let held = this.mask.finish();
-                    if held.is_empty() {
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    if let Some(t) = trailers.take() {
+                        frames.push_back(Frame::trailers(t));
                     }
-                    this.trailers = Some(trailers);
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                    this.state = Masking::Giving(frames);
                 }
-                // A frame of another kind is passed on as it is.
-                Err(frame) => return Poll::Ready(Some(Ok(frame))),
             }
         }
     }
@@ -1768,8 +1798,7 @@ mod tests {
     }
 
     /// A server's echo of a secret reaches the guest masked, wherever its
-    /// frames cut it, in its headers and its trailers too; the bytes held
-    /// back at a frame's end come out before the trailers, and nothing
+    /// frames cut it, in its headers and its trailers too, and nothing
     /// else changes.
     #[tokio::test]
     async fn an_echoed_secret_is_masked_in_headers_frames_and_trailers() {
@@ -1812,29 +1841,104 @@ mod tests {
             ]
             .into(),
         );
-        let mut body = MaskedBody {
-            inner: frames,
-            egress,
-            mask: StreamMask::new(),
-            trailers: None,
-            ended: false,
-        };
-        let mut data = Vec::new();
-        let mut got_trailers = None;
+        let mut body = MaskedBody::new(frames, egress.clone());
+        let mut got = Vec::new();
         while let Some(frame) = body.frame().await {
-            let frame = frame.unwrap_or_else(|e| panic!("{e}"));
-            assert!(got_trailers.is_none(), "data after the trailers");
-            match frame.into_data() {
-                Ok(d) => data.extend_from_slice(&d),
-                Err(f) => got_trailers = f.into_trailers().ok(),
+            got.push(frame.unwrap_or_else(|e| panic!("{e}")));
+        }
+        // One data frame, whole and masked, then the trailers, masked.
+        assert_eq!(got.len(), 2, "{got:?}");
+        let data = got[0].data_ref().unwrap_or_else(|| panic!("{got:?}"));
+        assert_eq!(String::from_utf8_lossy(data), format!("a: {masked} b: sk-"));
+        let got_trailers = got[1].trailers_ref().unwrap_or_else(|| panic!("{got:?}"));
+        assert_eq!(got_trailers["x-trailer"], masked.as_str());
+
+        // Trailers whose every name held the secret: still a trailers
+        // frame, empty, as for any other trailers.
+        let mut named = http::HeaderMap::new();
+        named.insert("x-sk-masked-0123", HeaderValue::from_static("v"));
+        let frames = Frames([Frame::trailers(named)].into());
+        let mut body = MaskedBody::new(frames, egress);
+        let only = body
+            .frame()
+            .await
+            .map(|f| f.unwrap_or_else(|e| panic!("{e}")));
+        assert!(
+            only.as_ref()
+                .and_then(|f| f.trailers_ref())
+                .is_some_and(|t| t.is_empty()),
+            "{only:?}"
+        );
+        assert!(body.frame().await.is_none());
+    }
+
+    /// The guest's observations of a masked body do not depend on which of
+    /// its bytes begin the secret: however the server cuts the same bytes
+    /// into frames, whatever prefix of the secret they end with, the guest
+    /// gets the same frames (one of the whole body), and a body that fails
+    /// gives its error alone.
+    #[tokio::test]
+    async fn a_masked_body_is_framed_alike_whatever_it_holds() {
+        const SECRET: &str = "sk-masked-0123";
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("token");
+        std::fs::write(&file, SECRET).unwrap_or_else(|e| panic!("{e}"));
+        let policy = toolhost_egress::NetworkPolicy::from_toml(
+            &format!(
+                "[network]\nallow = [\"https://api.example.com\"]\n\n[[credentials]]\n\
+                 host = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = {:?}\n",
+                file.display().to_string()
+            ),
+            "test.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let egress = Arc::new(Egress::load(&policy, &[], None).unwrap_or_else(|e| panic!("{e}")));
+        let shapes = |guess: &'static [u8]| async {
+            let mut shapes = Vec::new();
+            for cut in 0..=guess.len() {
+                let frames = Frames(
+                    [
+                        Frame::data(Bytes::from_static(&guess[..cut])),
+                        Frame::data(Bytes::from_static(&guess[cut..])),
+                    ]
+                    .into(),
+                );
+                let mut body = MaskedBody::new(frames, egress.clone());
+                let mut sizes = Vec::new();
+                while let Some(frame) = body.frame().await {
+                    let frame = frame.unwrap_or_else(|e| panic!("{e}"));
+                    sizes.push(frame.data_ref().map(|d| d.len()));
+                }
+                shapes.push(sizes);
+            }
+            shapes
+        };
+        // The secret's first five bytes, and five others.
+        let right = shapes(b"echo: sk-ma").await;
+        let wrong = shapes(b"echo: sk-mb").await;
+        assert_eq!(right, wrong);
+        assert!(right.iter().all(|s| s == &[Some(11)]), "{right:?}");
+
+        struct Failing(bool);
+        impl Body for Failing {
+            type Data = Bytes;
+            type Error = HttpError;
+            fn poll_frame(
+                mut self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+                if std::mem::replace(&mut self.0, true) {
+                    return Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)));
+                }
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"sk-ma")))))
             }
         }
-        assert_eq!(
-            String::from_utf8_lossy(&data),
-            format!("a: {masked} b: sk-")
-        );
-        let got_trailers = got_trailers.unwrap_or_else(|| panic!("no trailers"));
-        assert_eq!(got_trailers["x-trailer"], masked.as_str());
+        let mut body = MaskedBody::new(Failing(false), egress);
+        assert!(matches!(
+            body.frame().await,
+            Some(Err(HttpError::ConnectionReadTimeout))
+        ));
+        assert!(body.frame().await.is_none());
     }
 
     /// A body over `inner` that `net` counts, ending by `until`, driving

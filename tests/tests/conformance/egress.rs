@@ -14,6 +14,9 @@ use toolhost::policy::Policy;
 use toolhost::policy::egress::StaticResolver;
 use toolhost::{Host, Limits, SandboxMode};
 
+mod oracle;
+use oracle::egress_oracle;
+
 toolhost_conformance::foreach_egress!(assert_test_exists);
 
 /// A TCP listener on a loopback address that accepts and counts
