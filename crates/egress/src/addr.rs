@@ -1,6 +1,9 @@
 //! Address checks (SSRF): which IP addresses a tool may never reach unless a
 //! grant names them exactly. [`classify`] says what is risky about an address
-//! ([`AddrRisk`]); [`check_addr`] applies the one exception.
+//! ([`AddrRisk`]); [`check_addr`] applies the one exception, which never
+//! covers an unspecified address (`0.0.0.0/8`, `::`, the forms that embed
+//! one): a connection to `0.0.0.0` or `::` goes to this host, to whatever
+//! listens there, so no grant may name one.
 //!
 //! The check runs on the address actually connected, after name resolution,
 //! and also on an address literal before any lookup (a host that *denotes* a
@@ -306,6 +309,13 @@ fn classify_v6(a: Ipv6Addr) -> Option<AddrRisk> {
     None
 }
 
+/// What is risky about `addr` when it is an unspecified address
+/// ([`AddrClass::Unspecified`]: `0.0.0.0/8`, `::`, or an IPv6 form that
+/// embeds one), which no grant unlocks.
+pub(crate) fn unspecified(addr: IpAddr) -> Option<AddrRisk> {
+    classify(addr).filter(|risk| risk.class == AddrClass::Unspecified)
+}
+
 /// Checks the address a connection would go to.
 ///
 /// `Ok` when `addr` is an ordinary public address, or when it is risky but
@@ -315,6 +325,11 @@ fn classify_v6(a: Ipv6Addr) -> Option<AddrRisk> {
 /// its name resolves to, and a grant of `127.0.0.1` does not unlock
 /// `::ffff:127.0.0.1`.
 ///
+/// An unspecified address ([`AddrClass::Unspecified`], in whatever form
+/// embeds it) is never unlocked: a connection to `0.0.0.0` or `::` goes to
+/// this host, to whatever listens there. No grant can name one
+/// ([`Grant::parse`] refuses it); this holds for a grant made otherwise.
+///
 /// Pass the grant that allowed the request (as
 /// [`std::slice::from_ref`]), so that an address named by some other grant
 /// is not unlocked for this one.
@@ -322,7 +337,8 @@ pub fn check_addr(addr: IpAddr, requested_host: &Host, grants: &[Grant]) -> Resu
     let Some(risk) = classify(addr) else {
         return Ok(());
     };
-    let named = *requested_host == Host::Ip(addr)
+    let named = risk.class != AddrClass::Unspecified
+        && *requested_host == Host::Ip(addr)
         && grants
             .iter()
             .any(|g| matches!(g.host(), HostPattern::Ip(ip) if *ip == addr));
@@ -408,5 +424,49 @@ mod tests {
             r.embedded,
             Some((Embedding::SixToFour, Ipv4Addr::LOCALHOST))
         );
+    }
+
+    /// No grant unlocks an unspecified address, nor a form of one that
+    /// embeds it: a connection to `0.0.0.0` or `::` goes to this host, to
+    /// whatever listens there. (No policy can write such a grant; this
+    /// holds for one however it was made.) Other refused classes are still
+    /// unlocked by a grant of their exact address.
+    #[test]
+    fn an_unspecified_address_is_never_unlocked() {
+        use crate::grant::Scheme;
+        for s in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "0.255.255.255",
+            "::",
+            "::ffff:0.0.0.0",
+            "::0.1.2.3",
+            "64:ff9b::",
+            "2002::",
+        ] {
+            let addr: IpAddr = s.parse().unwrap();
+            let host = Host::Ip(addr);
+            let grant = Grant::of_addr_unchecked(Scheme::Http, addr, 80);
+            match check_addr(addr, &host, std::slice::from_ref(&grant)) {
+                Err(Refusal::AddressRefused { risk, .. }) => {
+                    assert_eq!(risk.class, AddrClass::Unspecified, "{s}");
+                }
+                other => panic!("{s}: {other:?}"),
+            }
+        }
+        for s in [
+            "127.0.0.1",
+            "::1",
+            "::ffff:127.0.0.1",
+            "10.0.0.1",
+            "::ffff:8.8.8.8",
+        ] {
+            let addr: IpAddr = s.parse().unwrap();
+            let grant = Grant::of_addr_unchecked(Scheme::Http, addr, 80);
+            assert!(
+                check_addr(addr, &Host::Ip(addr), std::slice::from_ref(&grant)).is_ok(),
+                "{s}"
+            );
+        }
     }
 }

@@ -776,4 +776,59 @@ prefix = "Bearer "
         assert_eq!(p.allow().len(), 2);
         assert_eq!(p.limits().max_requests, 3);
     }
+
+    /// A grant of an unspecified address is refused where it is read, in
+    /// each list and each form, named by its key path and located at its
+    /// line; a policy rule's entry (read alone) is refused the same way.
+    #[test]
+    fn unspecified_grants_are_refused_where_they_are_read() {
+        let cases = [
+            (
+                "[network]\nallow = [\n  \"https://ok.example.com\",\n  \"http://0.0.0.0:8080\",\n]\n",
+                (4, 3),
+                "network.allow[1]: grant \"http://0.0.0.0:8080\": ",
+            ),
+            (
+                "[network]\nask = [\"udp://[::]:53\"]\n",
+                (2, 8),
+                "network.ask[0]: grant \"udp://[::]:53\": ",
+            ),
+            (
+                "[network]\nallow = [\"https://ok.example.com\"]\nask = [\n  { url = \"http://[::ffff:0.0.0.0]\", methods = [\"GET\"] },\n]\n",
+                (4, 3),
+                "network.ask[0]: grant \"http://[::ffff:0.0.0.0]\": ",
+            ),
+            (
+                "[network]\nallow = [\"tcp://0:80\"]\n",
+                (2, 10),
+                "network.allow[0]: grant \"tcp://0:80\": ",
+            ),
+        ];
+        for (src, at, prefix) in cases {
+            let e = err(src);
+            assert_eq!((e.line(), e.column()), at, "{e}");
+            assert!(e.message().starts_with(prefix), "{e}");
+            assert!(e.message().contains("an unspecified address"), "{e}");
+            assert!(
+                matches!(
+                    e.config_error().map(ConfigError::problem),
+                    Some(ConfigProblem::Grant(
+                        crate::GrantError::UnspecifiedAddress { .. }
+                    ))
+                ),
+                "{e:?}"
+            );
+        }
+        let path = KeyPath::root().key("rules").index(3).key("network");
+        for entry in [
+            "\"http://0.0.0.0\"",
+            "{ url = \"http://[::]\", methods = [\"GET\"] }",
+        ] {
+            let doc: toml::Table = toml::from_str(&format!("a = {entry}")).unwrap();
+            let e = GrantEntry::grant_from_toml(&doc["a"], &path.index(1)).unwrap_err();
+            let text = e.to_string();
+            assert!(text.starts_with("rules[3].network[1]: grant "), "{text}");
+            assert!(text.contains("an unspecified address"), "{text}");
+        }
+    }
 }

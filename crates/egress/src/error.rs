@@ -9,8 +9,10 @@
 //! message names the offending entry. Refusals of requests are not errors;
 //! they live in [`crate::decision`].
 
+use crate::addr::AddrRisk;
+use crate::host::Host;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// A host that does not parse (see [`Host::parse`](crate::Host::parse)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -160,6 +162,22 @@ pub enum GrantError {
         /// The public suffix the wildcard covers (`*.kawasaki.jp` when each
         /// name under the wildcard's domain is one).
         suffix: String,
+    },
+    /// An unspecified address (`0.0.0.0/8`, `::`, or an IPv6 form that
+    /// embeds one), in any spelling: no request may go to one, whatever
+    /// the grants.
+    #[error(
+        "grant {entry:?}: {} is {risk}, which no request may reach (a connection to 0.0.0.0 or :: goes to this host itself, to whatever listens here); grant the address the server listens on (http://127.0.0.1:8080 for a local one)",
+        Host::Ip(*.addr)
+    )]
+    UnspecifiedAddress {
+        /// The entry as written.
+        entry: String,
+        /// The address its host denotes.
+        addr: IpAddr,
+        /// What it is ([`AddrClass::Unspecified`](crate::AddrClass::Unspecified),
+        /// and the form that embeds it, if any).
+        risk: AddrRisk,
     },
     /// A port that is not a number from 1 to 65535.
     #[error("grant {entry:?}: invalid port {port:?} (expected 1 to 65535)")]

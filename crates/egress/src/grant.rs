@@ -4,8 +4,12 @@
 //!
 //! A grant is precise by construction: one scheme, one port (explicit, or the
 //! scheme's default), one host (an exact name, a wildcard subdomain, or one
-//! IP address in canonical form). There is no grant for "any host".
+//! IP address in canonical form). There is no grant for "any host", nor of
+//! an unspecified address ([`AddrClass::Unspecified`](crate::AddrClass::Unspecified)):
+//! a connection to `0.0.0.0` or `::` goes to this host, to whatever listens
+//! there.
 
+use crate::addr::{AddrRisk, unspecified};
 use crate::error::{GrantError, HostError, UrlError};
 use crate::host::{DomainName, Host, Parsed, parse_host};
 use crate::request::Request;
@@ -136,7 +140,9 @@ pub struct Grant {
 impl Grant {
     /// Parses a pattern, allowing any method: `https://api.example.com`,
     /// `http://*.example.com:8080`, `http://127.0.0.1:3000`,
-    /// `https://[2001:db8::1]`, `tcp://db.example.com:5432`.
+    /// `https://[2001:db8::1]`, `tcp://db.example.com:5432`. An unspecified
+    /// address (`http://0.0.0.0`, `udp://[::]:53`, in any spelling) is
+    /// refused ([`GrantError::UnspecifiedAddress`]).
     pub fn parse(pattern: &str) -> Result<Grant, GrantError> {
         Grant::with_methods(pattern, None)
     }
@@ -182,6 +188,11 @@ impl Grant {
             PatternError::PublicSuffix(suffix) => GrantError::WildcardOverPublicSuffix {
                 entry: entry(),
                 suffix,
+            },
+            PatternError::Unspecified(addr, risk) => GrantError::UnspecifiedAddress {
+                entry: entry(),
+                addr,
+                risk,
             },
         })?;
         let port = match port_text {
@@ -442,6 +453,7 @@ enum PatternError {
     BadWildcard,
     TooBroad,
     PublicSuffix(String),
+    Unspecified(IpAddr, AddrRisk),
 }
 
 /// True when `name`'s public suffix (of the Public Suffix List) is below
@@ -485,9 +497,42 @@ fn host_pattern(s: &str) -> Result<HostPattern, PatternError> {
     if s.contains('*') {
         return Err(PatternError::BadWildcard);
     }
-    match Host::parse_canonical(s).map_err(PatternError::Host)? {
-        Host::Name(n) => Ok(HostPattern::Exact(n)),
-        Host::Ip(ip) => Ok(HostPattern::Ip(ip)),
+    let refuse_unspecified = |ip: IpAddr| match unspecified(ip) {
+        Some(risk) => Err(PatternError::Unspecified(ip, risk)),
+        None => Ok(()),
+    };
+    match Host::parse_canonical(s) {
+        Ok(Host::Name(n)) => Ok(HostPattern::Exact(n)),
+        Ok(Host::Ip(ip)) => {
+            refuse_unspecified(ip)?;
+            Ok(HostPattern::Ip(ip))
+        }
+        // An odd spelling of an unspecified address is refused for what it
+        // denotes, not for its spelling (whose fix would be `0.0.0.0`).
+        Err(HostError::NonCanonicalIpv4 { host, canonical }) => {
+            refuse_unspecified(IpAddr::V4(canonical))?;
+            Err(PatternError::Host(HostError::NonCanonicalIpv4 {
+                host,
+                canonical,
+            }))
+        }
+        Err(e) => Err(PatternError::Host(e)),
+    }
+}
+
+#[cfg(test)]
+impl Grant {
+    /// A grant of exactly `addr`, built without the checks of
+    /// [`Grant::with_methods`] (no policy can write one of an unspecified
+    /// address): for testing the checks that must hold whatever the grants.
+    pub(crate) fn of_addr_unchecked(scheme: Scheme, addr: IpAddr, port: u16) -> Grant {
+        Grant {
+            text: format!("{scheme}://{}:{port}", Host::Ip(addr)),
+            scheme,
+            host: HostPattern::Ip(addr),
+            port,
+            methods: None,
+        }
     }
 }
 
@@ -713,5 +758,86 @@ mod tests {
         let g = Grant::parse("https://*.someone.github.io").unwrap();
         assert!(g.matches(&req("https://a.someone.github.io/", Some("GET"))));
         assert!(!g.matches(&req("https://other.github.io/", Some("GET"))));
+    }
+
+    /// A grant of an unspecified address (`0.0.0.0/8`, `::`, and the IPv6
+    /// forms that embed one) is refused, whatever its scheme or spelling:
+    /// a connection to `0.0.0.0` or `::` goes to this host, to whatever
+    /// listens there. An odd spelling of one is refused for what it
+    /// denotes, not for its spelling (whose fix would be the canonical
+    /// `0.0.0.0`).
+    #[test]
+    fn unspecified_addresses_are_never_granted() {
+        use crate::addr::{AddrClass, classify};
+        for entry in [
+            "http://0.0.0.0",
+            "https://0.0.0.0:8443",
+            "http://0.0.0.0/",
+            "HTTP://0.0.0.0:80",
+            "http://[::]",
+            "http://[::]:8080",
+            "tcp://0.0.0.0:80",
+            "udp://[::]:53",
+            "http://[0:0::0]",
+            "http://[0000:0000:0000:0000:0000:0000:0000:0000]",
+            "http://[::0.0.0.0]",
+            "http://[::ffff:0.0.0.0]",
+            "http://[::FFFF:0:0]",
+            "http://[::0.1.2.3]",
+            "http://[64:ff9b::]",
+            "http://[2002::]",
+            "http://0.1.2.3",
+            "tcp://0.255.255.255:22",
+            // Odd spellings.
+            "http://0",
+            "http://0.0.0.0.",
+            "http://0x0",
+            "http://00.0.0.0",
+            "http://0.0",
+            "http://0x0.0",
+            "http://0.1",
+            "udp://000000:53",
+        ] {
+            let err = match Grant::parse(entry) {
+                Ok(g) => panic!("{entry}: granted as {}", g.canonical()),
+                Err(e) => e,
+            };
+            let GrantError::UnspecifiedAddress { addr, risk, .. } = &err else {
+                panic!("{entry}: {err:?}");
+            };
+            assert_eq!(risk.class, AddrClass::Unspecified, "{entry}");
+            assert_eq!(classify(*addr), Some(*risk), "{entry}");
+            let text = err.to_string();
+            assert!(text.starts_with(&format!("grant {entry:?}: ")), "{text}");
+            assert!(text.contains("an unspecified address"), "{entry}: {text}");
+        }
+        assert_eq!(
+            Grant::parse("http://0").unwrap_err().to_string(),
+            "grant \"http://0\": 0.0.0.0 is an unspecified address, which no request may \
+             reach (a connection to 0.0.0.0 or :: goes to this host itself, to whatever \
+             listens here); grant the address the server listens on (http://127.0.0.1:8080 \
+             for a local one)"
+        );
+        assert!(
+            Grant::parse("udp://[::ffff:0.0.0.0]:53")
+                .unwrap_err()
+                .to_string()
+                .starts_with(
+                    "grant \"udp://[::ffff:0.0.0.0]:53\": [::ffff:0.0.0.0] is IPv4-mapped form \
+                     of 0.0.0.0, an unspecified address, which no request may reach"
+                )
+        );
+        let err =
+            Grant::with_methods("http://0.0.0.0:8080", Some(&["GET".to_string()])).unwrap_err();
+        assert!(err.to_string().contains("an unspecified address"), "{err}");
+        // Their neighbours are granted, as addresses, as before.
+        for ok in [
+            "http://1.0.0.0",
+            "http://[::1]",
+            "http://[1::]",
+            "http://[::ffff:1.2.3.4]",
+        ] {
+            assert!(Grant::parse(ok).is_ok(), "{ok}");
+        }
     }
 }

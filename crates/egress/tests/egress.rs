@@ -573,6 +573,60 @@ fn check_addr_unlocks_only_an_exact_address_grant_for_that_literal() {
     assert!(check_addr(mapped, &Host::Ip(mapped), std::slice::from_ref(&by_mapped)).is_ok());
 }
 
+/// No policy reaches an unspecified address (`0.0.0.0/8`, `::`): a
+/// connection to `0.0.0.0` or `::` goes to this host, to whatever listens
+/// there. A grant of one is refused when the policy is read, in either
+/// list, in any spelling that parses; and a request to one, in any
+/// spelling, or to a name that resolves to one, is refused.
+#[test]
+fn no_policy_reaches_an_unspecified_address() {
+    for grant in [
+        "http://0.0.0.0",
+        "http://[::]",
+        "tcp://0.0.0.0:80",
+        "udp://[::]:53",
+        "http://[0:0::0]",
+        "http://[::ffff:0.0.0.0]",
+        "http://0",
+        "http://0.0.0.0.",
+    ] {
+        for list in ["allow", "ask"] {
+            let src = format!("[network]\n{list} = [{grant:?}]\n");
+            match NetworkPolicy::from_toml(&src, "p.toml") {
+                Ok(p) => panic!("{list} = [{grant:?}] loaded: {:?}", p.reachable()),
+                Err(e) => {
+                    let prefix = format!("network.{list}[0]: grant {grant:?}: ");
+                    assert!(e.message().starts_with(&prefix), "{e}");
+                    assert!(e.message().contains("an unspecified address"), "{e}");
+                    assert_eq!(e.line(), 2, "{e}");
+                }
+            }
+        }
+    }
+    let policy = NetworkPolicy::from_toml(
+        "[network]\nallow = [\"http://127.0.0.1\", \"http://[::1]\", \"http://unspec.test.example.com\", \"http://unspec6.test.example.com\"]\n",
+        "p.toml",
+    )
+    .unwrap();
+    for url in [
+        "http://0.0.0.0/",
+        "http://0/",
+        "http://0x0/",
+        "http://0.0.0.0./",
+        "http://[::]/",
+        "http://[0:0::0]/",
+        "http://[::ffff:0.0.0.0]/",
+        "http://unspec.test.example.com/",
+        "http://unspec6.test.example.com/",
+    ] {
+        let request = Request::from_url(url, Some("GET")).unwrap();
+        match connect_plan(&request, &policy, &resolver()) {
+            Err(r) => assert_eq!(r.code(), "address_refused", "{url}: {r}"),
+            Ok(plan) => panic!("{url}: planned {:?}", plan.addrs),
+        }
+    }
+}
+
 #[test]
 fn credentials_go_to_their_host_only_and_never_print() {
     let dir = std::env::temp_dir().join(format!("toolhost-egress-it-{}", std::process::id()));
