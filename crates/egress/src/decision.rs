@@ -13,7 +13,7 @@
 //! | [`Refusal::AddressRefused`], [`DenyReason::AddressRefused`] | `destination-IP-prohibited` | `access-denied` |
 //! | [`Refusal::ResolveFailed`], [`Refusal::NoAddress`] | `DNS-error` | `name-unresolvable` |
 
-use crate::addr::AddrRisk;
+use crate::addr::{AddrClass, AddrRisk};
 use crate::grant::{GrantRef, Scheme};
 use crate::host::Host;
 use serde::Serialize;
@@ -127,6 +127,13 @@ impl fmt::Display for DenyReason {
                 "the tool does not declare the side effect `external`; only such tools get the \
                  policy's network grants",
             ),
+            DenyReason::AddressRefused { addr, risk } if risk.class == AddrClass::Unspecified => {
+                write!(
+                    f,
+                    "{} is {risk}, which no request may reach",
+                    Host::Ip(*addr)
+                )
+            }
             DenyReason::AddressRefused { addr, risk } => write!(
                 f,
                 "{} is {risk}, and no grant names that address",
@@ -238,7 +245,9 @@ pub enum Refusal {
 
 fn describe_addr(host: &Host, addr: &IpAddr, risk: &AddrRisk) -> String {
     let literal = Host::Ip(*addr);
-    if *host == literal {
+    if risk.class == AddrClass::Unspecified {
+        format!("is {literal}, {risk}, which no request may reach, whatever the grants")
+    } else if *host == literal {
         format!("is {risk}, and no grant names that address")
     } else {
         format!("resolves to {literal}, {risk}; a grant by name never unlocks such an address")

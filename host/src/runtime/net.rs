@@ -709,7 +709,7 @@ impl CallNet {
         if credential.is_some()
             && let Some(coding) = encoded(response.headers())
         {
-            return Err(failed(HttpError::HttpResponseContentCoding(Some(coding))));
+            return Err(failed(coding));
         }
         // The guest never reads the secret back: the server it was sent to
         // has an echo of it masked (in a header, the body or the trailers),
@@ -1305,10 +1305,12 @@ fn tls_error(e: std::io::Error) -> HttpError {
     }
 }
 
-/// The first coding a response's `content-encoding` or `transfer-encoding`
-/// names other than `identity` (or, for the latter, `chunked`, which hyper
-/// undoes), in any of their values: a body the mask could not read.
-fn encoded(headers: &http::HeaderMap) -> Option<String> {
+/// The error for a response whose body the mask could not read: the first
+/// coding its `content-encoding` names other than `identity`
+/// (`HTTP-response-content-coding`), or its `transfer-encoding` other than
+/// `identity` or `chunked`, which hyper undoes
+/// (`HTTP-response-transfer-coding`), in any of their values.
+fn encoded(headers: &http::HeaderMap) -> Option<HttpError> {
     let codings = |name| {
         headers
             .get_all(name)
@@ -1320,10 +1322,13 @@ fn encoded(headers: &http::HeaderMap) -> Option<String> {
     let plain = |c: &&[u8], also: &[u8]| {
         c.eq_ignore_ascii_case(b"identity") || c.eq_ignore_ascii_case(also)
     };
-    codings(CONTENT_ENCODING)
-        .find(|c| !plain(c, b"identity"))
-        .or_else(|| codings(TRANSFER_ENCODING).find(|c| !plain(c, b"chunked")))
-        .map(|c| String::from_utf8_lossy(c).into_owned())
+    let named = |c: &[u8]| Some(String::from_utf8_lossy(c).into_owned());
+    if let Some(c) = codings(CONTENT_ENCODING).find(|c| !plain(c, b"identity")) {
+        return Some(HttpError::HttpResponseContentCoding(named(c)));
+    }
+    codings(TRANSFER_ENCODING)
+        .find(|c| !plain(c, b"chunked"))
+        .map(|c| HttpError::HttpResponseTransferCoding(named(c)))
 }
 
 /// `headers` with every loaded secret masked in their values; a header
@@ -1755,7 +1760,8 @@ mod tests {
 
     /// A response to a credentialed request is refused when any value of
     /// its `content-encoding` names a coding, or its `transfer-encoding` one
-    /// other than `chunked`: the mask could not read such a body.
+    /// other than `chunked`: the mask could not read such a body. Each
+    /// refusal names its header's kind of coding.
     #[test]
     fn any_coding_in_any_value_is_found() {
         let map = |pairs: &[(&'static str, &'static str)]| {
@@ -1765,9 +1771,18 @@ mod tests {
             }
             h
         };
-        assert_eq!(encoded(&map(&[])), None);
-        assert_eq!(encoded(&map(&[("content-encoding", "identity")])), None);
-        assert_eq!(encoded(&map(&[("transfer-encoding", "chunked")])), None);
+        assert!(encoded(&map(&[])).is_none());
+        assert!(encoded(&map(&[("content-encoding", "identity")])).is_none());
+        assert!(encoded(&map(&[("transfer-encoding", "chunked")])).is_none());
+        // Each is named for the header that carried it.
+        assert!(matches!(
+            encoded(&map(&[("content-encoding", "gzip")])),
+            Some(HttpError::HttpResponseContentCoding(Some(c))) if c == "gzip"
+        ));
+        assert!(matches!(
+            encoded(&map(&[("transfer-encoding", "gzip, chunked")])),
+            Some(HttpError::HttpResponseTransferCoding(Some(c))) if c == "gzip"
+        ));
         let cases: &[&[(&str, &str)]] = &[
             &[
                 ("content-encoding", "identity"),
