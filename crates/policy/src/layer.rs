@@ -29,6 +29,7 @@
 //! file always was ([`Policy::evaluate`]): the strictest matching rule of the
 //! preset and the file, else the file's default.
 
+use crate::arg_globs::ArgGlobs;
 use crate::decision::{ApprovalSetting, Decision, DecisionKind};
 use crate::error::{LoadError, line_col};
 use crate::facts::CallFacts;
@@ -197,6 +198,8 @@ pub(crate) struct Layer {
     default: Option<DecisionKind>,
     approval: Option<ApprovalSetting>,
     rules: Vec<Rule>,
+    /// The deny and ask rules' argument globs, one set per pointer.
+    arg_globs: ArgGlobs,
     guards: Vec<PolicyGuard>,
     /// Subagent layers: withheld tools given back.
     open: Vec<ToolPattern>,
@@ -242,9 +245,12 @@ impl Layer {
 
     /// The strictest matching rule, else the default, else no opinion.
     fn decide(&self, facts: &CallFacts<'_>) -> Option<(Decision, String)> {
+        let mut hits = self.arg_globs.hits(facts.args);
         let mut best: Option<(usize, &Rule)> = None;
         for (j, rule) in self.rules.iter().enumerate() {
-            if best.is_some_and(|(_, b)| b.decision() >= rule.decision()) || !rule.matches(facts) {
+            if best.is_some_and(|(_, b)| b.decision() >= rule.decision())
+                || !hits.rule_matches(j, rule, facts)
+            {
                 continue;
             }
             best = Some((j, rule));
@@ -772,6 +778,7 @@ fn compile_layer(
         deny,
         default,
         approval,
+        arg_globs: ArgGlobs::new(&rules),
         rules,
         guards,
         open,

@@ -25,6 +25,9 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod arg_globs;
+#[cfg(test)]
+mod arg_globs_tests;
 mod decision;
 mod error;
 mod facts;

@@ -373,10 +373,7 @@ pub(crate) fn compile_guard(
                     .map(|m| (s.get_ref().clone(), m))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Some(PathCheck {
-                pointer: p.get_ref().clone(),
-                globs,
-            })
+            Some(PathCheck::new(p.get_ref().clone(), globs))
         }
     };
     if args_regex.is_none() && paths.is_none() {

@@ -5,7 +5,7 @@
 //! Matching is pure string work. Paths are never resolved against a
 //! filesystem (no symlinks, no current directory): that is the sandbox's job.
 
-use globset::{Glob, GlobBuilder, GlobMatcher};
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use regex::{Regex, RegexBuilder};
 use std::borrow::Cow;
 
@@ -16,6 +16,21 @@ const MAX_PATTERN_BYTES: usize = 4096;
 
 /// What one compiled regex may take (the regex crate's default is 10 MiB).
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Counts one evaluation of a glob or a glob set against one string on this
+/// thread, for the tests that count work (`arg_globs_tests.rs`): compiled
+/// out of every other build.
+#[inline]
+pub(crate) fn count_glob_eval() {
+    #[cfg(test)]
+    GLOB_EVALS.with(|n| n.set(n.get() + 1));
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Glob evaluations on this thread ([`count_glob_eval`]).
+    pub(crate) static GLOB_EVALS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Refuses a pattern longer than [`MAX_PATTERN_BYTES`].
 fn check_length(kind: &str, text: &str) -> Result<(), String> {
@@ -76,6 +91,17 @@ pub(crate) fn path_glob(text: &str) -> Result<GlobMatcher, String> {
         .build()
         .map_err(|e| format!("invalid glob {text:?}: {}", e.kind()))?;
     compile(&glob)
+}
+
+/// One set of `globs`, or `None` when globset cannot build it (its size
+/// limits are per set, and each glob was checked alone): the caller then
+/// matches them one by one. Never panics.
+pub(crate) fn glob_set<'g>(globs: impl IntoIterator<Item = &'g Glob>) -> Option<GlobSet> {
+    let mut builder = GlobSetBuilder::new();
+    for g in globs {
+        builder.add(g.clone());
+    }
+    std::panic::catch_unwind(|| builder.build()).ok()?.ok()
 }
 
 /// Compiles a regex; the message keeps only regex's one-line explanation.
@@ -161,6 +187,26 @@ impl ArgMatcher {
         })
     }
 
+    /// The JSON pointer it looks at.
+    pub(crate) fn pointer(&self) -> &str {
+        &self.pointer
+    }
+
+    /// The globs a deny or ask rule tests each value with (the value matches
+    /// when one of them does): the glob and its directory stem's (see
+    /// [`Test::Glob`]). `None` for a regex.
+    pub(crate) fn loose_globs(&self) -> Option<Vec<&Glob>> {
+        match &self.test {
+            Test::Glob(g, dir) => Some(
+                std::iter::once(g)
+                    .chain(dir)
+                    .map(GlobMatcher::glob)
+                    .collect(),
+            ),
+            Test::Regex(_) => None,
+        }
+    }
+
     /// Whether the value at the pointer matches. A string with a `.` or
     /// `..` segment is tested as it is and as a path with those resolved
     /// ([`normalize_path`]), so that `src/../.git/x` is not taken for a
@@ -175,7 +221,13 @@ impl ArgMatcher {
     pub(crate) fn matches(&self, args: &serde_json::Value, strict: bool) -> bool {
         let test = |text: &str| match &self.test {
             Test::Glob(g, dir) => {
-                g.is_match(text) || (!strict && dir.as_ref().is_some_and(|d| d.is_match(text)))
+                count_glob_eval();
+                g.is_match(text)
+                    || (!strict
+                        && dir.as_ref().is_some_and(|d| {
+                            count_glob_eval();
+                            d.is_match(text)
+                        }))
             }
             Test::Regex(r) => r.is_match(text),
         };
@@ -237,7 +289,7 @@ pub(crate) fn find_leaf<'a, T>(
 /// A number's text for matching: a whole number written as a float
 /// (`1e3`, `1000.0`), which JSON Schema counts as an integer, reads as the
 /// integer (`1000`), so that a rule written for integers sees it.
-fn number_text(n: &serde_json::Number) -> String {
+pub(crate) fn number_text(n: &serde_json::Number) -> String {
     match n.as_f64() {
         Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
             format!("{}", f as i64)

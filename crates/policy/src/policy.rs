@@ -4,6 +4,7 @@
 //! A `Policy` is immutable once built and cheap to share; evaluation reads it
 //! and the call's facts, nothing else.
 
+use crate::arg_globs::ArgGlobs;
 use crate::decision::{ApprovalSetting, Decision, DecisionKind, Evaluation};
 use crate::error::PolicyError;
 use crate::facts::CallFacts;
@@ -125,6 +126,8 @@ pub struct Policy {
     approval: ApprovalSetting,
     mode: SandboxMode,
     rules: Vec<Rule>,
+    /// The deny and ask rules' argument globs, one set per pointer.
+    arg_globs: ArgGlobs,
     guards: Vec<PolicyGuard>,
     post_execute: PostExecuteRules,
     network: NetworkPolicy,
@@ -149,6 +152,7 @@ impl Default for Policy {
             approval: ApprovalSetting::Ask,
             mode: SandboxMode::ReadOnly,
             rules: Vec::new(),
+            arg_globs: ArgGlobs::default(),
             guards: Vec::new(),
             post_execute: PostExecuteRules::default(),
             network: NetworkPolicy::default(),
@@ -199,6 +203,7 @@ impl Policy {
             default,
             approval,
             mode,
+            arg_globs: ArgGlobs::new(&rules),
             rules,
             guards,
             post_execute,
@@ -227,10 +232,16 @@ impl Policy {
     /// [`Policy::rules`] order is reported. When no rule matches, the policy
     /// default applies and `matched` is `None`. Guards are not consulted here:
     /// they run separately and can only deny.
+    ///
+    /// The deny and ask rules' argument globs are answered by one pass over
+    /// the argument at each pointer, not one per rule.
     pub fn evaluate(&self, facts: &CallFacts<'_>) -> Evaluation {
+        let mut hits = self.arg_globs.hits(facts.args);
         let mut best: Option<(usize, &Rule)> = None;
         for (index, rule) in self.rules.iter().enumerate() {
-            if best.is_some_and(|(_, b)| b.decision() >= rule.decision()) || !rule.matches(facts) {
+            if best.is_some_and(|(_, b)| b.decision() >= rule.decision())
+                || !hits.rule_matches(index, rule, facts)
+            {
                 continue;
             }
             best = Some((index, rule));

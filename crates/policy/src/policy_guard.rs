@@ -2,16 +2,67 @@
 
 use crate::facts::CallFacts;
 use crate::guard::{Guard, GuardVerdict};
-use crate::matcher::{Leaf, ToolPattern, find_leaf, normalize_path};
-use globset::GlobMatcher;
+use crate::matcher::{Leaf, ToolPattern, count_glob_eval, find_leaf, glob_set, normalize_path};
+use globset::{Candidate, GlobMatcher, GlobSet};
 use regex::Regex;
 
 /// The path check of a [`PolicyGuard`]: deny when a string at `pointer`
 /// matches one of the globs.
 #[derive(Debug, Clone)]
 pub(crate) struct PathCheck {
-    pub(crate) pointer: String,
-    pub(crate) globs: Vec<(String, GlobMatcher)>,
+    pointer: String,
+    globs: Vec<(String, GlobMatcher)>,
+    /// The globs in one set, so that each string is tested once, not once
+    /// per glob (`None` if globset could not build it: one by one then).
+    set: Option<GlobSet>,
+}
+
+impl PathCheck {
+    /// The check of the strings at `pointer` against `globs` (each with its
+    /// text, for the reason).
+    pub(crate) fn new(pointer: String, globs: Vec<(String, GlobMatcher)>) -> PathCheck {
+        let set = glob_set(globs.iter().map(|(_, g)| g.glob()));
+        PathCheck {
+            pointer,
+            globs,
+            set,
+        }
+    }
+
+    /// The first of the globs (in file order) that `path` matches as
+    /// written, normalised (`normal`) or as a directory (`as_dir`, for
+    /// `**/.git/**` to cover `.git`).
+    fn first_match(&self, path: &str, normal: &str, as_dir: &str) -> Option<&str> {
+        let Some(set) = &self.set else {
+            return self
+                .globs
+                .iter()
+                .find(|(_, g)| {
+                    let is = |t: &str| {
+                        count_glob_eval();
+                        g.is_match(t)
+                    };
+                    is(path) || is(normal) || is(as_dir)
+                })
+                .map(|(glob, _)| glob.as_str());
+        };
+        let mut into = Vec::new();
+        let mut first = None;
+        for text in [Some(path), (normal != path).then_some(normal), Some(as_dir)]
+            .into_iter()
+            .flatten()
+        {
+            count_glob_eval();
+            set.matches_candidate_into(&Candidate::new(text), &mut into);
+            // In ascending order: the first is the lowest.
+            if let Some(&i) = into.first() {
+                first = Some(first.map_or(i, |f: usize| f.min(i)));
+            }
+        }
+        first
+            .and_then(|i| self.globs.get(i))
+            .map(|(glob, _)| glob.as_str())
+    }
 }
 
 /// A guard from a policy file.
@@ -77,15 +128,74 @@ impl Guard for PolicyGuard {
                 // `src/.git`), as it denies what is inside them.
                 let as_dir = format!("{normal}/");
                 check
-                    .globs
-                    .iter()
-                    .find(|(_, g)| g.is_match(path) || g.is_match(&*normal) || g.is_match(&as_dir))
-                    .map(|(glob, _)| format!("{} (path {path:?} matches {glob:?})", self.reason))
+                    .first_match(path, &normal, &as_dir)
+                    .map(|glob| format!("{} (path {path:?} matches {glob:?})", self.reason))
             });
             if let Some(reason) = denied {
                 return GuardVerdict::Deny { reason };
             }
         }
         GuardVerdict::Pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matcher::path_glob;
+
+    /// The set names the glob that the globs one by one name, for every
+    /// spelling a guard tests.
+    #[test]
+    fn the_set_finds_the_glob_the_list_finds() {
+        let globs: Vec<(String, GlobMatcher)> = [
+            "/etc/**",
+            "**/.git/**",
+            "secrets/**",
+            "*.key",
+            "**/*.pem",
+            "src/*",
+            "[ab]?",
+            "**",
+        ]
+        .iter()
+        .map(|g| (g.to_string(), path_glob(g).unwrap()))
+        .collect();
+        let with_set = PathCheck::new("/p".into(), globs.clone());
+        assert!(with_set.set.is_some());
+        let one_by_one = PathCheck {
+            set: None,
+            ..with_set.clone()
+        };
+        let mut found = 0;
+        for path in [
+            "",
+            ".",
+            "..",
+            "/etc",
+            "/etc/passwd",
+            "/x/../etc/passwd",
+            ".git",
+            "src/.git/",
+            "a.key",
+            "k/a.key",
+            "x.pem",
+            "a/b/x.pem",
+            "src/a",
+            "src/a/b",
+            "ab",
+            "secrets",
+            "secrets//k",
+        ] {
+            let normal = normalize_path(path);
+            let as_dir = format!("{normal}/");
+            let (a, b) = (
+                with_set.first_match(path, &normal, &as_dir),
+                one_by_one.first_match(path, &normal, &as_dir),
+            );
+            assert_eq!(a, b, "{path:?}");
+            found += usize::from(a.is_some_and(|g| g != "**"));
+        }
+        assert!(found > 5, "{found}");
     }
 }

@@ -147,6 +147,18 @@ impl Rule {
     }
 
     fn matches_as(&self, facts: &CallFacts<'_>, strict: bool) -> bool {
+        self.matches_by(facts, strict, |_, m| m.matches(facts.args, strict))
+    }
+
+    /// [`Rule::matches_as`], with `arg` answering for the `j`th argument
+    /// matcher (the callers that evaluate many rules answer their globs
+    /// from one pass over the arguments, `arg_globs.rs`).
+    pub(crate) fn matches_by(
+        &self,
+        facts: &CallFacts<'_>,
+        strict: bool,
+        mut arg: impl FnMut(usize, &ArgMatcher) -> bool,
+    ) -> bool {
         self.tool.matches(facts.tool)
             && self.side_effects.as_ref().is_none_or(|list| {
                 if strict {
@@ -155,6 +167,11 @@ impl Rule {
                     list.iter().any(|e| facts.may(*e))
                 }
             })
-            && self.args.iter().all(|m| m.matches(facts.args, strict))
+            && self.args.iter().enumerate().all(|(j, m)| arg(j, m))
+    }
+
+    /// The argument matchers, in file order.
+    pub(crate) fn args(&self) -> &[ArgMatcher] {
+        &self.args
     }
 }
