@@ -67,7 +67,7 @@ impl InterfaceSet {
         match self {
             InterfaceSet::WasiP2 => {
                 wasmtime_wasi::p2::add_to_linker_async(linker)?;
-                crate::runtime::net::refuse_name_lookups(linker)
+                crate::egress::call::refuse_name_lookups(linker)
             }
             InterfaceSet::WasiHttp => crate::runtime::outgoing::add_to_linker(linker),
             InterfaceSet::ToolhostHost => {

@@ -30,13 +30,11 @@ mod engine;
 mod invoke;
 mod link;
 mod load;
-mod net;
 mod outgoing;
 mod program;
 mod scratch;
-mod store;
-mod tcp;
-mod wasi;
+pub(crate) mod store;
+pub(crate) mod wasi;
 
 pub use self::engine::{EPOCH_TICK, RuntimeOptions};
 pub use self::invoke::{BodyOutcome, STUCK_GRACE};
@@ -46,9 +44,9 @@ pub use self::load::{
 };
 pub use self::store::Receipt;
 #[cfg(all(test, feature = "mcp", any(target_os = "linux", target_os = "android")))]
-pub(crate) use self::tcp::with_default_sigpipe;
+pub(crate) use crate::egress::nosigpipe::with_default_sigpipe;
 #[cfg(feature = "mcp")]
-pub(crate) use self::tcp::{Stream, Tcp};
+pub(crate) use crate::egress::nosigpipe::{Stream, Tcp};
 
 pub(crate) use self::invoke::{OnAbandon, Watch, race};
 pub(crate) use self::program::Program;

@@ -40,7 +40,7 @@
 //! Everything else of `wasi:http` (fields, requests, bodies, responses) is
 //! wasmtime-wasi-http's.
 
-use crate::runtime::net::{CallNet, Place, Sent};
+use crate::egress::call::{CallNet, Place, Sent};
 use crate::runtime::store::CallState;
 use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery};
@@ -349,7 +349,7 @@ fn to_http(
             "not a method",
         ));
     };
-    let unsupported = crate::runtime::net::ONLY_HTTP;
+    let unsupported = crate::egress::call::ONLY_HTTP;
     let http_scheme = match &scheme {
         Some(Scheme::Http) => http::uri::Scheme::HTTP,
         Some(Scheme::Https) => http::uri::Scheme::HTTPS,

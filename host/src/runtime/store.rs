@@ -17,7 +17,7 @@ use crate::bindings::{ContentBlock, HostCalls, ToolOutput};
 use crate::output::{CapturedOutput, PassthroughOutput};
 use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
 use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
-use crate::runtime::net::{CallNet, HttpHooks};
+use crate::egress::call::{CallNet, HttpHooks};
 use crate::runtime::scratch::{Scratch, ScratchPool};
 use crate::runtime::wasi::build_wasi;
 use crate::sandbox::{CommandSpec, Limits, SandboxSpec};

@@ -12,7 +12,7 @@
 //! stdout/stderr buffers (or their caps) and holds every limit.
 
 use crate::output::{CapturedOutput, HostStream, PassthroughOutput};
-use crate::runtime::net::CallNet;
+use crate::egress::call::CallNet;
 use crate::runtime::scratch::{Scratch, ScratchPool};
 use crate::sandbox::{CommandSpec, GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
 use std::path::Path;

@@ -6,6 +6,9 @@
 //! Network is never implied by a sandbox mode: a call reaches only what the
 //! policy's grants name, whatever its mode.
 
+pub(crate) mod call;
+pub(crate) mod nosigpipe;
+
 use std::fmt;
 use std::sync::Arc;
 use toolhost_egress::{Credentials, NetworkPolicy, Resolver, RuleGrants, SystemResolver};

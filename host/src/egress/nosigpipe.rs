@@ -1008,7 +1008,7 @@ mod tests {
     #[test]
     fn a_send_to_a_reset_peer_fails_without_sigpipe() {
         with_default_sigpipe(
-            "runtime::tcp::tests::a_send_to_a_reset_peer_fails_without_sigpipe",
+            "egress::nosigpipe::tests::a_send_to_a_reset_peer_fails_without_sigpipe",
             || {
                 current_thread().block_on(async {
                     sends_after_a_reset(Side::Connected).await;

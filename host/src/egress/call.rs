@@ -137,7 +137,7 @@ impl Place {
         mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
         match self {
-            Place::Caller => super::tcp::drive_here(cx, poll),
+            Place::Caller => crate::egress::nosigpipe::drive_here(cx, poll),
             Place::Task | Place::Tokio => poll(cx),
         }
     }
@@ -156,7 +156,7 @@ impl Drop for Flight {
     }
 }
 
-impl super::tcp::Exchanges for CallNet {
+impl crate::egress::nosigpipe::Exchanges for CallNet {
     fn in_flight(&self) -> usize {
         self.exchanges.load(Ordering::Relaxed)
     }
@@ -639,9 +639,9 @@ impl CallNet {
         let tls = request.scheme == Scheme::Https;
         let connection = async {
             let stream: Box<dyn Stream> = if place == Place::Caller {
-                Box::new(connect(&plan.addrs, |a| super::tcp::connect_here(a, self.clone())).await?)
+                Box::new(connect(&plan.addrs, |a| crate::egress::nosigpipe::connect_here(a, self.clone())).await?)
             } else {
-                Box::new(connect(&plan.addrs, super::tcp::connect).await?)
+                Box::new(connect(&plan.addrs, crate::egress::nosigpipe::connect).await?)
             };
             let io: Box<dyn Stream> = if tls {
                 let name = server_name(&request.host)?;
@@ -2219,7 +2219,7 @@ mod tests {
             .unwrap();
         let request = || get(&format!("http://127.0.0.1:{port}/"));
         for place in [Place::Caller, Place::Tokio] {
-            let _ = super::super::tcp::take_blocked();
+            let _ = crate::egress::nosigpipe::take_blocked();
             for _ in 0..EACH {
                 let net = CallNet::new(
                     granting(&format!("http://127.0.0.1:{port}")),
@@ -2237,7 +2237,7 @@ mod tests {
                 assert_eq!(body, Bytes::from_static(b"ok"), "{place:?}");
                 assert_eq!(net.exchanges.load(Ordering::SeqCst), 0, "{place:?}");
             }
-            let (blocked, ended_by_the_socket) = super::super::tcp::take_blocked();
+            let (blocked, ended_by_the_socket) = crate::egress::nosigpipe::take_blocked();
             match place {
                 // A response that came before its read would not block;
                 // not all of them do.
