@@ -1,12 +1,45 @@
-//! The network grants of a host, loaded once (DESIGN.md §2b): the policy's
-//! `[network]` grants and limits, its credentials with their secrets read,
-//! the resolver, and the TLS client configuration. A [`NetworkGrant`] is
-//! what one call gets of it; the runtime enforces it (`runtime::net`).
+//! A call's network egress, enforced (DESIGN.md §2b). This module holds
+//! the network grants of a host, loaded once: the policy's `[network]`
+//! grants and limits, its credentials with their secrets read, the
+//! resolver, and the TLS client configuration ([`Egress`]). A
+//! [`NetworkGrant`] is what one call gets of it. Network is never implied
+//! by a sandbox mode: a call reaches only what the policy's grants name,
+//! whatever its mode.
 //!
-//! Network is never implied by a sandbox mode: a call reaches only what the
-//! policy's grants name, whatever its mode.
+//! For every outgoing HTTP request (wasmtime-wasi-http's `handle`, whose
+//! `send_request` hook is the call's, `http`):
+//!
+//! 1. the request's scheme, host, port and method are decided by the
+//!    policy (`call`: its `[network]` grants and those of the policy rules
+//!    the call matched); a refusal fails inside the guest with wasi:http's
+//!    own error code (`HTTP-request-denied`, `destination-IP-prohibited`,
+//!    `DNS-error`) and is recorded;
+//! 2. an allowed request is planned (`client`): its host is resolved once
+//!    (by the host's resolver, off the executor) and every address checked;
+//!    the connection goes to those addresses only, never through a second
+//!    lookup;
+//! 3. the credential of exactly that host (if any) is set, replacing any
+//!    header of the same name the guest sent, and its response is asked
+//!    for whole and uncompressed (`accept-encoding: identity`; the guest's
+//!    `range`, `if-range` and `te` dropped; an encoded response refused);
+//!    the `Host` header is the request's host (never a userinfo the guest
+//!    put in the authority); that host's response is read whole and has
+//!    the loaded secrets masked before the guest reads any of it (`body`);
+//! 4. per-call limits hold: at most `max_requests` requests, at most
+//!    `max_response_bytes` response body bytes summed, each request within
+//!    `request_timeout_ms` and the call's own deadline (`body`);
+//! 5. redirects are not followed: the guest sees the 3xx, and a request it
+//!    makes to the new location is decided again.
+//!
+//! Sockets are decided in `call` too (`CallNet::check_socket`); the host's
+//! own sockets never raise `SIGPIPE` (`nosigpipe`). This module never
+//! reaches into the sandbox: the store's state gives it the call's
+//! [`CallNet`](call::CallNet) (`http::HasCallNet`).
 
+mod body;
 pub(crate) mod call;
+mod client;
+pub(crate) mod http;
 pub(crate) mod nosigpipe;
 
 use std::fmt;

@@ -6,7 +6,7 @@
 //! preview 1 program, which only `toolhost exec` runs) against
 //! [`LINKED_MODULES`], once per runtime. Linking grants nothing: what a
 //! call may reach through an interface is decided per call, in its WASI
-//! context (`runtime::wasi`) and its network hooks (`runtime::net`). A new
+//! context (`runtime::wasi`) and its network hooks (`egress`). A new
 //! interface set is one more [`InterfaceSet`] variant, listed in [`LINKED`]
 //! or [`LINKED_MODULES`], with its state on the per-call store.
 
@@ -27,11 +27,11 @@ pub(crate) enum InterfaceSet {
     /// the call's network grant.
     WasiP2,
     /// `wasi:http/outgoing-handler` and `wasi:http/types`, so that a
-    /// component built by componentize-js (which imports them) loads. The
-    /// types are wasmtime-wasi-http's; `handle` is the host's own
-    /// (`runtime::outgoing`), which decides every outgoing request against
-    /// the call's network grant (`runtime::net`); without a grant it fails
-    /// inside the guest with `HTTP-request-denied`.
+    /// component built by componentize-js (which imports them) loads:
+    /// wasmtime-wasi-http's, whose `send_request` hook decides every
+    /// outgoing request against the call's network grant (`egress::http`);
+    /// without a grant it fails inside the guest with
+    /// `HTTP-request-denied`.
     WasiHttp,
     /// `toolhost:tool/host` (structured logs and progress reports) and
     /// `toolhost:tool/content` (content beyond text).
@@ -67,9 +67,9 @@ impl InterfaceSet {
         match self {
             InterfaceSet::WasiP2 => {
                 wasmtime_wasi::p2::add_to_linker_async(linker)?;
-                crate::egress::call::refuse_name_lookups(linker)
+                refuse_name_lookups(linker)
             }
-            InterfaceSet::WasiHttp => crate::runtime::outgoing::add_to_linker(linker),
+            InterfaceSet::WasiHttp => crate::egress::http::add_to_linker(linker),
             InterfaceSet::ToolhostHost => {
                 ToolProvider::add_to_linker::<_, HasSelf<_>>(linker, |s: &mut CallState| {
                     &mut s.host
@@ -112,6 +112,40 @@ impl InterfaceSet {
             ),
         }
     }
+}
+
+/// The `wasi:sockets/ip-name-lookup` interface the host shadows.
+const IP_NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
+
+/// Shadows wasmtime-wasi's `resolve-addresses` in `linker` (which must
+/// hold it already): a guest's name lookup is refused at once with
+/// `access-denied`, and recorded in the call's `denied` list. (wasmtime-wasi's
+/// own, told not to look names up, fails later with a resolver's failure and
+/// records nothing.) A lookup has no address the host could check, and is
+/// traffic of its own: names are looked up by the host, for `wasi:http`
+/// requests, after their decision.
+fn refuse_name_lookups(
+    linker: &mut wasmtime::component::Linker<CallState>,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::p2::Network;
+    use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::ResolveAddressStream;
+    use wasmtime_wasi::p2::bindings::sockets::network::ErrorCode;
+    type Resolved = Result<Resource<ResolveAddressStream>, ErrorCode>;
+    linker.allow_shadowing(true);
+    let shadowed = linker.instance(IP_NAME_LOOKUP).and_then(|mut lookup| {
+        lookup.func_wrap(
+            "resolve-addresses",
+            |store: wasmtime::StoreContextMut<'_, CallState>,
+             (_network, name): (Resource<Network>, String)|
+             -> wasmtime::Result<(Resolved,)> {
+                store.data().net.refuse_lookup(&name);
+                Ok((Err(ErrorCode::AccessDenied),))
+            },
+        )
+    });
+    linker.allow_shadowing(false);
+    shadowed
 }
 
 /// A linker for `engine` with every set of [`LINKED`].

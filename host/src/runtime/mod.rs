@@ -16,10 +16,9 @@
 //!   component or a preview 1 command module), and naming the proposals a
 //!   program needs that the engine does not enable;
 //! - `store`: the store of one call and every limit it runs under
-//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode, and
-//!   `net`, its network grant enforced (HTTP requests, socket check),
-//!   with `outgoing`, the host's `wasi:http/outgoing-handler`,
-//!   and `scratch`, the scratch directories of `workspace-write` (an
+//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode (its
+//!   network grant is enforced by `egress`), and `scratch`, the scratch
+//!   directories of `workspace-write` (an
 //!   untouched one is kept for a later call);
 //! - `invoke`: running a body, the thread hand-off, the deadline and
 //!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]);
@@ -30,11 +29,10 @@ mod engine;
 mod invoke;
 mod link;
 mod load;
-mod outgoing;
 mod program;
 mod scratch;
-pub(crate) mod store;
-pub(crate) mod wasi;
+mod store;
+mod wasi;
 
 pub use self::engine::{EPOCH_TICK, RuntimeOptions};
 pub use self::invoke::{BodyOutcome, STUCK_GRACE};

@@ -14,10 +14,11 @@
 //! result and a [`Receipt`] once the body has stopped.
 
 use crate::bindings::{ContentBlock, HostCalls, ToolOutput};
+use crate::egress::call::CallNet;
+use crate::egress::http::GovernedHooks;
 use crate::output::{CapturedOutput, PassthroughOutput};
 use crate::runtime::classify::{LimitHit, Seen, classify, stop_message};
 use crate::runtime::engine::{POOL_MAX_MEMORY, RuntimeOptions};
-use crate::egress::call::{CallNet, HttpHooks};
 use crate::runtime::scratch::{Scratch, ScratchPool};
 use crate::runtime::wasi::build_wasi;
 use crate::sandbox::{CommandSpec, Limits, SandboxSpec};
@@ -60,10 +61,9 @@ pub(crate) struct CallState {
     /// context serves both kinds of program. wasi:http shares its table.
     pub wasi: WasiP1Ctx,
     pub http: WasiHttpCtx,
-    /// The wasi:http hooks (header filters, schemes); requests are sent by
-    /// the host's own `handle` (`runtime::outgoing`), and the hooks' own
-    /// send refuses everything.
-    pub http_hooks: HttpHooks,
+    /// The wasi:http hooks: every request is decided and sent through the
+    /// call's network grant (`egress::http`).
+    pub http_hooks: GovernedHooks,
     pub limiter: Limiter,
     pub host: HostCalls,
     pub stdout: CapturedOutput,
@@ -75,24 +75,12 @@ pub(crate) struct CallState {
     pub stopped_by: Option<ErrorCode>,
     /// The call's network state (grant, limits, records).
     pub net: Arc<CallNet>,
-    /// Whether an HTTP request without a body may be exchanged where the
-    /// guest waits for it (`runtime::outgoing`): not for a body whose file
-    /// operations block its thread; how its socket waits is then asked of
-    /// [`drives_its_own_io`], where the guest runs.
-    pub may_exchange_in_place: bool,
 }
 
-/// Whether the guest runs where the runtime's I/O wake-ups reach it
-/// without a hand-off between threads: in a runtime task (a
-/// worker's wake-ups run the task on that worker), or anywhere on a
-/// current-thread runtime (its one thread drives the I/O). A body in a
-/// multi-thread runtime's `block_on` (a caller outside the runtime, a body
-/// on a thread of its own) would be woken from a worker for each of them;
-/// there its exchange waits on its own thread (`net::Place::Caller`).
-pub(crate) fn drives_its_own_io() -> bool {
-    tokio::task::try_id().is_some()
-        || tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+impl crate::egress::http::HasCallNet for CallState {
+    fn call_net(&self) -> &Arc<CallNet> {
+        &self.net
+    }
 }
 
 impl WasiView for CallState {
@@ -464,7 +452,7 @@ impl<'a> StoreBuilder<'a> {
         let state = CallState {
             wasi,
             http,
-            http_hooks: HttpHooks,
+            http_hooks: GovernedHooks::new(net.clone()),
             limiter: Limiter::new(limits),
             host: HostCalls {
                 progress_sink: self.progress.clone(),
@@ -477,7 +465,6 @@ impl<'a> StoreBuilder<'a> {
             interrupt: self.interrupt.clone(),
             stopped_by: None,
             net,
-            may_exchange_in_place: !self.blocking,
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);

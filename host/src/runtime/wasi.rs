@@ -11,13 +11,12 @@
 //! process. It sets no limit: the store module gives it the bounded
 //! stdout/stderr buffers (or their caps) and holds every limit.
 
-use crate::output::{CapturedOutput, HostStream, PassthroughOutput};
 use crate::egress::call::CallNet;
+use crate::output::{CapturedOutput, HostStream, PassthroughOutput};
 use crate::runtime::scratch::{Scratch, ScratchPool};
 use crate::sandbox::{CommandSpec, GUEST_SCRATCH, GUEST_WORKSPACE, SandboxError, SandboxSpec};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use toolhost_core::SandboxMode;
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
@@ -31,39 +30,6 @@ pub(crate) struct Built {
     pub scratch: Option<Scratch>,
     /// A command program's stdout and stderr.
     pub passthrough: Option<[PassthroughOutput; 2]>,
-}
-
-/// The most denied capability attempts a call's receipt lists; one more
-/// line counts the rest. A guest that retries a refused connection in a
-/// loop must not grow the receipt, or the session log that records it.
-pub(crate) const MAX_DENIED_LISTED: usize = 32;
-
-/// The most bytes of one `denied` line (the rest is cut): a line may quote
-/// what the guest asked for.
-const MAX_DENIED_LINE: usize = 1024;
-
-/// Records a denied `attempt`: listed while fewer than
-/// [`MAX_DENIED_LISTED`] are, otherwise counted in `unlisted` and in the
-/// list's last line.
-pub(crate) fn record_denied(denied: &mut Vec<String>, unlisted: &AtomicU64, mut attempt: String) {
-    if attempt.len() > MAX_DENIED_LINE {
-        let mut end = MAX_DENIED_LINE;
-        while !attempt.is_char_boundary(end) {
-            end -= 1;
-        }
-        attempt.truncate(end);
-        attempt.push_str("...");
-    }
-    if denied.len() < MAX_DENIED_LISTED {
-        denied.push(attempt);
-        return;
-    }
-    let n = unlisted.fetch_add(1, Ordering::Relaxed) + 1;
-    let summary = format!("... and {n} more denied attempts, not listed");
-    match denied.get_mut(MAX_DENIED_LISTED) {
-        Some(last) => *last = summary,
-        None => denied.push(summary),
-    }
 }
 
 /// Builds the WASI context of one call: preopens for `spec.mode`, stdout and
@@ -127,7 +93,7 @@ pub(crate) fn build_wasi(
     // receipt). Name lookup is refused outright: it has no address to
     // check, and a lookup is itself traffic (the linker's
     // `resolve-addresses` is the host's, which answers `access-denied` and
-    // records it: `runtime::net::refuse_name_lookups`; this is the second
+    // records it: `runtime::link::refuse_name_lookups`; this is the second
     // wall).
     b.allow_tcp(true)
         .allow_udp(true)
@@ -212,38 +178,4 @@ fn preopen(
             path: host.to_path_buf(),
             detail: e.to_string(),
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn denied_attempts_are_listed_up_to_a_cap_and_then_counted() {
-        let mut denied = Vec::new();
-        let unlisted = AtomicU64::new(0);
-        for i in 0..100_000 {
-            record_denied(
-                &mut denied,
-                &unlisted,
-                format!("network: Connect 10.0.0.1:{i}"),
-            );
-        }
-        assert_eq!(denied.len(), MAX_DENIED_LISTED + 1);
-        let mut long = Vec::new();
-        record_denied(
-            &mut long,
-            &unlisted,
-            format!("network: GET {}", "ü".repeat(100_000)),
-        );
-        assert!(long[0].len() <= MAX_DENIED_LINE + 3 && long[0].ends_with("..."));
-        assert_eq!(denied[0], "network: Connect 10.0.0.1:0");
-        assert_eq!(
-            denied[MAX_DENIED_LISTED],
-            format!(
-                "... and {} more denied attempts, not listed",
-                100_000 - MAX_DENIED_LISTED
-            )
-        );
-    }
 }

@@ -327,13 +327,11 @@ async fn a_granted_get_and_post_reach_the_server_and_are_recorded() {
     assert_eq!(result.payload["receipt"]["network"][0]["status"], 200);
 }
 
-/// A request without a body is exchanged where the guest waits for it (in
-/// a multi-thread runtime's `block_on` or a runtime task, each waiting for
-/// its socket its own way: `runtime::net`'s unit tests check which), a
-/// request with a body in a task of its own. Each way, on a multi-thread
-/// runtime: the same exchange, the same records, one connection each.
+/// A request is the same exchange wherever its call runs (in a multi-thread
+/// runtime's `block_on` or in a runtime task), with a body or without:
+/// the same records, one connection each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_is_the_same_exchanged_in_place_or_in_a_task() {
+async fn a_request_is_the_same_exchange_wherever_its_call_runs() {
     let server = Server::start(
         "127.0.0.1",
         Box::new(|req| {

@@ -293,13 +293,12 @@ pub fn exits_within(
     }
 }
 
-/// Runs `test` in each place a body's HTTP requests are exchanged
-/// differently (`runtime::outgoing`): on a current-thread runtime (in
-/// place, tokio's I/O on the caller's thread), in a multi-thread runtime's
-/// `block_on` (in place; a call's only exchange waits for its socket on the
-/// caller's thread itself), and in a task of a multi-thread runtime (in place, tokio's I/O
-/// on its worker), as the MCP server calls. Each place gets fresh state
-/// from `test`; a failure says which place it was.
+/// Runs `test` in each kind of place a call runs: on a current-thread
+/// runtime (the guest and tokio's I/O on one thread), and in a task of a
+/// multi-thread runtime, as the MCP server's calls run. A request's
+/// exchange runs in a task of its own in both (wasmtime-wasi-http's
+/// `handle`). Each place gets fresh state from `test`; a failure says which
+/// place it was.
 pub fn in_each_place<F, Fut>(test: F)
 where
     F: Fn() -> Fut,
@@ -321,9 +320,6 @@ where
         }
     };
     place("a current-thread runtime", &|| current.block_on(test()));
-    place("a multi-thread runtime's block_on", &|| {
-        multi.block_on(test())
-    });
     place("a task of a multi-thread runtime", &|| {
         multi.block_on(async {
             match tokio::spawn(test()).await {

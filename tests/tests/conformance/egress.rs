@@ -897,7 +897,7 @@ fn egress_concurrent() {
 
 /// A guest that never waits on its responses, only asks for them (`get`)
 /// between sleeps on a timer, still gets them, however its requests are
-/// exchanged (in place, or in a task of their own).
+/// exchanged.
 #[test]
 fn egress_a_response_only_asked_for_comes() {
     in_each_place(|| async {
@@ -917,12 +917,13 @@ fn egress_a_response_only_asked_for_comes() {
 }
 
 /// A request the guest sends and drops, never waiting on it nor asking for
-/// it, is never sent (nothing reaches the listener), yet its record, kept
-/// from `handle` on, is in the receipt: allowed, no status, not sent. (In
-/// each place this test runs, a request without a body is exchanged in
-/// place, where it starts only when the guest waits for it; a request in a
-/// task of its own that has not started when the call ends is covered by
-/// `net::tests::a_request_not_started_when_the_receipt_is_taken_is_never_sent`.)
+/// it, keeps its record in the receipt: allowed, no status, and either not
+/// sent (its exchange had not started when it was dropped) or no response
+/// (it had: dropping the response's future ends its exchange, as
+/// wasmtime-wasi-http's `handle` runs it, in a task of its own). A request
+/// in a task of its own that has not started when the call ends is never
+/// sent: `egress::call`'s
+/// `a_request_not_started_when_the_receipt_is_taken_is_never_sent`.
 #[test]
 fn egress_a_request_never_waited_for_is_recorded_not_sent() {
     in_each_place(|| async {
@@ -942,13 +943,13 @@ fn egress_a_request_never_waited_for_is_recorded_not_sent() {
         assert_eq!(records.as_array().map(Vec::len), Some(1), "{records}");
         assert_eq!(records[0]["decision"], "allowed", "{records}");
         assert!(records[0]["status"].is_null(), "{records}");
+        let error = records[0]["error"].as_str().unwrap_or_default();
         assert!(
-            records[0]["error"]
-                .as_str()
-                .is_some_and(|e| e.starts_with("not sent")),
+            error.starts_with("not sent") || error.starts_with("no response"),
             "{records}"
         );
-        assert_eq!(target.count(), 0, "a request never waited for was sent");
+        // At most the one connection it may have started, never answered.
+        assert!(target.count() <= 1);
     });
 }
 
@@ -1055,9 +1056,8 @@ fn dribbling() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
 
 /// A server that keeps sending a little (interim heads, which the client
 /// skips) cannot hold the call past the guest's first-byte timeout, in any
-/// place the request is exchanged: the host's waits for the socket give
-/// the call's timers their turn. (Which bound does it, of those that
-/// `runtime::tcp`'s unit tests each check, depends on the place.)
+/// place the call runs: the host's waits for the socket give the call's
+/// timers their turn.
 #[test]
 fn egress_a_dribbling_server_cannot_hold_the_call() {
     in_each_place(|| async {
