@@ -1,9 +1,21 @@
+//! Outside the governed pipeline: no policy, approval or log.
+//!
 //! `toolhost exec`: runs an existing WASI command program, a component
 //! exporting `wasi:cli/run` or a WASI preview 1 core module exporting
 //! `_start`, under the same sandbox modes and limits as tools, with the
 //! args, environment and stdin the user lists (nothing inherited), its
 //! stdout/stderr passed through (up to a cap each) and its exit status
 //! passed through.
+//!
+//! What runs here is what the caller chose: a program, a mode up to
+//! `danger-full-access` and a network grant, with no policy rule, guard,
+//! approval, intent or session-log record between the caller and the
+//! program. The sandbox still holds (the mode's preopens, the limits, the
+//! grant enforced as for a tool). It is for a user who runs a program
+//! themselves, as the `toolhost exec` command does, and is compiled only
+//! with the `exec` feature (which `cli` enables). A program that should be
+//! governed is made a tool with a manifest (`NAME.tool.toml`), whose calls
+//! go through the whole pipeline.
 
 use crate::runtime::{
     LoadError, NetWitness, Receipt, Run, Runtime, STUCK_GRACE, StoreBuilder, race,

@@ -42,6 +42,7 @@ mod embedded;
 mod explain;
 mod hooks;
 mod host;
+mod log_reader;
 mod manifest;
 mod output;
 mod patches;
@@ -77,6 +78,7 @@ pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHo
 pub use crate::host::{
     CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,
 };
+pub use crate::log_reader::LogReader;
 pub use crate::manifest::{
     MANIFEST_SUFFIX, Manifest, ManifestCode, ManifestError, ManifestLimits, Preopen,
     name_of as manifest_name,
@@ -102,10 +104,10 @@ pub use toolhost_core::{ErrorCode, SandboxMode};
 pub use toolhost_log as log;
 pub use toolhost_policy as policy;
 
-/// Running WASI command programs (`toolhost exec`) outside the pipeline:
-/// for the command line only, which is where a user asks for it.
-#[cfg(feature = "cli")]
-#[doc(hidden)]
+/// Running WASI command programs (`toolhost exec`) outside the governed
+/// pipeline: no policy, approval or log. Feature `exec` (which `cli`
+/// enables).
+#[cfg(feature = "exec")]
 pub mod exec;
 #[cfg(feature = "mcp")]
 pub mod mcp;

@@ -306,8 +306,18 @@ impl Host {
         &self.runtime
     }
 
-    /// The session log.
-    pub fn log(&self) -> &Arc<SessionLog> {
+    /// The session log, to read: only the pipeline appends to it.
+    pub fn log(&self) -> crate::log_reader::LogReader {
+        crate::log_reader::LogReader::new(self.recorder.log().clone())
+    }
+
+    /// The session log itself, for the crate's own writers (the MCP
+    /// server's approvals and session events).
+    #[cfg_attr(
+        not(feature = "mcp"),
+        expect(dead_code, reason = "only the MCP server writes beside the pipeline")
+    )]
+    pub(crate) fn session_log(&self) -> &Arc<SessionLog> {
         self.recorder.log()
     }
 

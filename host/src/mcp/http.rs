@@ -970,7 +970,7 @@ pub async fn serve_http_until(
     if let Some(dir) = &options.watch {
         reload::check_watched(dir, &host)?;
     }
-    let log = host.log().clone();
+    let log = host.session_log().clone();
     let runtime = host.runtime().clone();
     let server = Server::new(
         host,

@@ -254,7 +254,7 @@ where
     if let Some(dir) = &options.watch {
         reload::check_watched(dir, &host)?;
     }
-    let log = host.log().clone();
+    let log = host.session_log().clone();
     let runtime = host.runtime().clone();
     let approvals = Approvals {
         fallback: options.fallback_approver.clone(),
@@ -375,7 +375,7 @@ const SIGNAL_GRACE: Duration = Duration::from_secs(2);
 /// Commits what the session log still holds (results ride on the next
 /// durable commit), off the async threads.
 async fn flush_log(host: &Host) {
-    let log = host.log().clone();
+    let log = host.session_log().clone();
     match tokio::task::spawn_blocking(move || log.flush()).await {
         Ok(Err(e)) => tracing::warn!("the session log could not be flushed: {e}"),
         Err(e) => tracing::warn!("the session log could not be flushed: {e}"),

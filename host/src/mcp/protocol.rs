@@ -263,7 +263,7 @@ impl Server {
             return;
         }
         let queued = self.flush_queued.clone();
-        let log = host.log().clone();
+        let log = host.session_log().clone();
         tokio::spawn(async move {
             tokio::time::sleep(FLUSH_DELAY).await;
             let flushed = tokio::task::spawn_blocking(move || {
@@ -337,7 +337,7 @@ impl Server {
         };
         let server = self.clone();
         let recorded = host.recorder.on_first_write(&call_id);
-        let log = host.log().clone();
+        let log = host.session_log().clone();
         let recorder = host.recorder.clone();
         let id = call_id.clone();
         let finishing = self.tasks.finish_on_drop(&call_id);
@@ -601,7 +601,7 @@ impl ServerHandler for Server {
         let principal = self.principal_of(&context);
         let principal = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
         self.tasks
-            .get(&request.task_id, principal, self.host().log())
+            .get(&request.task_id, principal, self.host().session_log())
             .map(GetTaskResult::new)
     }
 
@@ -613,7 +613,7 @@ impl ServerHandler for Server {
         let principal = self.principal_of(&context);
         let principal = principal.as_deref().unwrap_or(LOCAL_PRINCIPAL);
         self.tasks
-            .cancel(&request.task_id, principal, self.host().log())
+            .cancel(&request.task_id, principal, self.host().session_log())
     }
 
     async fn list_tools(
@@ -705,7 +705,7 @@ impl ServerHandler for Server {
                         &args,
                         principal.as_deref().unwrap_or(LOCAL_PRINCIPAL),
                         request.input_responses.as_ref(),
-                        host.log(),
+                        host.session_log(),
                     )
                     .await,
                 };

@@ -132,7 +132,7 @@ impl Runtime {
     /// Compiles (or loads from the cache) and links a `toolhost exec`
     /// program: a command component (exports `wasi:cli/run`) or a WASI
     /// preview 1 command module (exports `_start`).
-    #[cfg(feature = "cli")]
+    #[cfg(feature = "exec")]
     pub(crate) fn link_program(&self, source: &str, bytes: &[u8]) -> Result<Program, LoadError> {
         self.loader.link_program(source, bytes)
     }

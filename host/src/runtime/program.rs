@@ -96,7 +96,7 @@ impl Loader {
     /// Compiles (or loads from the cache) and links the program `bytes`, a
     /// command component or a preview 1 command module.
     #[cfg_attr(
-        not(feature = "cli"),
+        not(feature = "exec"),
         allow(dead_code, reason = "only `toolhost exec` runs command programs alone")
     )]
     pub(crate) fn link_program(&self, source: &str, bytes: &[u8]) -> Result<Program, LoadError> {

@@ -573,7 +573,7 @@ impl Run {
     /// Fails `OUTPUT_TOO_LARGE` when a command program's stdout or stderr
     /// was cut at its cap (the writes past it failed).
     #[cfg_attr(
-        not(feature = "cli"),
+        not(feature = "exec"),
         allow(dead_code, reason = "only `toolhost exec` runs a command")
     )]
     pub(crate) fn check_passthrough(&self) -> Result<(), (ErrorCode, String)> {

@@ -476,7 +476,7 @@ async fn a_successor_host_shares_exclusivity_with_its_predecessor() {
     );
     b.successor_of(&old);
     let new = std::sync::Arc::new(b.build().await.unwrap());
-    assert!(std::sync::Arc::ptr_eq(old.log(), new.log()));
+    assert!(old.log().is_same_log(&new.log()));
     let (on_old, on_new) = tokio::join!(
         concurrent_calls(&old, "overlap", 3),
         concurrent_calls(&new, "overlap", 3)
