@@ -8,7 +8,8 @@
 //! the calls were given, whatever order they finish. A result is committed
 //! as soon as every result before it is, so a crash loses as little as it can.
 
-use super::pipeline::{Admitted, Unfinished, aborted};
+use super::checkpoint::{Admitted, aborted};
+use super::commit::Unfinished;
 use super::{CallRequest, Host};
 use crate::audit::CallStart;
 use crate::result::CallResult;

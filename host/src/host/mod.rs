@@ -2,25 +2,62 @@
 //! [`Host::call`], which runs one call through the whole pipeline of
 //! DESIGN.md §1. The CLI and the MCP server are thin layers over it.
 //!
+//! One call, phase by phase. Each phase either hands the call to the next
+//! or ends it with a stable code; the numbers are the ones in the code's
+//! comments and in `docs/ARCHITECTURE.md`.
+//!
+//! | # | phase | file |
+//! |---|---|---|
+//! | | the sequence: admit (1-5), checkpoint (6), dispatch (7-8), commit (9) | `call.rs` (`Host::call`); a step's calls: `batch.rs` |
+//! | 1 | lookup, then the policy layers' visibility | `assess.rs` |
+//! | 1b | rate limits, per client | `assess.rs` → `rate.rs` |
+//! | 2 | arguments parsed and validated (nulls, whole numbers normalised) | `args.rs` |
+//! | 2b | argument patches, then validation again | `assess.rs` → `crate::patches` |
+//! | 3 | policy: allow, deny or ask, strictest wins | `assess.rs` |
+//! | 4 | guards: deny-only | `assess.rs` |
+//! | 4b | mode: the call's mode (escalation, capped by the side effect), settled before 2b; then the sandbox check (`min_mode`, room for the body) | `assess.rs` |
+//! | 5 | approval: `approval/asked` and `approval/decided`, fail closed | `approve.rs` |
+//! | 6 | checkpoint: the intents, durable when a call may act outside the host | `checkpoint.rs` |
+//! | — | exclusivity: safe bodies share, others run alone | `execute.rs` → `gate.rs` |
+//! | 7 | sandbox and body | `execute.rs` → `crate::runtime` |
+//! | 8 | output validation | `execute.rs` |
+//! | 8b | post-execute: hooks, then the policy's rules | `execute.rs` |
+//! | 9 | commit: the result and its after-call record, then observers; the one exit of every path | `commit.rs` |
+//!
+//! Beside the phases:
+//! - `redact.rs`: secrets and the policy's `[post_execute]` text rules in
+//!   what leaves the host (results, progress reports, log records);
 //! - `builder.rs`: [`HostBuilder`], loading, the state directory check;
-//! - `pipeline.rs`: the phases of one call, in order (lookup, validation,
-//!   policy, guards, approval, the checkpoint, body, output checks,
-//!   post-execute, commit); the checkpoint exists once and serves `call`
-//!   and `call_batch`;
-//! - `batch.rs`: the calls of one step: admitted in order, one group
-//!   commit, bodies in runs, results committed in call order;
 //! - `gate.rs`: exclusivity across every caller of the host;
 //! - `rate.rs`: the policy's `[rate_limits]`, per client, before validation.
+//!
+//! Invariants the phases keep:
+//! - rate limits come right after lookup, before validation;
+//! - validation comes before policy, guards before approval, approval before
+//!   the checkpoint, the checkpoint before the body;
+//! - every path except `allowed-once` after `ask` refuses;
+//! - no body runs unless its intent is committed, and durable when the call
+//!   is granted any effect outside the host (`sandbox::needs_durable_intent`);
+//! - policy and guards run for every call, whatever scope it comes from;
+//! - every call ends in phase 9 exactly once, also when its future is
+//!   dropped (`commit.rs`'s `Unfinished` guard).
 
+mod approve;
+mod args;
+mod assess;
 mod batch;
 mod builder;
+mod call;
+mod checkpoint;
+mod commit;
+mod execute;
 mod gate;
-mod pipeline;
 mod rate;
+mod redact;
 
+pub use args::MAX_ARGS_BYTES;
+pub(crate) use assess::Charge;
 pub use builder::HostBuilder;
-pub(crate) use pipeline::Charge;
-pub use pipeline::MAX_ARGS_BYTES;
 pub use rate::LIBRARY_CLIENT;
 
 use crate::approval::Approver;
@@ -36,6 +73,9 @@ use std::sync::atomic::AtomicU64;
 use toolhost_core::SandboxMode;
 use toolhost_log::SessionLog;
 use toolhost_policy::{Guards, Policy};
+
+/// A refusal before dispatch: its stable code and message.
+type Refusal = (toolhost_core::ErrorCode, String);
 
 /// The longest tool or scope name a call's records keep (valid names are at most
 /// 64 bytes).

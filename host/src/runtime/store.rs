@@ -643,7 +643,7 @@ impl Run {
 
     /// A tool's error as `code: message`. Its code is kept as a short token;
     /// the message is cut to the call's output cap by the pipeline, after
-    /// the credentials are redacted from it (`host::pipeline`), so that a
+    /// the credentials are redacted from it (`Host::tool_error`), so that a
     /// cut never leaves part of a secret.
     pub(crate) fn tool_error_text(&self, code: &str, message: &str) -> String {
         // The tool's own code is a short token: at most 64 characters of
