@@ -15,11 +15,11 @@
 //! and a short deadline ([`CHECK_DEADLINE`](crate::conformance::CHECK_DEADLINE)). A tool whose minimum mode is
 //! wider gets a warning row instead of running its examples.
 
-use crate::host::{CallRequest, HostBuilder};
-use crate::registry::RegisteredTool;
-use crate::runtime::{Runtime, RuntimeOptions};
-use crate::sandbox::Limits;
-use crate::tool::is_valid_name;
+use crate::pipeline::{CallRequest, HostBuilder};
+use crate::sandbox::spec::Limits;
+use crate::sandbox::{Runtime, RuntimeOptions};
+use crate::tools::is_valid_name;
+use crate::tools::registry::RegisteredTool;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -383,7 +383,7 @@ fn origin(url: &str) -> &str {
     }
 }
 
-fn names(descriptors: &[crate::tool::Descriptor]) -> String {
+fn names(descriptors: &[crate::tools::Descriptor]) -> String {
     descriptors
         .iter()
         .map(|d| d.name.as_str())
@@ -406,7 +406,7 @@ fn invalid_args_for(tool: &RegisteredTool) -> Option<serde_json::Value> {
 }
 
 /// A runtime for one-off checks: no fuel, a small pool, the default cache.
-pub fn runtime_for_checks() -> Result<Arc<Runtime>, crate::runtime::LoadError> {
+pub fn runtime_for_checks() -> Result<Arc<Runtime>, crate::sandbox::LoadError> {
     Runtime::new(RuntimeOptions {
         max_concurrent_calls: 4,
         ..RuntimeOptions::default()

@@ -17,11 +17,11 @@
 //! governed is made a tool with a manifest (`NAME.tool.toml`), whose calls
 //! go through the whole pipeline.
 
-use crate::runtime::{
+pub use crate::sandbox::spec::{CommandSpec, SandboxSpec};
+use crate::sandbox::state::Interrupt;
+use crate::sandbox::{
     LoadError, NetWitness, Receipt, Run, Runtime, STUCK_GRACE, StoreBuilder, race,
 };
-pub use crate::sandbox::{CommandSpec, SandboxSpec};
-use crate::state::Interrupt;
 use toolhost_core::{ErrorCode, SandboxMode};
 
 /// How a command program ended.
@@ -71,7 +71,7 @@ pub async fn run_command(
             runtime.cache().configured_dir(),
             spec.workspace.canonicalize(),
         )
-        && let Some(inside) = crate::sandbox::resolved_inside(cache, &workspace)
+        && let Some(inside) = crate::sandbox::spec::resolved_inside(cache, &workspace)
     {
         return Ok(ExecReport {
             outcome: ExecOutcome::Failed {

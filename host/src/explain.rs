@@ -7,7 +7,7 @@
 //! what a real call does. It stops short of the approver: nobody is asked,
 //! nothing is recorded, no body runs.
 
-use crate::host::{CallRequest, Host};
+use crate::pipeline::{CallRequest, Host};
 use serde::Serialize;
 use serde_json::{Value, json};
 use toolhost_core::{ErrorCode, SandboxMode};
@@ -77,7 +77,7 @@ impl Host {
         let base_mode = request.mode.unwrap_or_else(|| self.policy.default_mode());
         let mode = request.escalation.as_ref().map_or(base_mode, |e| e.mode);
         let view = self.view(request, &principal, mode);
-        let answer = match self.assess(request, crate::host::Charge::Nothing) {
+        let answer = match self.assess(request, crate::pipeline::Charge::Nothing) {
             Err((code, message)) => Answer::Refused { code, message },
             Ok(a) => match (a.approval_reason, a.approval) {
                 (None, _) => Answer::Allow,
@@ -128,7 +128,9 @@ impl Host {
         let tool = self.registry.resolve(scope, &request.tool)?;
         let mut args: Value = serde_json::from_str(&request.args).ok()?;
         let mut patches = Vec::new();
-        if let Ok(Some(p)) = crate::patches::apply(&self.policy, &self.args_hooks, tool, &args) {
+        if let Ok(Some(p)) =
+            crate::pipeline::patches::apply(&self.policy, &self.args_hooks, tool, &args)
+        {
             args = p.args;
             patches = p.applied.iter().map(ToString::to_string).collect();
         }

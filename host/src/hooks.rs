@@ -3,9 +3,9 @@
 //! (inspect, replace `content` or `canonical`, or block) and observers
 //! (read-only, after the commit, off the call's path: see `audit.rs`).
 
-use crate::audit::AfterCall;
+use crate::pipeline::audit::AfterCall;
 use crate::result::CallResult;
-use crate::tool::{ContentItem, Descriptor};
+use crate::tools::{ContentItem, Descriptor};
 
 /// What a post-execute hook decides about a successful result.
 #[derive(Debug, Clone, PartialEq)]

@@ -30,76 +30,60 @@
 //! # Ok(()) }
 //! ```
 
-mod announce;
 mod approval;
-mod approval_queue;
-mod audit;
-mod bindings;
-mod cache;
 mod crashpoint;
 mod egress;
-mod embedded;
 mod explain;
 mod hooks;
-mod host;
-mod log_reader;
-mod manifest;
-mod output;
-mod patches;
-mod program_tool;
-mod provider;
-mod record;
-mod registry;
+mod pipeline;
 mod result;
-mod runtime;
 mod sandbox;
-mod state;
-mod tool;
+mod tools;
 
-pub use crate::announce::{ANNOUNCE_CAPACITY, ApprovalAnnouncement, ApprovalListener};
+pub use crate::approval::announce::{ANNOUNCE_CAPACITY, ApprovalAnnouncement, ApprovalListener};
+pub use crate::approval::queue::{
+    ApprovalDecision, ApprovalQueue, DecideError, GRACE as APPROVAL_GRACE, QueueApprover,
+    approvals_dir, decide_approval, pending_approvals, recover_pending_approvals,
+};
 pub use crate::approval::{
     APPROVAL_WAIT_MS, ApprovalOutcome, ApprovalRequest, ApprovedCode, Approver, BoxFuture,
     CommandApprover, FixedApprover, NoApprover, TtyApprover, approver_from_spec, parse_decision,
 };
-pub use crate::approval_queue::{
-    ApprovalDecision, ApprovalQueue, DecideError, GRACE as APPROVAL_GRACE, QueueApprover,
-    approvals_dir, decide_approval, pending_approvals, recover_pending_approvals,
-};
-pub use crate::audit::{AfterCall, DEFAULT_OBSERVER_QUEUE};
-pub use crate::cache::{CacheStats, default_cache_dir};
 pub use crate::egress::{NetworkGrant, SharedResolver};
-#[doc(hidden)]
-pub use crate::embedded::BENCH_GUEST_PATH;
-pub use crate::embedded::EMBEDDED_TOOLS;
-#[doc(hidden)]
-pub use crate::embedded::MCP_FIXTURES_PATH;
 pub use crate::explain::{Answer, Explanation};
 pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHook};
-pub use crate::host::{
+pub use crate::pipeline::audit::{AfterCall, DEFAULT_OBSERVER_QUEUE};
+pub use crate::pipeline::log_reader::LogReader;
+pub use crate::pipeline::{
     CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,
 };
-pub use crate::log_reader::LogReader;
-pub use crate::manifest::{
-    MANIFEST_SUFFIX, Manifest, ManifestCode, ManifestError, ManifestLimits, Preopen,
-    name_of as manifest_name,
-};
-pub use crate::program_tool::ProgramTool;
-pub use crate::provider::{Provider, provider_tool};
-pub use crate::registry::{RegisteredTool, RegistryError, ScopeSpec, ToolBody};
 pub use crate::result::{CallError, CallResult, Status};
-#[cfg(feature = "bench-internals")]
-#[doc(hidden)]
-pub use crate::runtime::{BodyOutcome, LoadedComponent};
-pub use crate::runtime::{
-    DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, MAX_WASM_FILE_BYTES, Receipt, Runtime,
-    RuntimeOptions, STUCK_GRACE, WasmFileError, read_wasm_file,
-};
-pub use crate::sandbox::{
+pub use crate::sandbox::cache::{CacheStats, default_cache_dir};
+pub use crate::sandbox::spec::{
     GUEST_SCRATCH, GUEST_WORKSPACE, Limits, SandboxError, inside_workspace, needs_durable_intent,
     writable_preopens,
 };
-pub use crate::state::{Interrupt, LogRecord, Progress, ProgressSink, printable};
-pub use crate::tool::{ContentItem, Descriptor, SideEffect, is_valid_name};
+pub use crate::sandbox::state::{Interrupt, LogRecord, Progress, ProgressSink, printable};
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub use crate::sandbox::{BodyOutcome, LoadedComponent};
+pub use crate::sandbox::{
+    DESCRIBE_DEADLINE, EPOCH_TICK, LoadError, MAX_WASM_FILE_BYTES, Receipt, Runtime,
+    RuntimeOptions, STUCK_GRACE, WasmFileError, read_wasm_file,
+};
+pub use crate::tools::descriptor::{ContentItem, Descriptor, SideEffect, is_valid_name};
+#[doc(hidden)]
+pub use crate::tools::embedded::BENCH_GUEST_PATH;
+pub use crate::tools::embedded::EMBEDDED_TOOLS;
+#[doc(hidden)]
+pub use crate::tools::embedded::MCP_FIXTURES_PATH;
+pub use crate::tools::manifest::{
+    MANIFEST_SUFFIX, Manifest, ManifestCode, ManifestError, ManifestLimits, Preopen,
+    name_of as manifest_name,
+};
+pub use crate::tools::program_tool::ProgramTool;
+pub use crate::tools::provider::{Provider, provider_tool};
+pub use crate::tools::registry::{RegisteredTool, RegistryError, ScopeSpec, ToolBody};
 pub use toolhost_core::{ErrorCode, SandboxMode};
 pub use toolhost_log as log;
 pub use toolhost_policy as policy;

@@ -5,8 +5,8 @@
 //! `meta` (for a UI). Hiding data from the model by editing only `content`
 //! does not hide it from `canonical`.
 
-use crate::runtime::Receipt;
-use crate::tool::ContentItem;
+use crate::sandbox::Receipt;
+use crate::tools::ContentItem;
 use serde::{Deserialize, Serialize};
 use toolhost_core::ErrorCode;
 

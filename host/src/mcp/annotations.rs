@@ -21,8 +21,8 @@
 //! they stay in the descriptor (and in policy rules that match on them),
 //! not in the hints.
 
-use crate::host::Host;
-use crate::tool::Descriptor;
+use crate::pipeline::Host;
+use crate::tools::Descriptor;
 use rmcp::model::ToolAnnotations;
 use toolhost_core::SandboxMode;
 

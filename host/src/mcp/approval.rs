@@ -5,7 +5,7 @@
 
 use super::PeerSlot;
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
-use crate::state::cut;
+use crate::sandbox::state::cut;
 use rmcp::Peer;
 use rmcp::model::{
     CancelledNotificationParam, ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult,

@@ -550,7 +550,7 @@ struct TokenSlot {
 impl TokenSlots {
     /// A slot for `token`, unless it has [`MAX_REQUESTS_PER_TOKEN`] open.
     fn take(self: &Arc<Self>, token: [u8; 32]) -> Option<TokenSlot> {
-        let mut counts = crate::state::lock(&self.0);
+        let mut counts = crate::sandbox::state::lock(&self.0);
         let open = counts.entry(token).or_default();
         if *open >= MAX_REQUESTS_PER_TOKEN {
             return None;
@@ -565,7 +565,7 @@ impl TokenSlots {
 
 impl Drop for TokenSlot {
     fn drop(&mut self) {
-        let mut counts = crate::state::lock(&self.slots.0);
+        let mut counts = crate::sandbox::state::lock(&self.slots.0);
         if let Some(open) = counts.get_mut(&self.token) {
             *open -= 1;
             if *open == 0 {
@@ -757,7 +757,9 @@ impl Front {
             }
         };
         if let (Some(session), Some(token)) = (&session, &token) {
-            let owner = crate::state::lock(&self.owners).get(session).copied();
+            let owner = crate::sandbox::state::lock(&self.owners)
+                .get(session)
+                .copied();
             if owner.is_some_and(|o| !bool::from(o.ct_eq(token))) {
                 tracing::warn!("refused a request on a session another token opened");
                 return plain(StatusCode::NOT_FOUND, "Not Found: no such session\n");
@@ -881,7 +883,7 @@ impl Front {
                 .and_then(|v| v.to_str().ok())
         {
             let open = self.sessions.sessions.read().await;
-            let mut owners = crate::state::lock(&self.owners);
+            let mut owners = crate::sandbox::state::lock(&self.owners);
             owners.retain(|s, _| open.keys().any(|k| k.as_ref() == s.as_str()));
             owners.insert(id.to_string(), token);
         }
@@ -1069,7 +1071,7 @@ pub async fn serve_http_until(
         // writes, which hyper makes, carry no MSG_NOSIGNAL): a client that
         // goes away mid-response cannot end a program that embeds the
         // server and keeps the signal's default action.
-        let stream = crate::runtime::Tcp::new(stream);
+        let stream = crate::sandbox::Tcp::new(stream);
         let front = front.clone();
         let service = hyper::service::service_fn(move |request| {
             let front = front.clone();

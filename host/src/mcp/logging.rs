@@ -7,7 +7,7 @@
 //! Records are sent when the call ends, before its response, in the order
 //! the tool wrote them, those at or above the level only; a request with
 //! no level gets none. A call keeps at most
-//! [`MAX_LOG_RECORDS`](crate::bindings::MAX_LOG_RECORDS) records, so a call
+//! [`MAX_LOG_RECORDS`](crate::sandbox::bindings::MAX_LOG_RECORDS) records, so a call
 //! sends at most that many notifications. (MCP's logging utility is
 //! deprecated by SEP-2577 in later revisions; it is what clients of
 //! 2025-11-25 and the conformance suite use.)
@@ -16,7 +16,7 @@
     reason = "MCP logging is deprecated upstream but still spoken by 2025-11-25 clients"
 )]
 
-use crate::state::LogRecord;
+use crate::sandbox::state::LogRecord;
 use rmcp::Peer;
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::RoleServer;

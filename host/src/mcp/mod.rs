@@ -68,8 +68,8 @@ pub use protocol::{STDIO_CLIENT, to_mcp_result};
 pub use tasks::{MAX_TASKS_PER_CLIENT, TASK_POLL_INTERVAL_MS};
 
 use crate::approval::{Approver, BoxFuture};
-use crate::host::{Host, HostBuilder};
-use crate::runtime::Runtime;
+use crate::pipeline::{Host, HostBuilder};
+use crate::sandbox::Runtime;
 use framing::Framing;
 use protocol::{Approvals, Server};
 use rmcp::service::RoleServer;

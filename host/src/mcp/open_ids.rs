@@ -59,7 +59,7 @@ impl OpenIds {
     /// request of the session holds it.
     pub(super) fn open(self: &Arc<Self>, session: &str, id: RequestId) -> Option<OpenRequest> {
         let key = (Arc::<str>::from(session), id);
-        let mut open = crate::state::lock(&self.open);
+        let mut open = crate::sandbox::state::lock(&self.open);
         if open.contains_key(&key) {
             return None;
         }
@@ -76,7 +76,7 @@ impl OpenIds {
     /// How many ids are open, in all sessions.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        crate::state::lock(&self.open).len()
+        crate::sandbox::state::lock(&self.open).len()
     }
 }
 
@@ -104,7 +104,7 @@ impl Hold {
 impl OpenIds {
     /// Frees `key` if request `number` still holds it.
     fn free(&self, key: &(Arc<str>, RequestId), number: u64) {
-        let mut open = crate::state::lock(&self.open);
+        let mut open = crate::sandbox::state::lock(&self.open);
         if open.get(key) == Some(&number) {
             open.remove(key);
         }

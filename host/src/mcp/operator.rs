@@ -14,7 +14,7 @@
 
 use super::http::Caller;
 use crate::approval::ApprovalOutcome;
-use crate::approval_queue::{ApprovalQueue, DecideError};
+use crate::approval::queue::{ApprovalQueue, DecideError};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};

@@ -12,7 +12,7 @@
 //! notifications, whatever the guest does.
 
 use super::logging::{SendGate, Sent};
-use crate::state::{Progress, ProgressSink};
+use crate::sandbox::state::{Progress, ProgressSink};
 use rmcp::Peer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RoleServer;

@@ -28,12 +28,12 @@ use super::progress::ProgressForwarder;
 use super::tasks::{MAX_TASKS_PER_CLIENT, Tasks};
 use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
-use crate::audit::CallStart;
-use crate::host::{CallRequest, Host};
+use crate::pipeline::audit::CallStart;
+use crate::pipeline::{CallRequest, Host};
 use crate::result::CallResult;
-use crate::runtime::Receipt;
-use crate::state::Interrupt;
-use crate::tool::ContentItem;
+use crate::sandbox::Receipt;
+use crate::sandbox::state::Interrupt;
+use crate::tools::ContentItem;
 use rmcp::Peer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
@@ -394,12 +394,12 @@ fn too_many_calls(tool: &str) -> CallResult {
 }
 
 /// The MCP view of a tool. Its schemas are the client view
-/// ([`Descriptor::for_clients`](crate::tool::Descriptor::for_clients)): only
+/// ([`Descriptor::for_clients`](crate::tools::Descriptor::for_clients)): only
 /// JSON Schema 2020-12 formats.
 ///
 /// Its annotations say what the host enforces for its calls
 /// ([`Enforced`]), not what the author declared.
-fn mcp_tool(t: &crate::registry::RegisteredTool, enforced: Enforced) -> Tool {
+fn mcp_tool(t: &crate::tools::registry::RegisteredTool, enforced: Enforced) -> Tool {
     let d = &t.descriptor.for_clients();
     let input = mcp_input_schema(&d.input_schema);
     let mut tool = Tool::new(d.name.clone(), d.description.clone(), Arc::new(input));

@@ -7,7 +7,7 @@
 use super::logging::Sent;
 use super::protocol::Server;
 use crate::approval::BoxFuture;
-use crate::host::Host;
+use crate::pipeline::Host;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 /// manifest says what a tool declares, and so what it is granted), with no one
 /// asked.
 pub(super) fn check_watched(dir: &Path, host: &Host) -> Result<(), String> {
-    match crate::sandbox::resolved_inside(dir, host.workspace()) {
+    match crate::sandbox::spec::resolved_inside(dir, host.workspace()) {
         None => Ok(()),
         Some(resolved) => Err(format!(
             "the tools directory {} is inside the workspace {}, where a call granted writes could rewrite the tools this server reloads; keep --tools outside the workspace",

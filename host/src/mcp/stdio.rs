@@ -131,7 +131,7 @@ pub(crate) fn open_output(fd: BorrowedFd<'_>) -> io::Result<Option<Output>> {
     open_as(
         fd,
         |dup| -> io::Result<Output> { Ok(Box::new(Sender::from_owned_fd(dup)?)) },
-        |socket| -> Output { Box::new(crate::runtime::Stream::new(socket)) },
+        |socket| -> Output { Box::new(crate::sandbox::Stream::new(socket)) },
     )
 }
 
@@ -196,7 +196,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn a_socket_stdout_whose_reader_is_gone_fails_without_sigpipe() {
-        crate::runtime::with_default_sigpipe(
+        crate::sandbox::with_default_sigpipe(
             "mcp::stdio::tests::a_socket_stdout_whose_reader_is_gone_fails_without_sigpipe",
             || {
                 let rt = tokio::runtime::Builder::new_current_thread()

@@ -18,7 +18,7 @@
 //! are asked like those of any call of its session.
 
 use super::protocol::to_mcp_result_json;
-use crate::state::{Interrupt, Progress, ProgressSink};
+use crate::sandbox::state::{Interrupt, Progress, ProgressSink};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{DetailedTask, Task, TaskPayload, TaskStatus};
 use serde_json::Value;
