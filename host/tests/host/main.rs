@@ -15,6 +15,7 @@ mod cli_run;
 mod conformance_cmd;
 mod durability;
 mod governance;
+mod layout;
 mod mcp_http;
 mod mcp_protocol;
 mod mcp_python;
