@@ -69,6 +69,50 @@ impl Host {
             });
         }
         // 6. one durable commit for every admitted intent.
+        let slots = self.checkpoint_slots(slots, &mut calls);
+        // 7-9. bodies, in runs: a run of calls that may overlap (refusals
+        // included, they are already done), or one exclusive call. Inside a
+        // run, `buffered` starts up to `limit` bodies at once and yields
+        // their results in call order, each committed as soon as it is next.
+        let limit = usize::try_from(self.runtime.options().max_concurrent_calls)
+            .unwrap_or(1)
+            .max(1);
+        let mut results = Vec::with_capacity(slots.len());
+        let mut slots = slots.into_iter().peekable();
+        while let Some(first) = slots.next() {
+            let mut run = vec![first];
+            if !run[0].exclusive() {
+                while let Some(next) = slots.next_if(|s| !s.exclusive()) {
+                    run.push(next);
+                }
+            }
+            let mut done = futures::stream::iter(run)
+                .map(|slot| self.finish(slot))
+                .buffered(limit);
+            while let Some(r) = done.next().await {
+                // Committed here, by the call's guard, not in `finish`: a
+                // later call that ends first waits for the ones before it.
+                let Some(call) = calls.next() else {
+                    // Each slot was pushed with its guard: not reached.
+                    tracing::error!(call_id = %r.call_id, "a batch's call has no guard; its result is not recorded");
+                    results.push(r);
+                    continue;
+                };
+                results.push(call.end(r));
+            }
+        }
+        crate::crashpoint::reached("after-result");
+        results
+    }
+
+    /// Phase 6 for the batch's admitted calls, in one durable commit: each
+    /// call's guard is told its intent is written, or the call ends
+    /// `ABORTED_BEFORE_DISPATCH`.
+    fn checkpoint_slots<'h>(
+        &'h self,
+        mut slots: Vec<Slot<'h>>,
+        calls: &mut Ending<'h>,
+    ) -> Vec<Slot<'h>> {
         let ready: Vec<&Admitted<'_>> = slots
             .iter()
             .filter_map(|s| match s {
@@ -103,39 +147,7 @@ impl Host {
                     .collect();
             }
         }
-        // 7-9. bodies, in runs: a run of calls that may overlap (refusals
-        // included, they are already done), or one exclusive call. Inside a
-        // run, `buffered` starts up to `limit` bodies at once and yields
-        // their results in call order, each committed as soon as it is next.
-        let limit = usize::try_from(self.runtime.options().max_concurrent_calls)
-            .unwrap_or(1)
-            .max(1);
-        let mut results = Vec::with_capacity(slots.len());
-        let mut slots = slots.into_iter().peekable();
-        while let Some(first) = slots.next() {
-            let mut run = vec![first];
-            if !run[0].exclusive() {
-                while let Some(next) = slots.next_if(|s| !s.exclusive()) {
-                    run.push(next);
-                }
-            }
-            let mut done = futures::stream::iter(run)
-                .map(|slot| self.finish(slot))
-                .buffered(limit);
-            while let Some(r) = done.next().await {
-                // Committed here, by the call's guard, not in `finish`: a
-                // later call that ends first waits for the ones before it.
-                let Some(call) = calls.next() else {
-                    // Each slot was pushed with its guard: not reached.
-                    tracing::error!(call_id = %r.call_id, "a batch's call has no guard; its result is not recorded");
-                    results.push(r);
-                    continue;
-                };
-                results.push(call.end(r));
-            }
-        }
-        crate::crashpoint::reached("after-result");
-        results
+        slots
     }
 
     /// Phases 7-8 of one slot: the body, if it may run. Not committed.

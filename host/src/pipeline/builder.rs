@@ -259,56 +259,8 @@ impl HostBuilder {
         if std::mem::replace(&mut self.built, true) {
             return Err(HostError::AlreadyBuilt);
         }
-        let workspace = match self.workspace.take() {
-            Some(w) => w,
-            None => {
-                std::env::current_dir().map_err(|_| HostError::Workspace(PathBuf::from(".")))?
-            }
-        };
-        if !workspace.is_dir() {
-            return Err(HostError::Workspace(workspace));
-        }
-        let workspace = workspace
-            .canonicalize()
-            .map_err(|_| HostError::Workspace(workspace.clone()))?;
-        // Network grants: secrets and CA roots are read now, so that a
-        // missing one stops the host instead of failing a call later.
-        let network = self.policy.network();
-        // Neither may be where a tool could write it (a workspace-write
-        // call would plant a root or a token) or read it (a read-only
-        // call would read the token).
-        if let Some(ca) = network.ca_file() {
-            check_outside_workspace(
-                ca,
-                &workspace,
-                Inside::ByName,
-                "network.ca_file",
-                "plant a root that every TLS connection would trust",
-                "keep it outside the workspace",
-            )?;
-        }
-        for (i, c) in network.credentials().iter().enumerate() {
-            if let toolhost_policy::egress::SecretSource::File(file) = c.source() {
-                check_outside_workspace(
-                    file,
-                    &workspace,
-                    Inside::ByName,
-                    &format!("credentials[{i}].value_file"),
-                    "read the secret or replace it",
-                    "keep it outside the workspace",
-                )?;
-            }
-        }
-        // Built when `[network]` or a rule grants anything (the rules' grants
-        // are the calls' own, under `[network]`'s limits, or the defaults).
-        let rules: Vec<_> = self.policy.rule_grants().collect();
-        let egress = if network.is_enabled() || !rules.is_empty() {
-            let egress =
-                Egress::load(network, &rules, self.resolver.take()).map_err(HostError::Network)?;
-            Some(Arc::new(egress))
-        } else {
-            None
-        };
+        let workspace = self.take_workspace()?;
+        let egress = self.load_egress(&workspace)?;
         let runtime = match self.runtime.take() {
             Some(r) => r,
             None => Arc::new(Runtime::new(self.runtime_options.clone())?),
@@ -323,68 +275,8 @@ impl HostBuilder {
                 "use --cache (or TOOLHOST_CACHE_DIR) outside the workspace",
             )?;
         }
-        // Global tools first, then each scope in declaration order with its
-        // own tools, so that a restriction is checked against exactly what
-        // the scope inherits.
-        let mut registry = Registry::new();
-        let sources = std::mem::take(&mut self.sources);
-        let scopes = std::mem::take(&mut self.scopes);
-        for (name, _) in sources
-            .iter()
-            .filter_map(|(s, src)| s.as_ref().map(|s| (s, src)))
-        {
-            if !scopes.iter().any(|(n, _)| n == name) {
-                return Err(HostError::Registry(
-                    crate::tools::registry::RegistryError::BadScope {
-                        scope: name.clone(),
-                        detail: "tools are registered for a scope that is not declared".into(),
-                    },
-                ));
-            }
-        }
-        // Every component is loaded at once (they are independent: on
-        // several cores the loads overlap), then registered in order, so
-        // that errors and collisions are reported as a sequential load would.
-        let loaded = load_all(&runtime, sources).await;
-        let (global, mut scoped): (Vec<_>, Vec<_>) =
-            loaded.into_iter().partition(|(s, _)| s.is_none());
-        for (_, component) in global {
-            register(&mut registry, None, component?, &workspace)?;
-        }
-        for (name, spec) in scopes {
-            registry.add_scope(&name, spec)?;
-            let (own, rest): (Vec<_>, Vec<_>) = scoped
-                .into_iter()
-                .partition(|(s, _)| s.as_deref() == Some(name.as_str()));
-            scoped = rest;
-            for (_, component) in own {
-                register(&mut registry, Some(&name), component?, &workspace)?;
-            }
-        }
-        let log = match (self.log.take(), self.state_dir.take()) {
-            (Some(log), _) => log,
-            (None, Some(dir)) => {
-                check_outside_workspace(
-                    &dir,
-                    &workspace,
-                    Inside::Resolved,
-                    "state directory",
-                    "rewrite the session log",
-                    "use --state outside the workspace",
-                )?;
-                let log = SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?;
-                // Recovery on open: a call whose intent is durable but whose
-                // result is not ends as TOOL_OUTCOME_UNKNOWN, never re-run.
-                let recovered = log.recover().map_err(|e| HostError::Log(e.to_string()))?;
-                if !recovered.recovered.is_empty() {
-                    tracing::warn!(calls = ?recovered.recovered, "recovered calls with an unknown outcome");
-                }
-                Arc::new(log)
-            }
-            (None, None) => {
-                Arc::new(SessionLog::in_memory().map_err(|e| HostError::Log(e.to_string()))?)
-            }
-        };
+        let registry = self.load_tools(&runtime, &workspace).await?;
+        let log = self.open_log(&workspace)?;
         let mut guards = Guards::from_policy(&self.policy);
         for g in std::mem::take(&mut self.guards) {
             guards.push(g);
@@ -414,6 +306,140 @@ impl HostBuilder {
             next_call: AtomicU64::new(1),
             gate: self.gate.take().unwrap_or_default(),
             egress,
+        })
+    }
+
+    /// The workspace: as set, or the current directory; canonical.
+    fn take_workspace(&mut self) -> Result<PathBuf, HostError> {
+        let workspace = match self.workspace.take() {
+            Some(w) => w,
+            None => {
+                std::env::current_dir().map_err(|_| HostError::Workspace(PathBuf::from(".")))?
+            }
+        };
+        if !workspace.is_dir() {
+            return Err(HostError::Workspace(workspace));
+        }
+        workspace
+            .canonicalize()
+            .map_err(|_| HostError::Workspace(workspace.clone()))
+    }
+
+    /// The network grants, with their secrets and CA roots read now, so
+    /// that a missing one stops the host instead of failing a call later.
+    fn load_egress(&mut self, workspace: &Path) -> Result<Option<Arc<Egress>>, HostError> {
+        let network = self.policy.network();
+        // Neither may be where a tool could write it (a workspace-write
+        // call would plant a root or a token) or read it (a read-only
+        // call would read the token).
+        if let Some(ca) = network.ca_file() {
+            check_outside_workspace(
+                ca,
+                workspace,
+                Inside::ByName,
+                "network.ca_file",
+                "plant a root that every TLS connection would trust",
+                "keep it outside the workspace",
+            )?;
+        }
+        for (i, c) in network.credentials().iter().enumerate() {
+            if let toolhost_policy::egress::SecretSource::File(file) = c.source() {
+                check_outside_workspace(
+                    file,
+                    workspace,
+                    Inside::ByName,
+                    &format!("credentials[{i}].value_file"),
+                    "read the secret or replace it",
+                    "keep it outside the workspace",
+                )?;
+            }
+        }
+        // Built when `[network]` or a rule grants anything (the rules' grants
+        // are the calls' own, under `[network]`'s limits, or the defaults).
+        let rules: Vec<_> = self.policy.rule_grants().collect();
+        Ok(if network.is_enabled() || !rules.is_empty() {
+            let egress =
+                Egress::load(network, &rules, self.resolver.take()).map_err(HostError::Network)?;
+            Some(Arc::new(egress))
+        } else {
+            None
+        })
+    }
+
+    /// Every component loaded and registered: global tools first, then
+    /// each scope in declaration order with its own tools.
+    async fn load_tools(
+        &mut self,
+        runtime: &Arc<Runtime>,
+        workspace: &Path,
+    ) -> Result<Registry, HostError> {
+        // Global tools first, then each scope in declaration order with its
+        // own tools, so that a restriction is checked against exactly what
+        // the scope inherits.
+        let mut registry = Registry::new();
+        let sources = std::mem::take(&mut self.sources);
+        let scopes = std::mem::take(&mut self.scopes);
+        for (name, _) in sources
+            .iter()
+            .filter_map(|(s, src)| s.as_ref().map(|s| (s, src)))
+        {
+            if !scopes.iter().any(|(n, _)| n == name) {
+                return Err(HostError::Registry(
+                    crate::tools::registry::RegistryError::BadScope {
+                        scope: name.clone(),
+                        detail: "tools are registered for a scope that is not declared".into(),
+                    },
+                ));
+            }
+        }
+        // Every component is loaded at once (they are independent: on
+        // several cores the loads overlap), then registered in order, so
+        // that errors and collisions are reported as a sequential load would.
+        let loaded = load_all(runtime, sources).await;
+        let (global, mut scoped): (Vec<_>, Vec<_>) =
+            loaded.into_iter().partition(|(s, _)| s.is_none());
+        for (_, component) in global {
+            register(&mut registry, None, component?, workspace)?;
+        }
+        for (name, spec) in scopes {
+            registry.add_scope(&name, spec)?;
+            let (own, rest): (Vec<_>, Vec<_>) = scoped
+                .into_iter()
+                .partition(|(s, _)| s.as_deref() == Some(name.as_str()));
+            scoped = rest;
+            for (_, component) in own {
+                register(&mut registry, Some(&name), component?, workspace)?;
+            }
+        }
+        Ok(registry)
+    }
+
+    /// The session log: as given, opened (and recovered) in the state
+    /// directory, or in memory.
+    fn open_log(&mut self, workspace: &Path) -> Result<Arc<SessionLog>, HostError> {
+        Ok(match (self.log.take(), self.state_dir.take()) {
+            (Some(log), _) => log,
+            (None, Some(dir)) => {
+                check_outside_workspace(
+                    &dir,
+                    workspace,
+                    Inside::Resolved,
+                    "state directory",
+                    "rewrite the session log",
+                    "use --state outside the workspace",
+                )?;
+                let log = SessionLog::open(&dir).map_err(|e| HostError::Log(e.to_string()))?;
+                // Recovery on open: a call whose intent is durable but whose
+                // result is not ends as TOOL_OUTCOME_UNKNOWN, never re-run.
+                let recovered = log.recover().map_err(|e| HostError::Log(e.to_string()))?;
+                if !recovered.recovered.is_empty() {
+                    tracing::warn!(calls = ?recovered.recovered, "recovered calls with an unknown outcome");
+                }
+                Arc::new(log)
+            }
+            (None, None) => {
+                Arc::new(SessionLog::in_memory().map_err(|e| HostError::Log(e.to_string()))?)
+            }
         })
     }
 }
