@@ -289,3 +289,18 @@ fn list_says_when_it_cannot_make_its_workspace_and_takes_one() {
     let tools: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(tools.len(), toolhost::EMBEDDED_TOOLS.len());
 }
+
+/// `run`'s exit status, from the binary's own source (the binary has no
+/// unit tests: their test binary would link wasmtime once more).
+#[path = "../../src/bin/toolhost/status.rs"]
+mod status;
+
+/// A result the log could not record never exits 0, whatever it says.
+#[test]
+fn an_unrecorded_result_exits_3() {
+    use status::run_status;
+    assert_eq!(run_status(true, true), 0);
+    assert_eq!(run_status(true, false), 1);
+    assert_eq!(run_status(false, true), 3);
+    assert_eq!(run_status(false, false), 3);
+}
