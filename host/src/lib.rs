@@ -58,7 +58,7 @@ mod tool;
 pub use crate::announce::{ANNOUNCE_CAPACITY, ApprovalAnnouncement, ApprovalListener};
 pub use crate::approval::{
     APPROVAL_WAIT_MS, ApprovalOutcome, ApprovalRequest, ApprovedCode, Approver, BoxFuture,
-    CommandApprover, FixedApprover, NoApprover, TtyApprover, approver_from_spec, parse_decision,
+    CommandApprover, FixedApprover, NoApprover, TtyApprover,
 };
 pub use crate::approval_queue::{
     ApprovalDecision, ApprovalQueue, DecideError, GRACE as APPROVAL_GRACE, QueueApprover,

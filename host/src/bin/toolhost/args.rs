@@ -108,7 +108,8 @@ pub(crate) struct HostArgs {
     /// Policy file (TOML).
     #[arg(long, value_name = "FILE")]
     pub(crate) policy: Option<PathBuf>,
-    /// Approver: none, tty, auto-approve, auto-reject, command:PROGRAM.
+    /// Approver: none, tty, auto-approve, auto-reject, command:PROGRAM, or
+    /// queue (requests wait for `toolhost approvals decide`).
     #[arg(long, value_name = "KIND", default_value = "none")]
     pub(crate) approver: String,
     /// Seconds to wait for an approval.

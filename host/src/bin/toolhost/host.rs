@@ -7,7 +7,10 @@ use crate::pg::{open_postgres, pg_options, postgres_url};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use toolhost::{Approver, Host, HostBuilder, Limits, RuntimeOptions};
+use toolhost::{
+    ApprovalOutcome, Approver, CommandApprover, FixedApprover, Host, HostBuilder, Limits,
+    NoApprover, RuntimeOptions, TtyApprover,
+};
 
 fn workspace_of(state: &StateArgs) -> Result<PathBuf> {
     let ws = match &state.workspace {
@@ -187,7 +190,7 @@ pub(crate) fn load_policy(path: Option<&Path>) -> Result<toolhost::policy::Polic
     toolhost::policy::Policy::from_toml(&src, &p.display().to_string()).map_err(|e| anyhow!("{e}"))
 }
 
-/// `--approver`: the kinds of `approver_from_spec`, and `queue` (requests
+/// `--approver`: the kinds of [`approver_from_spec`], and `queue` (requests
 /// wait in the state directory, or in the PostgreSQL log's database, for
 /// `toolhost approvals decide`).
 pub(crate) fn approver_of(h: &HostArgs) -> Result<Box<dyn Approver>> {
@@ -198,7 +201,26 @@ pub(crate) fn approver_of(h: &HostArgs) -> Result<Box<dyn Approver>> {
             timeout,
         )));
     }
-    toolhost::approver_from_spec(&h.approver, timeout).map_err(|e| anyhow!("{e}; or queue"))
+    approver_from_spec(&h.approver, timeout).map_err(|e| anyhow!("{e}; or queue"))
+}
+
+/// Parses the `--approver` kinds other than `queue`.
+fn approver_from_spec(spec: &str, timeout: Duration) -> Result<Box<dyn Approver>, String> {
+    match spec {
+        "none" => Ok(Box::new(NoApprover)),
+        "tty" => Ok(Box::new(TtyApprover { timeout })),
+        "auto-approve" => Ok(Box::new(FixedApprover(ApprovalOutcome::AllowedOnce))),
+        "auto-reject" => Ok(Box::new(FixedApprover(ApprovalOutcome::Rejected))),
+        s => match s.strip_prefix("command:") {
+            Some(p) if !p.trim().is_empty() => Ok(Box::new(CommandApprover {
+                program: p.to_string(),
+                timeout,
+            })),
+            _ => Err(format!(
+                "unknown approver {s:?} (expected none, tty, auto-approve, auto-reject or command:PROGRAM)"
+            )),
+        },
+    }
 }
 
 /// Where `--approver queue` requests wait: the state directory, or, for a
