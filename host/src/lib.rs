@@ -47,7 +47,7 @@ pub use crate::approval::queue::{
 };
 pub use crate::approval::{
     APPROVAL_WAIT_MS, ApprovalOutcome, ApprovalRequest, ApprovedCode, Approver, BoxFuture,
-    CommandApprover, FixedApprover, NoApprover, TtyApprover, approver_from_spec, parse_decision,
+    CommandApprover, FixedApprover, NoApprover, TtyApprover,
 };
 pub use crate::egress::{NetworkGrant, SharedResolver};
 pub use crate::explain::{Answer, Explanation};

@@ -441,7 +441,7 @@ async fn run_command(
 
 /// Parses an approver's answer. `unavailable` cannot be claimed as a
 /// success; unknown words are garbage.
-pub fn parse_decision(out: &[u8]) -> Option<ApprovalOutcome> {
+fn parse_decision(out: &[u8]) -> Option<ApprovalOutcome> {
     let text = std::str::from_utf8(out).ok()?.trim();
     let word = if text.starts_with('{') {
         #[derive(Deserialize)]
@@ -457,25 +457,6 @@ pub fn parse_decision(out: &[u8]) -> Option<ApprovalOutcome> {
         "rejected" | "reject" | "deny" => Some(ApprovalOutcome::Rejected),
         "cancelled" | "cancel" => Some(ApprovalOutcome::Cancelled),
         _ => None,
-    }
-}
-
-/// Parses `--approver KIND`.
-pub fn approver_from_spec(spec: &str, timeout: Duration) -> Result<Box<dyn Approver>, String> {
-    match spec {
-        "none" => Ok(Box::new(NoApprover)),
-        "tty" => Ok(Box::new(TtyApprover { timeout })),
-        "auto-approve" => Ok(Box::new(FixedApprover(ApprovalOutcome::AllowedOnce))),
-        "auto-reject" => Ok(Box::new(FixedApprover(ApprovalOutcome::Rejected))),
-        s => match s.strip_prefix("command:") {
-            Some(p) if !p.trim().is_empty() => Ok(Box::new(CommandApprover {
-                program: p.to_string(),
-                timeout,
-            })),
-            _ => Err(format!(
-                "unknown approver {s:?} (expected none, tty, auto-approve, auto-reject or command:PROGRAM)"
-            )),
-        },
     }
 }
 
@@ -636,19 +617,5 @@ mod tests {
         assert_eq!(parse_decision(b"\xff\xfe"), None);
         assert_eq!(parse_decision(br#"{"decision":1}"#), None);
         assert_eq!(parse_decision(b""), None);
-    }
-
-    #[test]
-    fn approver_specs() {
-        let t = Duration::from_secs(1);
-        assert!(approver_from_spec("none", t).is_ok());
-        assert!(approver_from_spec("command:", t).is_err());
-        assert!(approver_from_spec("sometimes", t).is_err());
-        assert_eq!(
-            approver_from_spec("command:/bin/true", t)
-                .map(|a| a.name())
-                .ok(),
-            Some("command:/bin/true".into())
-        );
     }
 }

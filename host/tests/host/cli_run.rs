@@ -289,3 +289,86 @@ fn list_says_when_it_cannot_make_its_workspace_and_takes_one() {
     let tools: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(tools.len(), toolhost::EMBEDDED_TOOLS.len());
 }
+
+/// `run`'s exit status, from the binary's own source (the binary has no
+/// unit tests: their test binary would link wasmtime once more).
+#[path = "../../src/bin/toolhost/status.rs"]
+mod status;
+
+/// A result the log could not record never exits 0, whatever it says.
+#[test]
+fn an_unrecorded_result_exits_3() {
+    use status::run_status;
+    assert_eq!(run_status(true, true), 0);
+    assert_eq!(run_status(true, false), 1);
+    assert_eq!(run_status(false, true), 3);
+    assert_eq!(run_status(false, false), 3);
+}
+
+/// `--approver` takes the kinds `run --help` lists, each asked by its own
+/// name (a `command:` approver's names its program), and refuses any other
+/// before anything runs (exit 2).
+#[test]
+fn approver_kinds_are_the_ones_help_lists() {
+    let help = Command::new(crate::support::bin())
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success(), "{help:?}");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let approver = help
+        .split("--approver <KIND>")
+        .nth(1)
+        .and_then(|rest| rest.split("--approval-timeout").next())
+        .unwrap_or_else(|| panic!("no --approver in {help}"));
+    let kinds = [
+        "none",
+        "tty",
+        "auto-approve",
+        "auto-reject",
+        "command:PROGRAM",
+        "queue",
+    ];
+    for kind in kinds {
+        assert!(approver.contains(kind), "{kind}: {approver}");
+    }
+
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let policy = state.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\nmode = \"workspace-write\"\n[[rules]]\ntool = \"write_file\"\n\
+         decision = \"ask\"\nreason = \"writes need a human\"\n",
+    )
+    .unwrap();
+    let explain = |approver: &str| {
+        Command::new(crate::support::bin())
+            .args(["explain", "write_file", "--json", "--approver", approver])
+            .args(["--args", r#"{"path":"a.txt","content":"x"}"#, "--policy"])
+            .arg(&policy)
+            .arg("--workspace")
+            .arg(ws.path())
+            .arg("--state")
+            .arg(state.path())
+            .env("TOOLHOST_CACHE_DIR", crate::support::cache_dir())
+            .output()
+            .unwrap()
+    };
+    for kind in kinds.map(|k| k.replace("PROGRAM", "/bin/true")) {
+        let out = explain(&kind);
+        assert_eq!(out.status.code(), Some(0), "{kind}: {out:?}");
+        let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(e["answer"]["status"], "ask", "{kind}: {e}");
+        assert_eq!(e["answer"]["approver"], kind.as_str(), "{kind}: {e}");
+    }
+    for kind in ["sometimes", "command:", "command:  ", "Queue"] {
+        let out = explain(kind);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{kind}: {err}");
+        assert!(
+            err.contains(&format!("unknown approver {kind:?}")) && err.contains("queue"),
+            "{kind}: {err}"
+        );
+    }
+}
