@@ -1,11 +1,15 @@
 //! Library extension points: argument hooks before policy (rewrite or
 //! block a call's arguments), and after the body post-execute hooks
 //! (inspect, replace `content` or `canonical`, or block) and observers
-//! (read-only, after the commit, off the call's path: see `audit.rs`).
+//! (read-only, after the commit, off the call's path: see
+//! `pipeline/audit.rs`), with what observers receive: the after-call record
+//! ([`AfterCall`]) and where a call started ([`CallStart`]).
 
-use crate::pipeline::audit::AfterCall;
-use crate::result::CallResult;
-use crate::tools::{ContentItem, Descriptor};
+use crate::result::{CallResult, Status};
+use crate::tools::descriptor::{ContentItem, Descriptor};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use toolhost_core::ErrorCode;
 
 /// What a post-execute hook decides about a successful result.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,5 +78,77 @@ pub trait Observer: Send + Sync + 'static {
     /// principal, scope, code and the result).
     fn after_call(&self, record: &AfterCall) {
         self.observe(&record.result);
+    }
+}
+
+/// One call's after-call record: who asked, what happened, how long it took.
+#[derive(Debug, Clone, Serialize)]
+pub struct AfterCall {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool, as called.
+    pub tool: String,
+    /// Who asked (the local principal when the caller named nobody).
+    pub principal: String,
+    /// The scope the call came from; `None` is the global scope.
+    pub scope: Option<String>,
+    /// `ok` or `error`.
+    pub status: Status,
+    /// The stable code of a refusal or failure.
+    pub code: Option<ErrorCode>,
+    /// From the call entering the pipeline to its result being committed
+    /// (approval waits and, in a batch, waits for earlier calls included).
+    #[serde(rename = "duration_us", serialize_with = "micros")]
+    pub duration: Duration,
+    /// The final result, as the caller gets it.
+    #[serde(skip)]
+    pub result: CallResult,
+}
+
+fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Where and when a call started: what its after-call record needs besides
+/// the result.
+#[derive(Debug, Clone)]
+pub(crate) struct CallStart {
+    pub(crate) at: Instant,
+    pub(crate) principal: String,
+    pub(crate) scope: Option<String>,
+}
+
+impl CallStart {
+    pub(crate) fn new(principal: Option<&str>, scope: Option<&str>) -> CallStart {
+        CallStart {
+            at: Instant::now(),
+            principal: principal
+                .unwrap_or(toolhost_policy::LOCAL_PRINCIPAL)
+                .to_string(),
+            scope: scope.map(str::to_string),
+        }
+    }
+
+    /// What the `tool/result` event of `result` carries as `audit`.
+    pub(crate) fn audit_json(&self, duration: Duration) -> serde_json::Value {
+        serde_json::json!({
+            "duration_us": u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
+            "principal": self.principal,
+            "scope": self.scope,
+        })
+    }
+
+    /// The after-call record of `result`, which took `duration`.
+    pub(crate) fn record(&self, result: &CallResult, duration: Duration) -> AfterCall {
+        AfterCall {
+            call_id: result.call_id.clone(),
+            tool: result.tool.clone(),
+            principal: self.principal.clone(),
+            scope: self.scope.clone(),
+            status: result.status,
+            code: result.code(),
+            duration,
+            result: result.clone(),
+        }
     }
 }

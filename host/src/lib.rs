@@ -51,8 +51,8 @@ pub use crate::approval::{
 };
 pub use crate::egress::{NetworkGrant, SharedResolver};
 pub use crate::explain::{Answer, Explanation};
-pub use crate::hooks::{ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHook};
-pub use crate::pipeline::audit::{AfterCall, DEFAULT_OBSERVER_QUEUE};
+pub use crate::hooks::{AfterCall, ArgsAction, ArgsHook, Observer, PostAction, PostExecuteHook};
+pub use crate::pipeline::audit::DEFAULT_OBSERVER_QUEUE;
 pub use crate::pipeline::log_reader::LogReader;
 pub use crate::pipeline::{
     CallRequest, Escalation, Host, HostBuilder, HostError, LIBRARY_CLIENT, MAX_ARGS_BYTES,

@@ -1,7 +1,6 @@
-//! The after-call record ([`AfterCall`]): exactly one per call, on every
-//! path (success, every refusal, abort before dispatch, the body's errors),
-//! with the call's duration; and the delivery of these records to
-//! observers, off the call's path.
+//! The delivery of after-call records ([`AfterCall`], defined next to the
+//! [`Observer`] trait in `hooks.rs`: exactly one per call, on every path,
+//! with the call's duration) to observers, off the call's path.
 //!
 //! The same record is written twice: into the call's `tool/result` event
 //! (its `audit` field: duration, principal, scope) and, after that commit,
@@ -19,90 +18,18 @@
 //! by the observer's thread, which outlives the host until its queue is
 //! empty; a process that exits first loses them.
 
-use crate::hooks::Observer;
-use crate::result::{CallResult, Status};
-use serde::Serialize;
+use crate::hooks::{AfterCall, Observer};
+// `mcp/protocol.rs` still names `CallStart` here; it moved to `hooks.rs`.
+// Drop this when `mcp/` imports it from there (its split is under way).
+#[cfg(feature = "mcp")]
+pub(crate) use crate::hooks::CallStart;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
-use std::time::{Duration, Instant};
-use toolhost_core::ErrorCode;
 
 /// How many after-call records each observer's queue holds by default.
 pub const DEFAULT_OBSERVER_QUEUE: usize = 1024;
-
-/// One call's after-call record: who asked, what happened, how long it took.
-#[derive(Debug, Clone, Serialize)]
-pub struct AfterCall {
-    /// The call's id.
-    pub call_id: String,
-    /// The tool, as called.
-    pub tool: String,
-    /// Who asked (the local principal when the caller named nobody).
-    pub principal: String,
-    /// The scope the call came from; `None` is the global scope.
-    pub scope: Option<String>,
-    /// `ok` or `error`.
-    pub status: Status,
-    /// The stable code of a refusal or failure.
-    pub code: Option<ErrorCode>,
-    /// From the call entering the pipeline to its result being committed
-    /// (approval waits and, in a batch, waits for earlier calls included).
-    #[serde(rename = "duration_us", serialize_with = "micros")]
-    pub duration: Duration,
-    /// The final result, as the caller gets it.
-    #[serde(skip)]
-    pub result: CallResult,
-}
-
-fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
-/// Where and when a call started: what its after-call record needs besides
-/// the result.
-#[derive(Debug, Clone)]
-pub(crate) struct CallStart {
-    pub(crate) at: Instant,
-    pub(crate) principal: String,
-    pub(crate) scope: Option<String>,
-}
-
-impl CallStart {
-    pub(crate) fn new(principal: Option<&str>, scope: Option<&str>) -> CallStart {
-        CallStart {
-            at: Instant::now(),
-            principal: principal
-                .unwrap_or(toolhost_policy::LOCAL_PRINCIPAL)
-                .to_string(),
-            scope: scope.map(str::to_string),
-        }
-    }
-
-    /// What the `tool/result` event of `result` carries as `audit`.
-    pub(crate) fn audit_json(&self, duration: Duration) -> serde_json::Value {
-        serde_json::json!({
-            "duration_us": u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
-            "principal": self.principal,
-            "scope": self.scope,
-        })
-    }
-
-    /// The after-call record of `result`, which took `duration`.
-    pub(crate) fn record(&self, result: &CallResult, duration: Duration) -> AfterCall {
-        AfterCall {
-            call_id: result.call_id.clone(),
-            tool: result.tool.clone(),
-            principal: self.principal.clone(),
-            scope: self.scope.clone(),
-            status: result.status,
-            code: result.code(),
-            duration,
-            result: result.clone(),
-        }
-    }
-}
 
 /// One thread and one bounded queue per observer.
 pub(crate) struct Observers {

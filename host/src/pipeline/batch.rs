@@ -11,7 +11,7 @@
 use super::checkpoint::{Admitted, aborted};
 use super::commit::Unfinished;
 use super::{CallRequest, Host};
-use crate::pipeline::audit::CallStart;
+use crate::hooks::CallStart;
 use crate::result::CallResult;
 use futures::StreamExt;
 

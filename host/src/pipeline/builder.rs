@@ -450,7 +450,7 @@ enum Loaded {
     Component(
         String,
         Arc<crate::sandbox::LoadedComponent>,
-        Vec<crate::tools::Descriptor>,
+        Vec<crate::tools::descriptor::Descriptor>,
     ),
     Program(Arc<crate::tools::program_tool::ProgramTool>),
 }

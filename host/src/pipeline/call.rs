@@ -10,7 +10,7 @@ use super::commit::Unfinished;
 use super::redact::redacting_progress;
 use super::{CallRequest, Host, Refusal};
 use crate::egress::NetworkGrant;
-use crate::pipeline::audit::CallStart;
+use crate::hooks::CallStart;
 use crate::result::CallResult;
 use crate::sandbox::NetWitness;
 use crate::sandbox::state::{Interrupt, cut};

@@ -7,7 +7,7 @@ use super::Host;
 use super::approve::DROPPED_WHILE_ASKING;
 use super::checkpoint::Admitted;
 use super::redact::{redact_secrets, screen_logs};
-use crate::pipeline::audit::CallStart;
+use crate::hooks::CallStart;
 use crate::result::CallResult;
 use crate::sandbox::state::cut;
 use crate::sandbox::{NetWitness, Receipt};

@@ -11,7 +11,7 @@ use crate::hooks::PostAction;
 use crate::result::CallResult;
 use crate::sandbox::spec::SandboxSpec;
 use crate::sandbox::{BodyOutcome, OnAbandon, Receipt, Watch};
-use crate::tools::ContentItem;
+use crate::tools::descriptor::ContentItem;
 use crate::tools::registry::{RegisteredTool, ToolBody};
 use std::sync::Arc;
 use toolhost_core::ErrorCode;

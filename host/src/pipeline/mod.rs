@@ -390,7 +390,7 @@ impl Host {
 
     /// Whether the policy's network grants reach some call of `tool` (see
     /// [`Host::may_reach_network`]).
-    pub(crate) fn grants_network_to(&self, tool: &crate::tools::Descriptor) -> bool {
+    pub(crate) fn grants_network_to(&self, tool: &crate::tools::descriptor::Descriptor) -> bool {
         tool.side_effect == toolhost_core::SideEffect::External
             && self.egress.as_ref().is_some_and(|egress| {
                 egress.policy.is_enabled() || self.policy.may_grant_network(&tool.name)

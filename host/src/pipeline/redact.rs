@@ -4,7 +4,7 @@
 //! records. Used by phases 7-9; decides nothing about whether a call runs.
 
 use crate::result::CallResult;
-use crate::tools::ContentItem;
+use crate::tools::descriptor::ContentItem;
 use std::sync::Arc;
 
 /// `sink`, with every loaded secret replaced in each report's message, and

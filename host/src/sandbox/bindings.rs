@@ -11,7 +11,7 @@
 //! this interface a [`HostCalls`] of its per-call state, and nothing else.
 
 use crate::sandbox::state::{LogRecord, Progress, ProgressSink, cut};
-use crate::tools::{ContentItem, EmbeddedResource};
+use crate::tools::descriptor::{ContentItem, Descriptor, EmbeddedResource, check_name};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use toolhost_core::{SandboxMode, SideEffect};
@@ -193,6 +193,35 @@ fn uri(u: &str) -> Result<String, String> {
         Ok(u.to_string())
     } else {
         Err(format!("{:?} is not a URI (scheme:...)", cut(u, 80)))
+    }
+}
+
+impl Descriptor {
+    /// A descriptor as a component's `describe` returned it, checked (name,
+    /// schemas, sizes): the one way a WIT descriptor becomes the host's.
+    pub(crate) fn from_wit(d: ToolDescriptor) -> Result<Descriptor, String> {
+        check_name(&d.name)?;
+        let input_schema: serde_json::Value = serde_json::from_str(&d.input_schema)
+            .map_err(|e| format!("tool {}: input schema is not JSON: {e}", d.name))?;
+        let output_schema = match d.output_schema.as_deref() {
+            None => None,
+            Some(s) => Some(
+                serde_json::from_str(s)
+                    .map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?,
+            ),
+        };
+        let descriptor = Descriptor {
+            name: d.name,
+            description: d.description,
+            input_schema,
+            output_schema,
+            concurrency_safe: d.concurrency_safe,
+            side_effect: side_effect_from_wit(d.side_effect),
+            idempotent: d.idempotent,
+            min_mode: mode_from_wit(d.min_mode),
+        };
+        descriptor.check()?;
+        Ok(descriptor)
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 
-use crate::tools::Descriptor;
+use crate::tools::descriptor::Descriptor;
 
 /// The layout of an entry (files and checksums). Part of the key, so that an
 /// entry of another layout is a miss, not a corrupt entry. 1: SHA-256 sums;
@@ -429,8 +429,8 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("toolhost"))
 }
 
-#[cfg(test)]
 #[allow(clippy::unwrap_used)]
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -9,64 +9,11 @@
 //! guest. This module decides nothing and enforces nothing; the store
 //! module records what it classifies.
 
-use super::store::MAX_RESOURCES;
+use crate::sandbox::limits::{LimitHit, MAX_RESOURCES};
 use crate::sandbox::output::CapturedOutput;
 use toolhost_core::ErrorCode;
 use wasmtime::Trap;
 use wasmtime::component::ResourceTableError;
-
-/// A limit of the call that the guest ran into.
-///
-/// The growth limits are recorded by the store's resource limiter when it
-/// refuses a growth (the guest then usually traps, with a trap that says
-/// nothing about why). The count limits are checked by the store before a
-/// component is instantiated and raised as this error: wasmtime enforces
-/// them too, but reports them with an untyped message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum LimitHit {
-    /// A linear memory would have grown past `Limits::max_memory`.
-    #[error("the tool tried to grow its memory past the limit ({limit} bytes of memory)")]
-    Memory {
-        /// The limit, in bytes.
-        limit: usize,
-    },
-    /// A table would have grown past `Limits::max_table_elements`.
-    #[error("the tool tried to grow its table past the limit ({limit} table elements)")]
-    Table {
-        /// The limit, in elements.
-        limit: usize,
-    },
-    /// Instantiating would create more core instances than the call allows.
-    #[error(
-        "the tool needs more resources than the call allows: instance count {needed} is above the limit of {limit}"
-    )]
-    Instances {
-        /// Core instances the component creates.
-        needed: usize,
-        /// The call's limit.
-        limit: usize,
-    },
-    /// Instantiating would create more linear memories than the call allows.
-    #[error(
-        "the tool needs more resources than the call allows: memory count {needed} is above the limit of {limit}"
-    )]
-    Memories {
-        /// Memories the component defines.
-        needed: usize,
-        /// The call's limit.
-        limit: usize,
-    },
-    /// Instantiating would create more tables than the call allows.
-    #[error(
-        "the tool needs more resources than the call allows: table count {needed} is above the limit of {limit}"
-    )]
-    Tables {
-        /// Tables the component defines.
-        needed: usize,
-        /// The call's limit.
-        limit: usize,
-    },
-}
 
 /// What wasmtime says when a guest hands the host more data in one transfer
 /// (a function's result, the arguments of one host call) than the store's

@@ -15,7 +15,7 @@ use crate::sandbox::scratch::ScratchPool;
 use crate::sandbox::spec::SandboxSpec;
 use crate::sandbox::state::{Interrupt, ProgressSink};
 use crate::sandbox::store::{CallState, Footprint, NetWitness, Receipt, Run, StoreBuilder};
-use crate::tools::ContentItem;
+use crate::tools::descriptor::ContentItem;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -599,8 +599,8 @@ fn lift_output(out: ToolOutput, attached: Vec<ContentItem>) -> BodyOutcome {
     }
 }
 
-#[cfg(test)]
 #[allow(clippy::unwrap_used)]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::egress::NetworkGrant;

@@ -9,14 +9,16 @@
 
 use crate::sandbox::bindings::ToolProviderPre;
 use crate::sandbox::cache::{Cached, CompileCache};
+use crate::sandbox::engine::PROPOSALS_OFF;
 use crate::sandbox::invoke::{Invoker, race};
 use crate::sandbox::spec::{Limits, SandboxSpec};
 use crate::sandbox::store::{CallState, Footprint, StoreBuilder};
-use crate::tools::Descriptor;
+use crate::tools::descriptor::Descriptor;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use toolhost_core::SandboxMode;
+use wasmparser::{Validator, WasmFeatures};
 use wasmtime::component::{Component, InstancePre, Linker};
 
 /// How long `describe` may run when a component is loaded.
@@ -248,7 +250,7 @@ impl Loader {
         let cached = self
             .cache
             .load_hashed(self.linker.engine(), bytes)
-            .map_err(|e| crate::sandbox::program::compile_error(source, "component", bytes, &e))?;
+            .map_err(|e| compile_error(source, "component", bytes, &e))?;
         let pre = self
             .linker
             .instantiate_pre(&cached.compiled)
@@ -505,6 +507,49 @@ fn core_instances(bytes: &[u8]) -> Option<usize> {
             _ => {}
         }
     }
+}
+
+/// The error of a component or module (`kind`) that did not compile:
+/// [`LoadError::Unsupported`] naming the proposals it needs that this
+/// runtime does not enable, else [`LoadError::Invalid`] with wasmtime's
+/// reason.
+pub(crate) fn compile_error(
+    source: &str,
+    kind: &'static str,
+    bytes: &[u8],
+    e: &wasmtime::Error,
+) -> LoadError {
+    let needed = proposals_needed(bytes);
+    if needed.is_empty() {
+        return LoadError::Invalid {
+            file: source.to_string(),
+            kind,
+            detail: format!("{e:#}"),
+        };
+    }
+    LoadError::Unsupported {
+        file: source.to_string(),
+        proposals: needed.join(" and "),
+    }
+}
+
+/// The proposals of [`PROPOSALS_OFF`] that `bytes` needs: those without
+/// which it does not validate while it validates with every proposal on.
+/// Empty when it validates without any of them, or not even with all.
+pub(crate) fn proposals_needed(bytes: &[u8]) -> Vec<&'static str> {
+    let validates = |features: WasmFeatures| {
+        Validator::new_with_features(features)
+            .validate_all(bytes)
+            .is_ok()
+    };
+    if !validates(WasmFeatures::all()) {
+        return Vec::new();
+    }
+    PROPOSALS_OFF
+        .iter()
+        .filter(|(feature, _)| !validates(WasmFeatures::all().difference(*feature)))
+        .map(|(_, name)| *name)
+        .collect()
 }
 
 #[cfg(test)]

@@ -11,12 +11,14 @@
 //! - `link`: which host interfaces every component, and every core module,
 //!   is linked against;
 //! - `load`: compile through the cache, link, count, `describe`
-//!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]);
+//!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]), and
+//!   naming the proposals a component or program needs that the engine
+//!   does not enable;
 //! - `program`: the same for a `toolhost exec` program (a command
-//!   component or a preview 1 command module), and naming the proposals a
-//!   program needs that the engine does not enable;
-//! - `store`: the store of one call and every limit it runs under
-//!   ([`Receipt`]), with `wasi`, the call's WASI context per mode (its
+//!   component or a preview 1 command module);
+//! - `limits`: every limit a call runs under, and the limit it hit;
+//! - `store`: the store of one call ([`Receipt`]), with `wasi`, the
+//!   call's WASI context per mode (its
 //!   network grant is enforced by `egress`), and `scratch`, the scratch
 //!   directories of `workspace-write` (an
 //!   untouched one is kept for a later call);
@@ -29,6 +31,7 @@ pub(crate) mod cache;
 mod classify;
 mod engine;
 mod invoke;
+mod limits;
 mod link;
 mod load;
 pub(crate) mod output;
@@ -62,7 +65,7 @@ use crate::sandbox::cache::CompileCache;
 #[cfg(feature = "bench-internals")]
 use crate::sandbox::spec::Limits;
 use crate::sandbox::spec::SandboxSpec;
-use crate::tools::Descriptor;
+use crate::tools::descriptor::Descriptor;
 #[cfg(feature = "bench-internals")]
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,18 +1,16 @@
 //! Loading a program for `toolhost exec`: a WASI command component (it
 //! exports `wasi:cli/run`) or a WASI preview 1 command module (it exports
 //! `_start`), compiled through the compile cache and linked against the
-//! sets `runtime::link` decides; and saying why a program cannot run: a
-//! reactor, a wrong world, or WebAssembly proposals this runtime does not
-//! enable.
+//! sets `sandbox::link` decides; and saying why a program cannot run: a
+//! reactor or a wrong world (a program that needs WebAssembly proposals
+//! this runtime does not enable is named by `load::compile_error`).
 //!
 //! Loading runs no guest code and decides nothing about what a run may
 //! reach: that is the sandbox spec's, in the store of the run.
 
 use crate::sandbox::cache::Cached;
-use crate::sandbox::engine::PROPOSALS_OFF;
-use crate::sandbox::load::{LoadError, Loader};
+use crate::sandbox::load::{LoadError, Loader, compile_error};
 use crate::sandbox::store::{CallState, Footprint};
-use wasmparser::{Validator, WasmFeatures};
 use wasmtime::{ExternType, InstancePre, Module, TypedFunc, UnknownImportError};
 use wasmtime_wasi::p2::bindings::CommandPre;
 
@@ -239,47 +237,4 @@ fn link_error(e: &wasmtime::Error) -> String {
     format!(
         "it imports `{module}::{name}`{hint}; a preview 1 program may import only wasi_snapshot_preview1"
     )
-}
-
-/// The error of a component or module (`kind`) that did not compile:
-/// [`LoadError::Unsupported`] naming the proposals it needs that this
-/// runtime does not enable, else [`LoadError::Invalid`] with wasmtime's
-/// reason.
-pub(crate) fn compile_error(
-    source: &str,
-    kind: &'static str,
-    bytes: &[u8],
-    e: &wasmtime::Error,
-) -> LoadError {
-    let needed = proposals_needed(bytes);
-    if needed.is_empty() {
-        return LoadError::Invalid {
-            file: source.to_string(),
-            kind,
-            detail: format!("{e:#}"),
-        };
-    }
-    LoadError::Unsupported {
-        file: source.to_string(),
-        proposals: needed.join(" and "),
-    }
-}
-
-/// The proposals of [`PROPOSALS_OFF`] that `bytes` needs: those without
-/// which it does not validate while it validates with every proposal on.
-/// Empty when it validates without any of them, or not even with all.
-pub(crate) fn proposals_needed(bytes: &[u8]) -> Vec<&'static str> {
-    let validates = |features: WasmFeatures| {
-        Validator::new_with_features(features)
-            .validate_all(bytes)
-            .is_ok()
-    };
-    if !validates(WasmFeatures::all()) {
-        return Vec::new();
-    }
-    PROPOSALS_OFF
-        .iter()
-        .filter(|(feature, _)| !validates(WasmFeatures::all().difference(*feature)))
-        .map(|(_, name)| *name)
-        .collect()
 }

@@ -297,8 +297,9 @@ impl Drop for Scratch {
     }
 }
 
-#[cfg(all(test, unix))]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
+#[cfg(unix)]
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::path::PathBuf;

@@ -18,6 +18,27 @@ pub const GUEST_WORKSPACE: &str = ".";
 /// Where the per-call scratch directory appears in `workspace-write`.
 pub const GUEST_SCRATCH: &str = "/tmp";
 
+/// Checks a guest path (a mount point, a manifest's workspace or preopen):
+/// absolute without `.`/`..` components or NUL (or `.` when `dot` is
+/// allowed).
+pub(crate) fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
+    if dot && p == "." {
+        return Ok(());
+    }
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} is not an absolute guest path"));
+    }
+    if p.contains('\0') || p.split('/').any(|c| c == "." || c == "..") {
+        return Err(format!("{p:?} has `.` or `..` components or a NUL"));
+    }
+    // One spelling per directory: `/a//b` and `/a/` would name `/a/b` and
+    // `/a` past the checks that compare mount points.
+    if p != "/" && p.split('/').skip(1).any(str::is_empty) {
+        return Err(format!("{p:?} has an empty component or a trailing `/`"));
+    }
+    Ok(())
+}
+
 /// The limits every call runs under. Defaults are conservative; the docs of
 /// each field give them. Each ends a call that exceeds it with its own code
 /// (`TIMEOUT`, `OUT_OF_FUEL`, `MEMORY_LIMIT`, `OUTPUT_TOO_LARGE`).
@@ -168,7 +189,7 @@ impl CommandSpec {
         }
         // An absolute guest path with one spelling, as a manifest's: `//tmp`
         // would otherwise pass for another path than `/tmp`.
-        if let Err(why) = crate::tools::manifest::check_guest_path(mount, false) {
+        if let Err(why) = check_guest_path(mount, false) {
             return bad(&format!(
                 "a mount point is `.` or an absolute guest path such as `/` or `/data`: {why}"
             ));

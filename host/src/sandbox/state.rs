@@ -163,8 +163,8 @@ impl Interrupt {
     }
 }
 
-#[cfg(test)]
 #[allow(clippy::unwrap_used)]
+#[cfg(test)]
 mod tests {
     use super::Interrupt;
 

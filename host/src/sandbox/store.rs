@@ -1,7 +1,8 @@
-//! The store of one call, and every limit it runs under.
+//! The store of one call, under every limit it runs under (those are
+//! defined in `limits`).
 //!
 //! [`StoreBuilder`] turns a call's [`SandboxSpec`] into a configured
-//! [`Store`]: the WASI context (from `runtime::wasi`), the deadline (epoch
+//! [`Store`]: the WASI context (from `sandbox::wasi`), the deadline (epoch
 //! callback), fuel, the memory and table growth limits (the resource
 //! limiter), the instance, memory and table counts (checked against the
 //! component's [`Footprint`] before it is instantiated), the stdout and
@@ -16,14 +17,17 @@
 use crate::egress::call::CallNet;
 use crate::egress::http::GovernedHooks;
 use crate::sandbox::bindings::{ContentBlock, HostCalls, ToolOutput};
-use crate::sandbox::classify::{LimitHit, Seen, classify, stop_message};
+use crate::sandbox::classify::{Seen, classify, stop_message};
 use crate::sandbox::engine::{POOL_MAX_MEMORY, RuntimeOptions};
+use crate::sandbox::limits::{
+    LimitHit, Limiter, MAX_CONTENT_BLOCKS, MAX_FIELDS_BYTES, MAX_RESOURCES, transfer_cap,
+};
 use crate::sandbox::output::{CapturedOutput, PassthroughOutput};
 use crate::sandbox::scratch::{Scratch, ScratchPool};
-use crate::sandbox::spec::{CommandSpec, Limits, SandboxSpec};
+use crate::sandbox::spec::{CommandSpec, SandboxSpec};
 use crate::sandbox::state::{Interrupt, LogRecord, ProgressSink};
 use crate::sandbox::wasi::build_wasi;
-use crate::tools::ContentItem;
+use crate::tools::descriptor::ContentItem;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use toolhost_core::{ErrorCode, SandboxMode};
@@ -35,23 +39,6 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// What a content block counts toward the output cap beside its text.
 pub(crate) const BLOCK_OVERHEAD: usize = 32;
-
-/// The most host resources one call may hold at once: open files and
-/// directories, sockets, streams, pollables, HTTP requests, responses and
-/// header fields (each an entry of the call's resource table). Sockets and
-/// files are host file descriptors and fields are host memory, none of it
-/// counted in the guest's own memory; without a cap a guest could exhaust
-/// the process's descriptors (a socket object needs no grant to exist) or
-/// its memory. Past the cap the call ends `MEMORY_LIMIT`.
-pub(crate) const MAX_RESOURCES: usize = 1024;
-
-/// The largest set of HTTP header fields a guest may build (wasi:http's
-/// default is 128 KiB): with [`MAX_RESOURCES`], what a call's fields can
-/// hold of the host's memory.
-const MAX_FIELDS_BYTES: usize = 64 * 1024;
-
-/// The most content blocks a tool's result may have.
-pub(crate) const MAX_CONTENT_BLOCKS: usize = 1024;
 
 /// Everything one `Store` holds.
 pub(crate) struct CallState {
@@ -152,87 +139,6 @@ pub(crate) struct Footprint {
     pub instances: usize,
     pub memories: usize,
     pub tables: usize,
-}
-
-/// Enforces the memory, table and instance limits of one call and records
-/// what it saw (peak memory, whether a growth limit was refused).
-///
-/// The memory limit holds for the call as a whole: every linear memory the
-/// call's instances create or grow counts against the same `max_memory`, so
-/// a component with several memories cannot hold several times the limit.
-pub(crate) struct Limiter {
-    max_memory: usize,
-    max_table_elements: usize,
-    max_instances: usize,
-    /// Bytes of linear memory the call's memories hold together. Memories
-    /// only grow, and live as long as the call's store, so this is also the
-    /// peak.
-    memory: usize,
-    hit: Option<LimitHit>,
-}
-
-impl Limiter {
-    fn new(limits: &Limits) -> Limiter {
-        Limiter {
-            max_memory: limits.max_memory,
-            max_table_elements: limits.max_table_elements,
-            max_instances: limits.max_instances,
-            memory: 0,
-            hit: None,
-        }
-    }
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        // wasmtime asks here for a new memory too (from `current` 0), so
-        // every memory of the call is counted once, at its current size.
-        let total = self.memory.saturating_sub(current).saturating_add(desired);
-        if total > self.max_memory || maximum.is_some_and(|m| desired > m) {
-            self.hit = Some(LimitHit::Memory {
-                limit: self.max_memory,
-            });
-            return Ok(false);
-        }
-        self.memory = total;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_table_elements || maximum.is_some_and(|m| desired > m) {
-            self.hit = Some(LimitHit::Table {
-                limit: self.max_table_elements,
-            });
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
-    // wasmtime reads these three once, when the limiter is installed, and
-    // enforces them itself; `CallState::admit` checks the same numbers
-    // first so that exceeding one is reported by type.
-
-    fn instances(&self) -> usize {
-        self.max_instances
-    }
-
-    fn tables(&self) -> usize {
-        self.max_instances.saturating_mul(4)
-    }
-
-    fn memories(&self) -> usize {
-        self.max_instances.saturating_mul(2)
-    }
 }
 
 /// What the runtime measured during a body.
@@ -504,24 +410,6 @@ impl<'a> StoreBuilder<'a> {
     }
 }
 
-/// Most bytes a tool may hand the host in one transfer (wasmtime's hostcall
-/// fuel): its result, or the arguments of one host call. Lifting a value
-/// costs the host about four times what it counts (an empty content block
-/// counts its 32-byte slot but takes a vector entry and a string), so
-/// wasmtime's default of 128 MiB let one result take over half a gigabyte
-/// of the host's memory before the output cap could see it. Any result
-/// within `max_output` fits (its bytes, and [`MAX_CONTENT_BLOCKS`] slots);
-/// 16 MiB at least, so that a tool's stream writes (chunked by the guest's
-/// libc) are never near it; a single positioned write (`pwrite`) above it
-/// ends the call `OUTPUT_TOO_LARGE`. Commands (`toolhost exec`, program
-/// tools) keep wasmtime's default: their output goes through streams.
-pub(crate) fn transfer_cap(max_output: usize) -> usize {
-    max_output
-        .saturating_add(MAX_CONTENT_BLOCKS * 64)
-        .saturating_add(1 << 20)
-        .max(16 << 20)
-}
-
 /// One prepared store and what must live as long as it.
 pub(crate) struct Run {
     pub(crate) store: Store<CallState>,
@@ -554,7 +442,7 @@ impl Run {
                     transfer_cap,
                     max_output: self.max_output,
                     stopped_by: state.stopped_by,
-                    limit_hit: state.limiter.hit,
+                    limit_hit: state.limiter.hit(),
                     stderr: &state.stderr,
                 },
             )),
@@ -589,7 +477,7 @@ impl Run {
     /// if one was: a guest that handles the refusal (an interpreter's
     /// `MemoryError`) ends normally, but it ended because of the limit.
     pub(crate) fn memory_refused(&self) -> Option<String> {
-        match &self.store.data().limiter.hit {
+        match &self.store.data().limiter.hit() {
             Some(hit @ LimitHit::Memory { .. }) => Some(hit.to_string()),
             _ => None,
         }
@@ -682,7 +570,7 @@ impl Run {
         Receipt {
             wall_us: 0,
             fuel_used,
-            peak_memory_bytes: state.limiter.memory as u64,
+            peak_memory_bytes: state.limiter.memory() as u64,
             mode: Some(self.mode),
             stdout_bytes: state.stdout.total_bytes(),
             stderr_bytes: state.stderr.total_bytes(),

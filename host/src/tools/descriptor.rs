@@ -1,7 +1,6 @@
 //! What the host knows about a tool: its validated descriptor, and the
 //! content blocks of results.
 
-use crate::sandbox::bindings::{ToolDescriptor, mode_from_wit, side_effect_from_wit};
 use serde::{Deserialize, Serialize};
 use toolhost_core::SandboxMode;
 pub use toolhost_core::SideEffect;
@@ -47,31 +46,6 @@ pub(crate) const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 pub(crate) const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 
 impl Descriptor {
-    pub(crate) fn from_wit(d: ToolDescriptor) -> Result<Descriptor, String> {
-        check_name(&d.name)?;
-        let input_schema: serde_json::Value = serde_json::from_str(&d.input_schema)
-            .map_err(|e| format!("tool {}: input schema is not JSON: {e}", d.name))?;
-        let output_schema = match d.output_schema.as_deref() {
-            None => None,
-            Some(s) => Some(
-                serde_json::from_str(s)
-                    .map_err(|e| format!("tool {}: output schema is not JSON: {e}", d.name))?,
-            ),
-        };
-        let descriptor = Descriptor {
-            name: d.name,
-            description: d.description,
-            input_schema,
-            output_schema,
-            concurrency_safe: d.concurrency_safe,
-            side_effect: side_effect_from_wit(d.side_effect),
-            idempotent: d.idempotent,
-            min_mode: mode_from_wit(d.min_mode),
-        };
-        descriptor.check()?;
-        Ok(descriptor)
-    }
-
     /// This descriptor as clients are shown it (MCP `tools/list`, `toolhost
     /// list --json`): its schemas keep only the `format`s JSON Schema 2020-12
     /// defines, a machine integer width (`uint64`, ...) becoming the
@@ -155,7 +129,7 @@ impl Descriptor {
     }
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
     if is_valid_name(name) {
         return Ok(());
     }

@@ -29,8 +29,8 @@
 //!   "files":{"type":"array","items":{"type":"string"}}}}'''
 //! ```
 
-use crate::sandbox::spec::GUEST_SCRATCH;
-use crate::tools::{Descriptor, is_valid_name};
+use crate::sandbox::spec::{GUEST_SCRATCH, check_guest_path};
+use crate::tools::descriptor::{Descriptor, is_valid_name};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -644,26 +644,6 @@ fn parse_template(s: &str) -> Result<ArgTemplate, String> {
         pieces.push(Piece::Text(text));
     }
     Ok(ArgTemplate(pieces))
-}
-
-/// Checks a guest path: absolute without `.`/`..` components or NUL (or
-/// `.` when `dot` is allowed).
-pub(crate) fn check_guest_path(p: &str, dot: bool) -> Result<(), String> {
-    if dot && p == "." {
-        return Ok(());
-    }
-    if !p.starts_with('/') {
-        return Err(format!("{p:?} is not an absolute guest path"));
-    }
-    if p.contains('\0') || p.split('/').any(|c| c == "." || c == "..") {
-        return Err(format!("{p:?} has `.` or `..` components or a NUL"));
-    }
-    // One spelling per directory: `/a//b` and `/a/` would name `/a/b` and
-    // `/a` past the checks that compare mount points.
-    if p != "/" && p.split('/').skip(1).any(str::is_empty) {
-        return Err(format!("{p:?} has an empty component or a trailing `/`"));
-    }
-    Ok(())
 }
 
 /// The directory a manifest's relative paths start from: the one `path` is

@@ -20,7 +20,7 @@
 use crate::sandbox::spec::{CommandSpec, GUEST_WORKSPACE, SandboxSpec};
 use crate::sandbox::state::Interrupt;
 use crate::sandbox::{BodyOutcome, Program, Receipt, Runtime, StoreBuilder, WasmFileError, race};
-use crate::tools::ContentItem;
+use crate::tools::descriptor::ContentItem;
 use crate::tools::manifest::{Manifest, ManifestCode, ManifestError};
 use serde_json::json;
 use sha2::Digest;

@@ -21,7 +21,7 @@
 //! | `anthropic` | `{name, description, input_schema}` | root `type: "object"`; `$schema`, `$id`, `$comment` removed |
 //! | `gemini` | `{name, description, parameters?}` | the OpenAPI 3.0 subset: one `type` per schema (`nullable` for null), string-only `enum` (`const` becomes one), `oneOf` as `anyOf`, no `$ref`, `additionalProperties`, `default`, `title`; no `parameters` for a tool without arguments |
 
-use crate::tools::Descriptor;
+use crate::tools::descriptor::Descriptor;
 use serde_json::{Map, Value, json};
 use std::fmt;
 use std::str::FromStr;

@@ -6,7 +6,7 @@
 //! resolves, whatever its origin.
 
 use crate::sandbox::LoadedComponent;
-use crate::tools::Descriptor;
+use crate::tools::descriptor::Descriptor;
 use crate::tools::program_tool::ProgramTool;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -214,10 +214,13 @@ fn cycles(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Vec<S
     s.out
 }
 
-fn graph() -> (
+/// Every file by module path, and the modules each one names.
+type Graph = (
     BTreeMap<Vec<String>, PathBuf>,
     BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
-) {
+);
+
+fn graph() -> Graph {
     let mut known = BTreeMap::new();
     modules(&src(), &[], &mut known);
     let mut edges = BTreeMap::new();
