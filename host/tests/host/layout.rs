@@ -53,20 +53,24 @@ fn modules(dir: &Path, prefix: &[String], out: &mut BTreeMap<Vec<String>, PathBu
     }
 }
 
-/// A file's text without its test module (from `#[cfg(test)]` followed by
-/// `mod` to the end: test modules close the files here) and comments.
+/// A file's text without its test module (from a `#[cfg(...test...)]`
+/// followed, past any other attributes, by `mod`: test modules close the
+/// files here) and comments.
 fn code(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
     let mut kept = String::new();
-    let mut lines = text.lines().peekable();
-    while let Some(line) = lines.next() {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
         let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]")
-            && lines
-                .peek()
-                .is_some_and(|next| next.trim_start().starts_with("mod "))
-        {
-            break;
+        let test_cfg = t.starts_with("#[cfg(") && t.contains("test");
+        if test_cfg {
+            let next = lines[i + 1..]
+                .iter()
+                .map(|l| l.trim_start())
+                .find(|l| !l.starts_with("#[") && !l.starts_with("//"));
+            if next.is_some_and(|l| l.starts_with("mod ") || l.starts_with("pub(crate) mod ")) {
+                break;
+            }
         }
         if t.starts_with("//") {
             continue;
@@ -84,6 +88,7 @@ fn references(
     code: &str,
     module: &[String],
     known: &BTreeMap<Vec<String>, PathBuf>,
+    facades: &BTreeMap<Vec<String>, Facade>,
 ) -> BTreeSet<Vec<String>> {
     let mut found = BTreeSet::new();
     let bytes = code.as_bytes();
@@ -145,14 +150,156 @@ fn references(
         }
         paths.push(base);
         for mut p in paths {
+            let mut last = None;
             while !p.is_empty() && !known.contains_key(&p) {
-                p.pop();
+                last = p.pop();
+            }
+            // An item a module re-exports from a child is the child's.
+            if let (Some(name), Some(f)) = (last, facades.get(&p)) {
+                let child = f.names.get(&name).or_else(|| {
+                    let defined = defines(&known[&p], &name);
+                    f.globs.first().filter(|_| !defined)
+                });
+                if let Some(child) = child {
+                    p.push(child.clone());
+                }
             }
             found.insert(p);
         }
         i = j.max(i + 1);
     }
     found
+}
+
+/// A module's re-exports of its children's items (`pub use child::{A, B}`,
+/// `pub(crate) use self::child::*`): by name, and the children re-exported
+/// whole.
+#[derive(Default)]
+struct Facade {
+    names: BTreeMap<String, String>,
+    globs: Vec<String>,
+}
+
+/// `code` split into its re-export statements (`pub`, `pub(crate)` or
+/// `pub(super)` `use`: the module's table of contents, which is not an
+/// import of its own) and the rest.
+fn split_facade(code: &str) -> (String, Vec<String>) {
+    let (mut rest, mut facade) = (String::new(), Vec::new());
+    let mut current: Option<String> = None;
+    for line in code.lines() {
+        let t = line.trim_start();
+        if current.is_none()
+            && ["pub use ", "pub(crate) use ", "pub(super) use "]
+                .iter()
+                .any(|k| t.starts_with(k))
+        {
+            current = Some(String::new());
+        }
+        match current.as_mut() {
+            Some(stmt) => {
+                stmt.push_str(t);
+                stmt.push(' ');
+                if t.trim_end().ends_with(';') {
+                    facade.extend(current.take());
+                }
+            }
+            None => {
+                rest.push_str(line);
+                rest.push('\n');
+            }
+        }
+    }
+    (rest, facade)
+}
+
+/// What the re-export statements of `module` say of its children.
+fn facade_of(
+    statements: &[String],
+    module: &[String],
+    known: &BTreeMap<Vec<String>, PathBuf>,
+) -> Facade {
+    let mut f = Facade::default();
+    for stmt in statements {
+        let path = stmt
+            .split_once("use ")
+            .map_or("", |(_, p)| p)
+            .trim()
+            .trim_end_matches(';');
+        let path = path.strip_prefix("self::").unwrap_or(path);
+        let Some((child, items)) = path.split_once("::") else {
+            continue;
+        };
+        let mut c = module.to_vec();
+        c.push(child.trim().to_string());
+        if !known.contains_key(&c) {
+            continue;
+        }
+        let items = items.trim().trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            let item = item.trim();
+            if item == "*" {
+                f.globs.push(child.trim().to_string());
+                continue;
+            }
+            let name = item.rsplit(" as ").next().unwrap_or(item).trim();
+            let name = name.rsplit("::").next().unwrap_or(name);
+            if !name.is_empty() {
+                f.names.insert(name.to_string(), child.trim().to_string());
+            }
+        }
+    }
+    f
+}
+
+/// The child modules `code` (of `module`) names without `self::`:
+/// `use child::Item;`, `pub(crate) use child::*;`.
+fn children_used(
+    code: &str,
+    module: &[String],
+    known: &BTreeMap<Vec<String>, PathBuf>,
+) -> BTreeSet<Vec<String>> {
+    let mut found = BTreeSet::new();
+    for line in code.lines() {
+        let t = line.trim_start();
+        let Some(rest) = ["use ", "pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .find_map(|k| t.strip_prefix(k))
+        else {
+            continue;
+        };
+        let Some((first, _)) = rest.split_once("::") else {
+            continue;
+        };
+        let mut child = module.to_vec();
+        child.push(first.trim().to_string());
+        if known.contains_key(&child) {
+            found.insert(child);
+        }
+    }
+    found
+}
+
+/// Whether the file at `path` defines an item named `name`.
+fn defines(path: &Path, name: &str) -> bool {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    [
+        "struct ",
+        "enum ",
+        "fn ",
+        "const ",
+        "static ",
+        "type ",
+        "trait ",
+        "mod ",
+        "macro_rules! ",
+    ]
+    .iter()
+    .any(|k| {
+        text.match_indices(&format!("{k}{name}")).any(|(i, m)| {
+            let after = text[i + m.len()..].chars().next();
+            !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+        })
+    })
 }
 
 /// The strongly connected components with more than one file (Tarjan).
@@ -223,14 +370,22 @@ type Graph = (
 fn graph() -> Graph {
     let mut known = BTreeMap::new();
     modules(&src(), &[], &mut known);
-    let mut edges = BTreeMap::new();
+    let mut split = BTreeMap::new();
+    let mut facades = BTreeMap::new();
     for (module, path) in &known {
+        let (rest, statements) = split_facade(&code(path));
+        facades.insert(module.clone(), facade_of(&statements, module, &known));
+        split.insert(module.clone(), rest);
+    }
+    let mut edges = BTreeMap::new();
+    for (module, rest) in &split {
         // `lib.rs` is the crate's table of contents: it names everything,
         // and what names the crate root names one of its re-exports.
         if module.is_empty() {
             continue;
         }
-        let mut to = references(&code(path), module, &known);
+        let mut to = references(rest, module, &known, &facades);
+        to.extend(children_used(rest, module, &known));
         to.remove(module);
         to.remove(&Vec::new());
         edges.insert(module.clone(), to);
