@@ -9,10 +9,10 @@
 
 use super::MAX_MESSAGE_BYTES;
 use super::admission::Admission;
+use super::connections::{Body, MAX_CONNECTIONS};
 use super::open_ids::{OpenIds, OpenRequest, Releasing};
 use super::peer::Caller;
 use super::protocol::Server;
-use super::serve::{Body, MAX_CONNECTIONS};
 use super::tokens::token_digest;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};

@@ -1,5 +1,5 @@
 //! The Streamable HTTP transport (`toolhost serve --http ADDR`): MCP at
-//! `/mcp`, served by rmcp's [`StreamableHttpService`] behind a front door
+//! `/mcp`, served by rmcp's [`StreamableHttpService`](rmcp::transport::streamable_http_server::StreamableHttpService) behind a front door
 //! that refuses, before anything is dispatched:
 //!
 //! 1. a path other than `/mcp` (404), or `/approvals` on a server with a
@@ -10,34 +10,33 @@
 //!    `127.0.0.1` or `[::1]` (any port) or an `--allowed-origin` (403);
 //! 4. with `--tokens FILE`, a request without one of its bearer tokens
 //!    (401 with `WWW-Authenticate: Bearer`; compared in constant time);
-//! 5. a new session beyond [`MAX_SESSIONS`], or any new session while the
+//! 5. a new session beyond [`MAX_SESSIONS`](super::MAX_SESSIONS), or any new session while the
 //!    server stops (503);
 //! 6. a request whose id another request of its session still holds (400,
 //!    a JSON-RPC error; see `open_ids`).
 //!
-//! rmcp then refuses bodies over [`MAX_MESSAGE_BYTES`] (413) and applies the
+//! rmcp then refuses bodies over [`MAX_MESSAGE_BYTES`](super::MAX_MESSAGE_BYTES) (413) and applies the
 //! same `Host`/`Origin` lists again. Every session gets its own handler
 //! ([`Server::session`]) on the one host: calls of all sessions share the
 //! [`MAX_CALLS_IN_FLIGHT`](super::MAX_CALLS_IN_FLIGHT) cap, and a call's
 //! approval is asked of its own session's client.
 //!
-//! Connections are capped at [`MAX_CONNECTIONS`] (the next waits to be
+//! Connections are capped at [`MAX_CONNECTIONS`](super::MAX_CONNECTIONS) (the next waits to be
 //! accepted) and must send their request head within
-//! [`HEADER_READ_TIMEOUT`]. On SIGTERM / Ctrl-C the server stops accepting,
+//! [`HEADER_READ_TIMEOUT`](super::HEADER_READ_TIMEOUT). On SIGTERM / Ctrl-C the server stops accepting,
 //! refuses new calls, waits up to the shutdown grace for calls in flight,
 //! then closes the sessions and flushes the session log; a call still
 //! running then is cut off: it ends `TOOL_OUTCOME_UNKNOWN` (written when
 //! its future is dropped, or by recovery if that write is not made durable).
-
 //!
 //! This file holds the options and wires the parts together; the parts are
 //! `tokens` (the bearer tokens), `admission` (checks 2 to 4), `front` (the
-//! front door: the other checks, then rmcp) and `serve` (connections).
+//! front door: the other checks, then rmcp) and `connections`.
 
 use super::admission::{Admission, check_allowed};
+use super::connections;
 use super::front::Front;
 use super::protocol::{Approvals, Server};
-use super::serve;
 use super::tokens::Tokens;
 use super::{HostFactory, HostParts, ServeOptions, reload};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -162,10 +161,10 @@ pub async fn serve_http_until(
         let front = door.clone();
         async move { front.handle(request, remote).await }
     };
-    let connections = serve::accept_until(listener, handle, stop).await;
+    let open = connections::accept_until(listener, handle, stop).await;
     // 6. Stop (the listener is closed already), then the background tasks,
     // and make the session log durable.
-    shut_down(&server, &front, http.shutdown_grace, connections).await;
+    shut_down(&server, &front, http.shutdown_grace, open).await;
     if let Some(r) = reloader {
         r.abort();
     }
@@ -259,8 +258,8 @@ fn spawn_reloader(
 
 /// Stops: no new sessions, no new calls; waits for the calls in flight and
 /// their answers (bounded by `grace`), then ends the sessions and closes
-/// the connections.
-async fn shut_down(server: &Server, front: &Front, grace: Duration, connections: GracefulShutdown) {
+/// the `open` connections.
+async fn shut_down(server: &Server, front: &Front, grace: Duration, open: GracefulShutdown) {
     tracing::info!("stopping the MCP server");
     let started = tokio::time::Instant::now();
     front.stop_admitting();
@@ -280,7 +279,7 @@ async fn shut_down(server: &Server, front: &Front, grace: Duration, connections:
         tracing::debug!("some answers were not sent before the sessions closed");
     }
     front.end_sessions();
-    serve::close(connections).await;
+    connections::close(open).await;
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 //! | `tokens` | the bearer tokens of `--tokens FILE`: digests, constant-time comparison |
 //! | `admission` | who the HTTP front door lets in: `Host`, `Origin`, bearer token; the rate-limit client |
 //! | `front` | the HTTP front door: admission, sessions kept to their token, per-token request slots, bounded bodies, request ids held, then rmcp |
-//! | `serve` | the HTTP connections: the accept loop, connection cap, header timeout, graceful close |
+//! | `connections` | the HTTP connections: the accept loop, connection cap, header timeout, graceful close |
 //! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `mrtr` | approvals of 2026-07-28 clients as multi-round-trip requests: sealed, single-use `requestState` ([`ApprovalStates`]) |
@@ -45,6 +45,7 @@ mod admission;
 mod annotations;
 mod announce;
 mod approval;
+mod connections;
 mod convert;
 mod framing;
 mod front;
@@ -59,13 +60,13 @@ mod peer;
 mod progress;
 mod protocol;
 mod reload;
-mod serve;
 mod stdio;
 mod tasks;
 mod tokens;
 
 pub use announce::APPROVALS_LOGGER;
 pub use approval::McpApprover;
+pub use connections::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 pub use convert::to_mcp_result;
 pub use front::{MAX_REQUESTS_PER_TOKEN, MAX_SESSIONS, MCP_PATH};
 pub use http::{DEFAULT_SHUTDOWN_GRACE, HttpOptions, serve_http, serve_http_until};
@@ -76,7 +77,6 @@ pub use mrtr::{
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::STDIO_CLIENT;
-pub use serve::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 pub use tasks::{MAX_TASKS_PER_CLIENT, TASK_POLL_INTERVAL_MS};
 pub use tokens::Tokens;
 
