@@ -9,10 +9,16 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; the MCP shapes of tools and results; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
+//! | `protocol` | the `ServerHandler`: `initialize`, `tools/list`, `tools/call`; cancellation; at most [`MAX_CALLS_IN_FLIGHT`] calls |
+//! | `convert` | the MCP shapes of tools and results (a call's, or its JSON in the session log) |
+//! | `peer` | who is calling, as the transport tells the handler: the bearer token's principal, the verified client |
 //! | `framing` | the stdio transport: line framing, parse errors, oversized lines, backpressure on stdin |
 //! | `stdio` | stdin and stdout as that transport's streams: pipes and sockets polled without blocking, anything else on tokio's blocking streams |
-//! | `http` | the Streamable HTTP transport: `Host`/`Origin`/token checks before dispatch, bounded bodies, connections and sessions, graceful stop |
+//! | `http` | the Streamable HTTP transport: its options, and its parts wired together; graceful stop |
+//! | `tokens` | the bearer tokens of `--tokens FILE`: digests, constant-time comparison |
+//! | `admission` | who the HTTP front door lets in: `Host`, `Origin`, bearer token; the rate-limit client |
+//! | `front` | the HTTP front door: admission, sessions kept to their token, per-token request slots, bounded bodies, request ids held, then rmcp |
+//! | `connections` | the HTTP connections: the accept loop, connection cap, header timeout, graceful close |
 //! | `annotations` | the tool annotations of `tools/list`, from what the host enforces (mode, minimum mode, network), not from the author's claims |
 //! | `approval` | [`McpApprover`]: approvals asked through elicitation, mapped fail-closed |
 //! | `mrtr` | approvals of 2026-07-28 clients as multi-round-trip requests: sealed, single-use `requestState` ([`ApprovalStates`]) |
@@ -23,7 +29,7 @@
 //! | `tasks` | the tasks extension: a call as a task, `tasks/get` and `tasks/cancel` answered from the running calls and the session log |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
 //!
-//! `protocol`, `approval`, `progress` and `reload` know nothing about the
+//! `protocol`, `convert`, `approval`, `progress` and `reload` know nothing about the
 //! transport: `http` replaces `framing`, with one handler per session on
 //! one shared host. An approval is asked of the client of the call's own
 //! session: every call carries an [`McpApprover`] built from the peer of
@@ -35,10 +41,14 @@
 //! progress is one slot per call, framing answers wait for stdout, calls in
 //! flight are capped, and log flushes after calls are coalesced.
 
+mod admission;
 mod annotations;
 mod announce;
 mod approval;
+mod connections;
+mod convert;
 mod framing;
+mod front;
 mod http;
 mod in_flight;
 pub use in_flight::MAX_IN_FLIGHT;
@@ -46,26 +56,29 @@ mod logging;
 mod mrtr;
 mod open_ids;
 mod operator;
+mod peer;
 mod progress;
 mod protocol;
 mod reload;
 mod stdio;
 mod tasks;
+mod tokens;
 
 pub use announce::APPROVALS_LOGGER;
 pub use approval::McpApprover;
-pub use http::{
-    DEFAULT_SHUTDOWN_GRACE, HEADER_READ_TIMEOUT, HttpOptions, MAX_CONNECTIONS,
-    MAX_REQUESTS_PER_TOKEN, MAX_SESSIONS, MCP_PATH, Tokens, serve_http, serve_http_until,
-};
+pub use connections::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+pub use convert::to_mcp_result;
+pub use front::{MAX_REQUESTS_PER_TOKEN, MAX_SESSIONS, MCP_PATH};
+pub use http::{DEFAULT_SHUTDOWN_GRACE, HttpOptions, serve_http, serve_http_until};
 pub use mrtr::{
     APPROVAL_INPUT, APPROVAL_KEY_FILE, ApprovalKeyStore, ApprovalStates,
     DEFAULT_APPROVAL_STATE_TTL, KeyFile, SharedClaims,
 };
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
-pub use protocol::{STDIO_CLIENT, to_mcp_result};
+pub use protocol::STDIO_CLIENT;
 pub use tasks::{MAX_TASKS_PER_CLIENT, TASK_POLL_INTERVAL_MS};
+pub use tokens::Tokens;
 
 use crate::approval::{Approver, BoxFuture};
 use crate::pipeline::{Host, HostBuilder};

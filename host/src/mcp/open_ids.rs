@@ -42,7 +42,7 @@ pub(super) struct OpenIds {
 }
 
 /// One request's hold on its id in its session: the id is free again when
-/// [`OpenRequest::release`] says rmcp is done with it, or [`ANSWER_TAKEN`]
+/// [`OpenRequest::ended`] says rmcp is done with it, or [`ANSWER_TAKEN`]
 /// after the last holder let go.
 #[derive(Clone)]
 pub(super) struct OpenRequest(Arc<Hold>);

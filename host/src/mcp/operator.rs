@@ -12,7 +12,7 @@
 //! way to tell an operator from the client whose call waits, so the
 //! endpoints refuse (403) rather than let a client approve its own calls.
 
-use super::http::Caller;
+use super::peer::Caller;
 use crate::approval::ApprovalOutcome;
 use crate::approval::queue::{ApprovalQueue, DecideError};
 use bytes::Bytes;

@@ -17,7 +17,7 @@
 //! it does not exist). `tasks/update` is not offered: approvals of a task
 //! are asked like those of any call of its session.
 
-use super::protocol::to_mcp_result_json;
+use super::convert::to_mcp_result_json;
 use crate::sandbox::state::{Interrupt, Progress, ProgressSink};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{DetailedTask, Task, TaskPayload, TaskStatus};
