@@ -3,7 +3,7 @@
 //! capability, and maps the answer fail-closed. It owns no queue: each ask
 //! is one request to the client, awaited with a timeout.
 
-use super::PeerSlot;
+use super::peer::PeerSlot;
 use crate::approval::{ApprovalOutcome, ApprovalRequest, Approver, BoxFuture};
 use crate::sandbox::state::cut;
 use rmcp::Peer;

@@ -15,7 +15,7 @@
 //! for their answers to be written: past [`MAX_IN_FLIGHT`] unanswered ones
 //! (see `in_flight`), the reader waits.
 
-use super::MAX_MESSAGE_BYTES;
+use super::bounds::MAX_MESSAGE_BYTES;
 use super::in_flight::InFlight;
 #[cfg(any(doc, test))]
 use super::in_flight::MAX_IN_FLIGHT;

@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 /// The most requests being handled plus messages waiting to be written, in
 /// one stdio session: twice the calls a server runs at once, so that calls
 /// waiting for an approval never fill it alone.
-pub const MAX_IN_FLIGHT: usize = 2 * super::MAX_CALLS_IN_FLIGHT;
+pub const MAX_IN_FLIGHT: usize = 2 * super::bounds::MAX_CALLS_IN_FLIGHT;
 
 /// How long after its handler returned a request counts at most: rmcp
 /// hands its answer to the transport, or drops it, at once.

@@ -45,12 +45,14 @@ mod admission;
 mod annotations;
 mod announce;
 mod approval;
+mod bounds;
 mod connections;
 mod convert;
 mod framing;
 mod front;
 mod http;
 mod in_flight;
+pub use bounds::{MAX_CALLS_IN_FLIGHT, MAX_MESSAGE_BYTES};
 pub use in_flight::MAX_IN_FLIGHT;
 mod logging;
 mod mrtr;
@@ -84,28 +86,15 @@ use crate::approval::{Approver, BoxFuture};
 use crate::pipeline::{Host, HostBuilder};
 use crate::sandbox::Runtime;
 use framing::Framing;
+use peer::PeerSlot;
 use protocol::{Approvals, Server};
-use rmcp::service::RoleServer;
-use rmcp::{Peer, ServiceExt};
+use rmcp::ServiceExt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use toolhost_core::SandboxMode;
 use toolhost_log::SessionLog;
-
-/// The largest JSON-RPC message (one line, or one HTTP request body) the
-/// server reads. Longer lines are discarded unread and answered with an
-/// invalid-request error; longer bodies with 413. Tool arguments are capped
-/// at [`crate::MAX_ARGS_BYTES`] anyway.
-pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
-
-/// The most `tools/call` requests a server runs at once (over stdio: its
-/// one session; over HTTP: all its sessions together). A call over
-/// the limit is refused at once (`SANDBOX_UNAVAILABLE`, before the pipeline,
-/// so it is not in the session log): a client cannot make the server hold
-/// any number of waiting calls (on approvals, say).
-pub const MAX_CALLS_IN_FLIGHT: usize = 256;
 
 /// How often the tools directory is polled by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -206,9 +195,6 @@ impl std::fmt::Debug for ServeOptions {
             .finish()
     }
 }
-
-/// The client of this session, once it has initialized.
-type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 
 /// Serves MCP on this process's stdin and stdout until the client closes
 /// stdin (or the process gets SIGTERM / Ctrl-C). Builds the first host with

@@ -5,7 +5,12 @@
 //! handler; over stdio there are none, and the handler falls back on the
 //! server's principal and the session.
 
+use rmcp::Peer;
 use rmcp::service::{RequestContext, RoleServer};
+use std::sync::{Arc, OnceLock};
+
+/// The client of a session, once it has initialized.
+pub(super) type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 
 /// The principal of an admitted HTTP request (the one its bearer token maps
 /// to), passed to the session's handler in the request's extensions.

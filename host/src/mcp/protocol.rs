@@ -22,15 +22,16 @@
 
 use super::annotations::Enforced;
 use super::approval::McpApprover;
+use super::bounds::MAX_CALLS_IN_FLIGHT;
 use super::convert::{mcp_tool, to_mcp_result};
 use super::logging::{self, SendGate, SessionLevel};
 use super::mrtr::{ApprovalStates, AskThroughResult};
+use super::peer::PeerSlot;
 use super::peer::{Caller, HttpClient};
 use super::progress::ProgressForwarder;
 use super::tasks::{MAX_TASKS_PER_CLIENT, Tasks};
-use super::{MAX_CALLS_IN_FLIGHT, PeerSlot};
 use crate::approval::Approver;
-use crate::pipeline::audit::CallStart;
+use crate::hooks::CallStart;
 use crate::pipeline::{CallRequest, Host};
 use crate::result::CallResult;
 use crate::sandbox::Receipt;

@@ -34,7 +34,7 @@ pub const TASK_POLL_INTERVAL_MS: u64 = 250;
 /// tokens; the session over stdio) runs at once: a quarter of the calls a
 /// server runs, so that one client's tasks, which hold a call each but no
 /// connection, cannot take every call from the others.
-pub const MAX_TASKS_PER_CLIENT: usize = super::MAX_CALLS_IN_FLIGHT / 4;
+pub const MAX_TASKS_PER_CLIENT: usize = super::bounds::MAX_CALLS_IN_FLIGHT / 4;
 
 /// A task running in this process.
 struct Running {

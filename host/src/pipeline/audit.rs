@@ -19,10 +19,6 @@
 //! empty; a process that exits first loses them.
 
 use crate::hooks::{AfterCall, Observer};
-// `mcp/protocol.rs` still names `CallStart` here; it moved to `hooks.rs`.
-// Drop this when `mcp/` imports it from there (its split is under way).
-#[cfg(feature = "mcp")]
-pub(crate) use crate::hooks::CallStart;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
