@@ -330,7 +330,7 @@ mod imp {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
     use super::error_code::{failure_of, name_of};
     use super::{HttpFailure, split_url};
     use wasip2::http::types::{

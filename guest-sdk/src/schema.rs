@@ -149,7 +149,7 @@ mod tests {
     }
 
     #[derive(JsonSchema)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "read only through the derive")]
     struct Inner {
         big: u64,
         small: Option<u8>,
@@ -157,14 +157,14 @@ mod tests {
     }
 
     #[derive(JsonSchema)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "read only through the derive")]
     enum Choice {
         Count(u32),
         Signed { value: i64 },
     }
 
     #[derive(JsonSchema)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "read only through the derive")]
     struct Args {
         count: u64,
         offset: i32,
@@ -180,7 +180,7 @@ mod tests {
     }
 
     #[derive(serde::Serialize, JsonSchema)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "read only through the derive")]
     struct Out {
         hits: Vec<String>,
         #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -7,7 +7,12 @@
 //! percentiles of many iterations, reported with their targets; nothing here
 //! asserts a timing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark fails loudly and prints its report"
+)]
 
 use serde_json::{Value, json};
 use std::io::Write;

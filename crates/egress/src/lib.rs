@@ -48,7 +48,14 @@
 //! * `decision`: [`Decision`], [`DenyReason`], [`Refusal`] and their codes;
 //! * `error`: configuration errors ([`GrantError`], [`ConfigError`], ...).
 
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "tests fail loudly on a set-up error"
+    )
+)]
 
 mod addr;
 mod config;

@@ -5,7 +5,11 @@
 //! it, the address checks agree with the standard library's predicates,
 //! and no input makes anything panic.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use toolhost_egress::{

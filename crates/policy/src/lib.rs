@@ -23,7 +23,14 @@
 //!
 //! See [`Policy`] for the file format and [`Preset`] for the presets.
 
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "tests fail loudly on a set-up error"
+    )
+)]
 
 mod arg_globs;
 #[cfg(test)]

@@ -4,7 +4,11 @@
 //! a policy rule's `network`), the file is refused at load, the error
 //! located at the entry and naming it by its key path.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 use toolhost_policy::Policy;
 

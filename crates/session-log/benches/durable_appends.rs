@@ -11,7 +11,11 @@
 //! Run: `scripts/bench-log` (starts the test server) or, with `TOOLHOST_TEST_PG_URL`
 //! set, `cargo bench -p toolhost-log --bench durable_appends --features postgres`.
 //! `BENCH_SECS` sets the seconds per configuration (default 3).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -249,7 +249,7 @@ pub(crate) fn now_unix_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 
     use serde_json::json;
 

@@ -215,7 +215,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
 

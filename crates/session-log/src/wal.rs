@@ -326,7 +326,7 @@ impl Drop for IntentWal {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
 

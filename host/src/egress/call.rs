@@ -707,7 +707,7 @@ mod tests {
     /// nowhere). A refusal after the receipt files neither a record nor a
     /// `denied` line.
     #[tokio::test]
-    #[allow(clippy::unwrap_used)]
+    #[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
     async fn a_request_not_started_when_the_receipt_is_taken_is_never_sent() {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         listener.set_nonblocking(true).unwrap();

@@ -183,7 +183,7 @@ impl<B: hyper::body::Body> Drop for Releasing<B> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
     use http_body_util::{BodyExt, Full};

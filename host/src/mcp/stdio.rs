@@ -160,7 +160,7 @@ fn stream_socket(fd: BorrowedFd<'_>) -> io::Result<tokio::net::UnixStream> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

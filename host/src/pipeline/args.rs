@@ -234,7 +234,7 @@ fn whole_numbers_as_integers(value: &mut serde_json::Value) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
     use serde_json::json;

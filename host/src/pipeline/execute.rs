@@ -290,7 +290,7 @@ fn write_back(content: &mut Vec<ContentItem>, texts: Vec<String>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
 

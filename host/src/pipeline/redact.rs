@@ -163,7 +163,7 @@ fn redact_json(value: &mut serde_json::Value, fix: &impl Fn(&mut String)) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
     use crate::sandbox::Receipt;

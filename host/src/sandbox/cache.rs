@@ -429,7 +429,7 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("toolhost"))
 }
 
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,8 +117,8 @@ impl Invoker {
     /// A body with file system access (any mode but `none`) runs on its own
     /// blocking thread, where its file operations are done in place instead
     /// of each being handed to tokio's blocking pool and back (one hand-off
-    /// per call instead of one per operation; `read_file` of 4 KiB: about
-    /// 4x faster). The deadline and cancellation still hold: they are raced
+    /// per call instead of one per operation; figures in BENCHMARKS.md).
+    /// The deadline and cancellation still hold: they are raced
     /// on that thread as everywhere else, and a body stuck in a host file
     /// system call (a FIFO without a writer, a hung network mount), which
     /// nothing can interrupt, is abandoned [`STUCK_GRACE`] after its
@@ -599,7 +599,7 @@ fn lift_output(out: ToolOutput, attached: Vec<ContentItem>) -> BodyOutcome {
     }
 }
 
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -297,7 +297,11 @@ impl Drop for Scratch {
     }
 }
 
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 #[cfg(unix)]
 #[cfg(test)]
 mod tests {

@@ -163,7 +163,7 @@ impl Interrupt {
     }
 }
 
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 #[cfg(test)]
 mod tests {
     use super::Interrupt;

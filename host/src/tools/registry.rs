@@ -471,7 +471,7 @@ fn look_alike(existing: &RegisteredTool, tool: &RegisteredTool) -> Result<(), Re
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, reason = "tests fail loudly on a set-up error")]
 mod tests {
     use super::*;
     use serde_json::json;

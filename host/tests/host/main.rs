@@ -7,7 +7,11 @@
 //! Run one area with a module filter, e.g.
 //! `cargo test -p toolhost --test host governance::`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 mod support;
 

@@ -12,7 +12,7 @@ pub use toolhost_conformance as probes;
 /// Makes the build fail when a probe has no test of the same name.
 macro_rules! assert_test_exists {
     ($name:ident) => {
-        #[allow(unused_imports)]
+        #[allow(unused_imports, reason = "the import only checks that the test exists")]
         use self::$name as _;
     };
 }

@@ -3,7 +3,11 @@
 //! function named `<suite>_<case>` in its suite module, or this binary does
 //! not build.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 #[macro_use]
 mod common;

@@ -1,7 +1,11 @@
 //! One integration-test binary for toolhost-policy: each module pins one
 //! behaviour of the public API.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 mod evaluate;
 mod examples;

@@ -2,7 +2,11 @@
 //!
 //! Some tests re-run this binary as a child process (to hold a lock in another process,
 //! or to die without closing the log); see `child`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail loudly on a set-up error"
+)]
 
 mod both;
 mod child;

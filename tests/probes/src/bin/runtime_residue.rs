@@ -25,7 +25,10 @@ struct Out {
 }
 
 const PAGE: usize = 65536;
-#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    allow(dead_code, reason = "used only by the WASI build")
+)]
 const GROW: usize = 32;
 
 static mut AREA: [u8; PAGE] = [0; PAGE];
