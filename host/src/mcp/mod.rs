@@ -281,16 +281,20 @@ where
         inner: rmcp::transport::async_rw::AsyncRwTransport::new_server(pipes.0, pipes.1),
         in_flight,
     };
+    // Listens before the session is served: rmcp runs the client's requests
+    // as soon as the initialize response is written, and a listener taken
+    // after that misses what their calls announce in between.
+    let announcer = announce::spawn(server.clone());
     let running = match counted.serve(transport).await {
         Ok(r) => r,
         Err(e) => {
+            announcer.abort();
             tracing::info!("the MCP session ended before it was initialized: {e}");
             framing.finish().await;
             return Ok(());
         }
     };
     let _ = peer.set(running.peer().clone());
-    let announcer = announce::spawn(server.clone());
 
     let reloader = options.watch.clone().map(|dir| {
         let server = server.clone();
