@@ -216,10 +216,7 @@ impl CredentialSpec {
                 source_name: self.source.to_string(),
             });
         }
-        Ok(Credential {
-            spec: self.clone(),
-            secret,
-        })
+        Ok(Credential::new(self.clone(), secret))
     }
 }
 
@@ -385,9 +382,20 @@ pub enum CredentialError {
 pub struct Credential {
     spec: CredentialSpec,
     secret: Secret,
+    /// What the search for the secret needs, worked out once.
+    needle: crate::scan::Needle,
 }
 
 impl Credential {
+    fn new(spec: CredentialSpec, secret: Secret) -> Credential {
+        let needle = crate::scan::Needle::of(secret.expose().as_bytes());
+        Credential {
+            spec,
+            secret,
+            needle,
+        }
+    }
+
     /// What it was loaded from.
     pub fn spec(&self) -> &CredentialSpec {
         &self.spec
@@ -482,11 +490,11 @@ impl Credentials {
     }
 
     /// The secrets, as bytes.
-    fn secrets(&self) -> impl Iterator<Item = &[u8]> {
+    fn secrets(&self) -> impl Iterator<Item = (&[u8], &crate::scan::Needle)> {
         self.0
             .iter()
-            .map(|c| c.secret.expose().as_bytes())
-            .filter(|s| !s.is_empty())
+            .map(|c| (c.secret.expose().as_bytes(), &c.needle))
+            .filter(|(s, _)| !s.is_empty())
     }
 
     /// Whether `bytes` holds an occurrence of a loaded secret (searched
@@ -503,8 +511,8 @@ impl Credentials {
     /// server that echoes a secret as a name passes it on lowercased.
     pub fn in_header_name(&self, name: &[u8]) -> bool {
         let mut hits = Vec::new();
-        for secret in self.secrets() {
-            crate::scan::occurrences(secret, name, true, &mut hits);
+        for (secret, needle) in self.secrets() {
+            crate::scan::occurrences(secret, needle, name, true, &mut hits);
         }
         !hits.is_empty()
     }
@@ -524,8 +532,8 @@ impl Credentials {
     /// Every occurrence of every secret in `bytes`, overlapping ones
     /// included, as ranges.
     fn occurrences(&self, bytes: &[u8], hits: &mut Vec<std::ops::Range<usize>>) {
-        for secret in self.secrets() {
-            crate::scan::occurrences(secret, bytes, false, hits);
+        for (secret, needle) in self.secrets() {
+            crate::scan::occurrences(secret, needle, bytes, false, hits);
         }
     }
 }
@@ -612,9 +620,11 @@ mod tests {
         Credentials(
             secrets
                 .iter()
-                .map(|s| Credential {
-                    spec: spec(SecretSource::Env("UNUSED".into())),
-                    secret: Secret::new(s.to_string()),
+                .map(|s| {
+                    Credential::new(
+                        spec(SecretSource::Env("UNUSED".into())),
+                        Secret::new(s.to_string()),
+                    )
                 })
                 .collect(),
         )

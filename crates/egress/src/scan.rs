@@ -86,23 +86,57 @@ fn same(a: &[u8], b: &[u8], fold: bool) -> bool {
     std::hint::black_box(differ) == 0
 }
 
-/// Every occurrence of `secret` in `text`, overlapping ones too, appended
-/// to `hits` as ranges, in order; with `fold`, in any ASCII letter case.
-/// The work is one hash step per byte of `text`, plus one full compare per
-/// window whose hash is the secret's (see the module's docs).
-pub(crate) fn occurrences(secret: &[u8], text: &[u8], fold: bool, hits: &mut Vec<Range<usize>>) {
+/// What the search needs of one secret, worked out once when it is loaded:
+/// its hash, as written and case folded, and the weight of a window's
+/// first byte. Its `Debug` shows none of them: they are derived from the
+/// secret.
+#[derive(Clone)]
+pub(crate) struct Needle {
+    hash: u64,
+    folded: u64,
+    top: u64,
+}
+
+impl std::fmt::Debug for Needle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl Needle {
+    pub(crate) fn of(secret: &[u8]) -> Needle {
+        let b = base();
+        Needle {
+            hash: hash(secret, b, false),
+            folded: hash(secret, b, true),
+            // b^(n-1): the weight of the byte that leaves the window.
+            top: (1..secret.len()).fold(1, |w, _| mul(w, b)),
+        }
+    }
+}
+
+/// Every occurrence of `secret` (whose [`Needle`] is `needle`) in `text`,
+/// overlapping ones too, appended to `hits` as ranges, in order; with
+/// `fold`, in any ASCII letter case. The work is one hash step per byte of
+/// `text`, plus one full compare per window whose hash is the secret's (see
+/// the module's docs).
+pub(crate) fn occurrences(
+    secret: &[u8],
+    needle: &Needle,
+    text: &[u8],
+    fold: bool,
+    hits: &mut Vec<Range<usize>>,
+) {
     let n = secret.len();
     if n == 0 || text.len() < n {
         return;
     }
     let b = base();
-    let target = hash(secret, b, fold);
-    // b^(n-1): the weight of the byte that leaves the window.
-    let top = (1..n).fold(1, |w, _| mul(w, b));
+    let target = if fold { needle.folded } else { needle.hash };
     let mut h = hash(&text[..n], b, fold);
     for start in 0..=text.len() - n {
         if start > 0 {
-            let out = mul(digit(text[start - 1], fold), top);
+            let out = mul(digit(text[start - 1], fold), needle.top);
             let kept = reduce(h + P - out);
             h = reduce(mul(kept, b) + digit(text[start + n - 1], fold));
         }
@@ -131,7 +165,8 @@ mod tests {
 
     fn found(secret: &str, text: &str, fold: bool) -> Vec<Range<usize>> {
         let mut hits = Vec::new();
-        occurrences(secret.as_bytes(), text.as_bytes(), fold, &mut hits);
+        let needle = Needle::of(secret.as_bytes());
+        occurrences(secret.as_bytes(), &needle, text.as_bytes(), fold, &mut hits);
         hits
     }
 
