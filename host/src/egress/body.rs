@@ -371,12 +371,12 @@ mod tests {
         }
     }
 
-    /// A server's echo of a secret reaches the guest masked, wherever its
-    /// frames cut it, in its headers and its trailers too, and nothing
-    /// else changes.
-    #[tokio::test]
-    async fn an_echoed_secret_is_masked_in_headers_frames_and_trailers() {
-        const SECRET: &str = "sk-masked-0123";
+    /// The secret of [`masking_egress`].
+    const SECRET: &str = "sk-masked-0123";
+
+    /// The egress of a policy with one credential, [`SECRET`] (its file
+    /// is read at load, and removed after).
+    fn masking_egress() -> Arc<Egress> {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let file = dir.path().join("token");
         std::fs::write(&file, SECRET).unwrap_or_else(|e| panic!("{e}"));
@@ -389,7 +389,15 @@ mod tests {
             "test.toml",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let egress = Arc::new(Egress::load(&policy, &[], None).unwrap_or_else(|e| panic!("{e}")));
+        Arc::new(Egress::load(&policy, &[], None).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// A server's echo of a secret reaches the guest masked, wherever its
+    /// frames cut it, in its headers and its trailers too, and nothing
+    /// else changes.
+    #[tokio::test]
+    async fn an_echoed_secret_is_masked_in_headers_frames_and_trailers() {
+        let egress = masking_egress();
         let masked = "*".repeat(SECRET.len());
 
         let mut headers = http::HeaderMap::new();
@@ -453,20 +461,7 @@ mod tests {
     /// gives its error alone.
     #[tokio::test]
     async fn a_masked_body_is_framed_alike_whatever_it_holds() {
-        const SECRET: &str = "sk-masked-0123";
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let file = dir.path().join("token");
-        std::fs::write(&file, SECRET).unwrap_or_else(|e| panic!("{e}"));
-        let policy = toolhost_egress::NetworkPolicy::from_toml(
-            &format!(
-                "[network]\nallow = [\"https://api.example.com\"]\n\n[[credentials]]\n\
-                 host = \"api.example.com\"\nheader = \"Authorization\"\nvalue_file = {:?}\n",
-                file.display().to_string()
-            ),
-            "test.toml",
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        let egress = Arc::new(Egress::load(&policy, &[], None).unwrap_or_else(|e| panic!("{e}")));
+        let egress = masking_egress();
         let shapes = |guess: &'static [u8]| async {
             let mut shapes = Vec::new();
             for cut in 0..=guess.len() {
