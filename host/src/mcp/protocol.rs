@@ -398,6 +398,161 @@ fn client_of(context: &RequestContext<RoleServer>, session: &str) -> String {
     HttpClient::of(context).map_or_else(|| session.to_string(), |c| c.0.clone())
 }
 
+/// Who answers a call's `ask`, and what a multi-round-trip retry brought.
+struct Asking {
+    approver: Arc<dyn Approver>,
+    /// The call id a redeemed approval state names.
+    call_id: Option<String>,
+    /// The question of a first round, to go back as the result.
+    through_result: Option<Arc<AskThroughResult>>,
+    states: Option<Arc<ApprovalStates>>,
+}
+
+impl Server {
+    /// A client could otherwise keep any number of calls waiting (on an
+    /// approval, say), each holding its arguments and a task. These two
+    /// refusals come before the pipeline and stay out of the session log (a
+    /// flood of them must not grow it), but observers get their after-call
+    /// record like any call's.
+    fn admit(
+        &self,
+        tool: &str,
+        start: &CallStart,
+    ) -> Result<OwnedSemaphorePermit, rmcp::model::CallToolResult> {
+        let Ok(in_flight) = self.calls.clone().try_acquire_owned() else {
+            tracing::warn!("refused a call: {MAX_CALLS_IN_FLIGHT} calls already in flight");
+            let r = too_many_calls(tool);
+            self.host().observe_unadmitted(&r, start);
+            return Err(to_mcp_result(&r));
+        };
+        // Checked with the permit held: a stopping server that saw no call
+        // in flight sees no call start after it.
+        if self.stopping.load(Ordering::SeqCst) {
+            let r = stopping(tool);
+            self.host().observe_unadmitted(&r, start);
+            return Err(to_mcp_result(&r));
+        }
+        Ok(in_flight)
+    }
+
+    /// Approvals: through a multi-round-trip request for a 2026-07-28
+    /// client that elicits (a retry carries its answer and state), else
+    /// through the client's session (elicitation/create) or `--approver`.
+    async fn approver_for(
+        &self,
+        host: &Host,
+        request: &CallToolRequestParams,
+        args: &str,
+        principal: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Asking, rmcp::model::CallToolResult> {
+        let states = self
+            .approvals
+            .states
+            .clone()
+            .filter(|_| self.approvals.ask_clients && asks_through_results(context));
+        let mut asking = Asking {
+            // The client of this request's session is asked, never the
+            // client of another session on the same host.
+            approver: Arc::new(self.approvals.for_peer(context.peer.clone())),
+            call_id: None,
+            through_result: None,
+            states: states.clone(),
+        };
+        match (&request.request_state, &states) {
+            (Some(sealed), _) => {
+                let redeemed = match &states {
+                    None => Err((
+                        ErrorCode::ApprovalStateInvalid,
+                        "this server issued no approval state to this client (a requestState needs a 2026-07-28 request that declares elicitation)".to_string(),
+                    )),
+                    Some(states) => states.redeem(
+                        sealed,
+                        &request.name,
+                        args,
+                        principal.unwrap_or(LOCAL_PRINCIPAL),
+                        request.input_responses.as_ref(),
+                        host.session_log(),
+                    )
+                    .await,
+                };
+                match redeemed {
+                    Ok(r) => {
+                        asking.call_id = Some(r.call_id);
+                        asking.approver = Arc::new(r.approver);
+                    }
+                    Err((code, message)) => {
+                        tracing::warn!(%code, "refused an approval state: {message}");
+                        let refused =
+                            host.refuse_unheard(&request.name, args, principal, code, message);
+                        self.flush_soon(host);
+                        return Err(to_mcp_result(&refused));
+                    }
+                }
+            }
+            (None, Some(_)) => {
+                let ask = Arc::new(AskThroughResult::default());
+                asking.through_result = Some(ask.clone());
+                asking.approver = ask;
+            }
+            (None, None) => {}
+        }
+        Ok(asking)
+    }
+
+    /// Runs one admitted call through the pipeline, with its progress, its
+    /// cancellation and its log records, which go out before the response.
+    async fn run_call(
+        &self,
+        host: &Host,
+        mut call: CallRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> CallResult {
+        let interrupt = Interrupt::default();
+        call.interrupt = Some(interrupt.clone());
+        let forwarder = context.meta.get_progress_token().map(|token| {
+            let (sink, forwarder) =
+                ProgressForwarder::start(context.peer.clone(), self.gate.clone(), token);
+            call.progress = Some(sink);
+            forwarder
+        });
+        let call = host.call(call);
+        // A `notifications/cancelled` for this request interrupts the call,
+        // which then ends as the pipeline ends a cancelled call (after its
+        // body has stopped). Raced here rather than in a watcher task: no
+        // task spawned and aborted per call.
+        tokio::pin!(call);
+        let result = tokio::select! {
+            r = &mut call => r,
+            () = context.ct.cancelled() => {
+                interrupt.cancel();
+                call.await
+            }
+        };
+        // The tool's log records at the level the request asked for in its
+        // `_meta` (2026-07-28), else at the session's (`logging/setLevel`,
+        // 2025-11-25).
+        let level = match context.meta.log_level() {
+            Some(asked) => SessionLevel::fixed(asked),
+            None => self.log_level.clone(),
+        };
+        logging::forward(
+            &context.peer,
+            &self.gate,
+            &level,
+            &result.tool,
+            &result.receipt.logs,
+        )
+        .await;
+        if let Some(forwarder) = forwarder {
+            // The last report goes out before the response, never after.
+            forwarder.finish().await;
+        }
+        self.flush_soon(host);
+        result
+    }
+}
+
 impl ServerHandler for Server {
     fn get_info(&self) -> InitializeResult {
         let mut caps = ServerCapabilities::default();
@@ -490,35 +645,21 @@ impl ServerHandler for Server {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        // A client could otherwise keep any number of calls waiting (on an
-        // approval, say), each holding its arguments and a task.
-        // These two refusals come before the pipeline and stay out of the
-        // session log (a flood of them must not grow it), but observers
-        // get their after-call record like any call's.
         let start = CallStart::new(
             self.principal_of(&context).as_deref(),
             self.scope.as_deref(),
         );
-        let Ok(in_flight) = self.calls.clone().try_acquire_owned() else {
-            tracing::warn!("refused a call: {MAX_CALLS_IN_FLIGHT} calls already in flight");
-            let r = too_many_calls(&request.name);
-            self.host().observe_unadmitted(&r, &start);
-            return Ok(to_mcp_result(&r).into());
+        let in_flight = match self.admit(&request.name, &start) {
+            Ok(permit) => permit,
+            Err(refused) => return Ok(refused.into()),
         };
-        // Checked with the permit held: a stopping server that saw no call
-        // in flight sees no call start after it.
-        if self.stopping.load(Ordering::SeqCst) {
-            let r = stopping(&request.name);
-            self.host().observe_unadmitted(&r, &start);
-            return Ok(to_mcp_result(&r).into());
-        }
         // The host this call starts on: a reload swaps in a new one, but
         // this call finishes on this one.
         let host = self.host();
-        let args = match request.arguments {
+        let args = match request.arguments.take() {
             Some(o) => Value::Object(o).to_string(),
             None => "{}".into(),
         };
@@ -537,118 +678,28 @@ impl ServerHandler for Server {
                 }
             };
         }
-        // Approvals: through a multi-round-trip request for a 2026-07-28
-        // client that elicits (a retry carries its answer and state), else
-        // through the client's session (elicitation/create) or --approver.
-        let mrtr = self
-            .approvals
-            .states
-            .clone()
-            .filter(|_| self.approvals.ask_clients && asks_through_results(&context));
-        let mut call_id = None;
-        let mut ask_through_result = None;
-        let approver: Arc<dyn Approver> = match (&request.request_state, &mrtr) {
-            (Some(sealed), _) => {
-                let redeemed = match &mrtr {
-                    None => Err((
-                        ErrorCode::ApprovalStateInvalid,
-                        "this server issued no approval state to this client (a requestState needs a 2026-07-28 request that declares elicitation)".to_string(),
-                    )),
-                    Some(states) => states.redeem(
-                        sealed,
-                        &request.name,
-                        &args,
-                        principal.as_deref().unwrap_or(LOCAL_PRINCIPAL),
-                        request.input_responses.as_ref(),
-                        host.session_log(),
-                    )
-                    .await,
-                };
-                match redeemed {
-                    Ok(r) => {
-                        call_id = Some(r.call_id);
-                        Arc::new(r.approver)
-                    }
-                    Err((code, message)) => {
-                        tracing::warn!(%code, "refused an approval state: {message}");
-                        let refused = host.refuse_unheard(
-                            &request.name,
-                            &args,
-                            principal.as_deref(),
-                            code,
-                            message,
-                        );
-                        self.flush_soon(&host);
-                        return Ok(to_mcp_result(&refused).into());
-                    }
-                }
-            }
-            (None, Some(_)) => {
-                let ask = Arc::new(AskThroughResult::default());
-                ask_through_result = Some(ask.clone());
-                ask
-            }
-            // The client of this request's session is asked, never the
-            // client of another session on the same host.
-            (None, None) => Arc::new(self.approvals.for_peer(context.peer.clone())),
+        let asking = match self
+            .approver_for(&host, &request, &args, principal.as_deref(), &context)
+            .await
+        {
+            Ok(asking) => asking,
+            Err(refused) => return Ok(refused.into()),
         };
-        let interrupt = Interrupt::default();
-        let (progress, forwarder) = match context.meta.get_progress_token() {
-            Some(token) => {
-                let (sink, forwarder) =
-                    ProgressForwarder::start(context.peer.clone(), self.gate.clone(), token);
-                (Some(sink), Some(forwarder))
-            }
-            None => (None, None),
-        };
-        let call = host.call(CallRequest {
+        let call = CallRequest {
             tool: request.name.to_string(),
             args: args.clone(),
             scope: self.scope.clone(),
             mode: self.mode,
             principal: principal.clone(),
-            interrupt: Some(interrupt.clone()),
-            progress,
-            approver: Some(approver),
+            approver: Some(asking.approver),
             client: Some(client_of(&context, &self.client)),
-            call_id,
+            call_id: asking.call_id,
             ..CallRequest::default()
-        });
-        // A `notifications/cancelled` for this request interrupts the call,
-        // which then ends as the pipeline ends a cancelled call (after its
-        // body has stopped). Raced here rather than in a watcher task: no
-        // task spawned and aborted per call.
-        tokio::pin!(call);
-        let result = tokio::select! {
-            r = &mut call => r,
-            () = context.ct.cancelled() => {
-                interrupt.cancel();
-                call.await
-            }
         };
-        // The tool's log records, before the response (never after it), at
-        // the level the request asked for in its `_meta` (2026-07-28), else
-        // at the session's (`logging/setLevel`, 2025-11-25).
-        let level = match context.meta.log_level() {
-            Some(asked) => SessionLevel::fixed(asked),
-            None => self.log_level.clone(),
-        };
-        logging::forward(
-            &context.peer,
-            &self.gate,
-            &level,
-            &result.tool,
-            &result.receipt.logs,
-        )
-        .await;
-        if let Some(forwarder) = forwarder {
-            // The last report goes out before the response, never after.
-            forwarder.finish().await;
-        }
-        self.flush_soon(&host);
+        let result = self.run_call(&host, call, &context).await;
         // The question of a first round goes back as the result; the call
         // itself ended unapproved (nothing ran).
-        if let (Some(ask), Some(states)) = (ask_through_result, &mrtr)
+        if let (Some(ask), Some(states)) = (asking.through_result, &asking.states)
             && result.error.as_ref().map(|e| e.code) == Some(ErrorCode::ApprovalUnavailable)
             && let Some(asked) = ask.asked()
         {
