@@ -44,19 +44,15 @@ fn main() {
         );
     }
     src.push_str("];\n");
-    if let Some(b) = built.iter().find(|b| b.name == "toolhost_bench_guest") {
-        let _ = writeln!(
-            src,
-            "/// The benchmarks' CPU-bound guest (not embedded).\n#[doc(hidden)]\npub const BENCH_GUEST_PATH: &str = {:?};",
-            b.path.display().to_string()
-        );
-    }
-    if let Some(b) = built.iter().find(|b| b.name == "toolhost_mcp_fixtures") {
-        let _ = writeln!(
-            src,
-            "/// The MCP conformance fixtures (not embedded).\n#[doc(hidden)]\npub const MCP_FIXTURES_PATH: &str = {:?};",
-            b.path.display().to_string()
-        );
+    // Paths for this package's tests and benchmarks only, not the library:
+    // `env!("TOOLHOST_BENCH_GUEST")`, `env!("TOOLHOST_MCP_FIXTURES")`.
+    for (name, var) in [
+        ("toolhost_bench_guest", "TOOLHOST_BENCH_GUEST"),
+        ("toolhost_mcp_fixtures", "TOOLHOST_MCP_FIXTURES"),
+    ] {
+        if let Some(b) = built.iter().find(|b| b.name == name) {
+            println!("cargo::rustc-env={var}={}", b.path.display());
+        }
     }
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default())
         .join("embedded_tools.rs");

@@ -110,7 +110,7 @@ impl Ctx {
         let mut b = HostBuilder::new();
         b.runtime(runtime)
             .embedded_tools()
-            .tool_file(toolhost::BENCH_GUEST_PATH)
+            .tool_file(env!("TOOLHOST_BENCH_GUEST"))
             .workspace(self.workspace.path());
         if let Some(log) = log {
             b.session_log(log);
@@ -125,7 +125,7 @@ fn noop() -> CallRequest {
 
 /// The no-op tool that declares writes, granted a writable workspace: its
 /// intent is durable (a read-only call's is not, see
-/// `toolhost::needs_durable_intent`).
+/// `toolhost::runtime::needs_durable_intent`).
 fn noop_write_grant() -> CallRequest {
     CallRequest::new("noop_write", json!({})).mode(SandboxMode::WorkspaceWrite)
 }
@@ -203,7 +203,7 @@ async fn main() {
         if i >= 100 {
             body.push(us(t.elapsed()));
         }
-        assert!(matches!(outcome, toolhost::BodyOutcome::Ok { .. }));
+        assert!(matches!(outcome, toolhost::runtime::BodyOutcome::Ok { .. }));
     }
     let body = stats(body);
     let file_dir = tempfile::tempdir().unwrap();
@@ -833,7 +833,7 @@ fn language_examples() -> Vec<LanguageExample> {
         LanguageExample {
             language: "rust",
             built_by: "cargo (host/build.rs)",
-            path: PathBuf::from(toolhost::BENCH_GUEST_PATH),
+            path: PathBuf::from(env!("TOOLHOST_BENCH_GUEST")),
             tool: "noop",
             args: json!({}),
         },
@@ -937,7 +937,7 @@ async fn language(ctx: &Ctx, ex: &LanguageExample, bytes: &[u8]) -> Value {
         if i >= warm_ups(n) {
             body.push(us(t.elapsed()));
         }
-        assert!(matches!(outcome, toolhost::BodyOutcome::Ok { .. }));
+        assert!(matches!(outcome, toolhost::runtime::BodyOutcome::Ok { .. }));
     }
     let req = || CallRequest::new(ex.tool, ex.args.clone()).mode(SandboxMode::None);
     let call = timed_calls(&host, req, n).await;
@@ -1088,7 +1088,7 @@ async fn metered_host(ctx: &Ctx, fuel: bool, unmetered: bool) -> Host {
     );
     let mut b = HostBuilder::new();
     b.runtime(rt)
-        .tool_file(toolhost::BENCH_GUEST_PATH)
+        .tool_file(env!("TOOLHOST_BENCH_GUEST"))
         .workspace(ctx.workspace.path())
         .limits(Limits {
             deadline: Duration::from_secs(120),

@@ -51,7 +51,7 @@ pub(super) struct Front {
     answering: Arc<Answering>,
     /// The approval endpoints: the state directory, and the server whose
     /// policy says who is an owner.
-    operator: Option<(crate::ApprovalQueue, Server)>,
+    operator: Option<(crate::approval::queue::ApprovalQueue, Server)>,
     /// With `--tokens`: which token opened each session (its SHA-256). A
     /// session answers only requests with that token: its id is no bearer
     /// credential that works for another principal. At most one entry per
@@ -70,7 +70,7 @@ impl Front {
     pub(super) fn new(
         admission: Admission,
         server: &Server,
-        approvals: Option<crate::ApprovalQueue>,
+        approvals: Option<crate::approval::queue::ApprovalQueue>,
     ) -> Front {
         let end_sessions = CancellationToken::new();
         let config = StreamableHttpServerConfig::default()

@@ -70,7 +70,7 @@ pub struct HttpOptions {
     pub shutdown_grace: Duration,
     /// The queue of a `--approver queue` server: its pending approvals are
     /// served to owners at `/approvals`.
-    pub approvals: Option<crate::ApprovalQueue>,
+    pub approvals: Option<crate::approval::queue::ApprovalQueue>,
 }
 
 impl std::fmt::Debug for HttpOptions {

@@ -179,7 +179,7 @@ impl HostBuilder {
     }
 
     /// How many after-call records each observer's queue holds (default
-    /// [`DEFAULT_OBSERVER_QUEUE`](crate::DEFAULT_OBSERVER_QUEUE); at least
+    /// [`DEFAULT_OBSERVER_QUEUE`](crate::runtime::DEFAULT_OBSERVER_QUEUE); at least
     /// one). Records that find it full are dropped and counted.
     pub fn observer_queue(&mut self, records: usize) -> &mut Self {
         self.observer_queue = records;

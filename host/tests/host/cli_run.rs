@@ -48,7 +48,7 @@ fn the_cli_exits_after_abandoning_a_stuck_body() {
 
 #[test]
 fn a_multi_tool_component_needs_a_tool_name() {
-    let out = run(&[toolhost::BENCH_GUEST_PATH, "--args", "{}"]);
+    let out = run(&[env!("TOOLHOST_BENCH_GUEST"), "--args", "{}"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -61,7 +61,7 @@ fn a_multi_tool_component_needs_a_tool_name() {
 #[test]
 fn tool_picks_one_tool_of_a_component() {
     let out = run(&[
-        toolhost::BENCH_GUEST_PATH,
+        env!("TOOLHOST_BENCH_GUEST"),
         "--tool",
         "fib",
         "--args",
@@ -74,7 +74,7 @@ fn tool_picks_one_tool_of_a_component() {
     assert_eq!(v["canonical"]["value"], 55);
     // The old spelling still works.
     let out = run(&[
-        toolhost::BENCH_GUEST_PATH,
+        env!("TOOLHOST_BENCH_GUEST"),
         "--tool-name",
         "noop",
         "--args",

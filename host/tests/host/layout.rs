@@ -506,3 +506,63 @@ fn no_function_in_the_pipeline_is_over_80_lines() {
     }
     assert!(long.is_empty(), "{long:?}");
 }
+
+/// The names `lib.rs` re-exports at the crate root (its `pub use` lines
+/// outside the inline `pub mod` blocks), each `as` counted by its new name.
+fn root_names(lib: &str) -> Vec<String> {
+    let mut top = String::new();
+    let mut depth = 0usize;
+    for line in lib.lines() {
+        let t = line.trim_start();
+        if depth == 0 && t.starts_with("pub mod ") && t.ends_with('{') {
+            depth = 1;
+            continue;
+        }
+        if depth > 0 {
+            depth += t.matches('{').count();
+            depth -= t.matches('}').count().min(depth);
+            continue;
+        }
+        top.push_str(line);
+        top.push('\n');
+    }
+    let mut names = Vec::new();
+    for stmt in top.split(';') {
+        let Some(at) = stmt.find("pub use ") else {
+            continue;
+        };
+        let path = &stmt[at + "pub use ".len()..];
+        let items = match (path.find('{'), path.rfind('}')) {
+            (Some(a), Some(b)) => &path[a + 1..b],
+            _ => path,
+        };
+        for item in items.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let name = item.rsplit(" as ").next().unwrap_or(item);
+            names.push(name.rsplit("::").next().unwrap_or(name).to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn the_crate_root_exports_about_fifty_names() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let names = root_names(&lib);
+    // The pipeline, its requests and results, the approvers and hooks;
+    // the rest lives in the small modules (`queue`, `manifest`, `runtime`,
+    // `schemas`), and nothing test- or bench-only is at the root.
+    assert!(names.contains(&"Host".to_string()), "{names:?}");
+    assert!(names.len() <= 55, "{} root names: {names:?}", names.len());
+    let hidden = lib
+        .lines()
+        .zip(lib.lines().skip(1))
+        .filter(|(a, b)| a.contains("doc(hidden)") && b.starts_with("pub use"))
+        .count();
+    assert_eq!(hidden, 0, "a hidden name at the crate root");
+}
+
+#[test]
+fn root_names_are_counted_outside_module_blocks() {
+    let lib = "pub use a::{B, C as D};\npub mod m {\n    pub use x::{Y, Z};\n}\npub use e::F;\n";
+    assert_eq!(root_names(lib), ["B", "D", "F"]);
+}

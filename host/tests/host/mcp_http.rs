@@ -1321,7 +1321,7 @@ async fn http_annotations_say_what_the_host_enforces() {
 fn fixtures_server() -> (Server, tempfile::TempDir) {
     let tools = crate::support::tempdir();
     std::fs::copy(
-        toolhost::MCP_FIXTURES_PATH,
+        env!("TOOLHOST_MCP_FIXTURES"),
         tools.path().join("fixtures.wasm"),
     )
     .unwrap();

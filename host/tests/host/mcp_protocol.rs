@@ -348,7 +348,7 @@ fn stdio_principal_profile_hides_and_refuses_owner_only_tools() {
 fn stdio_log_notifications_content_and_rate_limits() {
     let tools = tempfile::tempdir().unwrap();
     std::fs::copy(
-        toolhost::MCP_FIXTURES_PATH,
+        env!("TOOLHOST_MCP_FIXTURES"),
         tools.path().join("fixtures.wasm"),
     )
     .unwrap();
@@ -876,7 +876,7 @@ fn reload_goes_on_when_a_client_does_not_read() {
     });
     let (_writer, _) = flood_until_stalled(stdin, "tools/list", 20_000);
     let tool = tools.path().join("a.wasm");
-    std::fs::copy(toolhost::BENCH_GUEST_PATH, &tool).unwrap();
+    std::fs::copy(env!("TOOLHOST_BENCH_GUEST"), &tool).unwrap();
     let got = reloads.recv_timeout(Duration::from_secs(60));
     assert!(got.is_ok(), "the new tool was not loaded: {got:?}");
     std::fs::remove_file(&tool).unwrap();

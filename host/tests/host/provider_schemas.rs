@@ -1,5 +1,5 @@
 //! Provider-ready tool declarations (`toolhost list --schema-for`,
-//! `toolhost::provider_tool`): each profile's output is checked against the
+//! `toolhost::schemas::provider_tool`): each profile's output is checked against the
 //! rules its provider documents, for the embedded tools and for schemas
 //! built to hit every rewrite.
 //!
@@ -23,7 +23,9 @@
 //!   `oneOf`, `allOf`, `default`, `title`; names start with a letter or `_`.
 
 use serde_json::{Value, json};
-use toolhost::{Descriptor, Provider, SandboxMode, SideEffect, provider_tool};
+use toolhost::schemas::Provider;
+use toolhost::schemas::provider_tool;
+use toolhost::{Descriptor, SandboxMode, SideEffect};
 
 fn descriptor(name: &str, input_schema: Value) -> Descriptor {
     Descriptor {

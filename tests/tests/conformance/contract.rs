@@ -5,7 +5,8 @@
 use crate::common::*;
 use serde_json::json;
 use std::time::Instant;
-use toolhost::{DESCRIBE_DEADLINE, ErrorCode, Host, Limits, SandboxMode};
+use toolhost::runtime::DESCRIBE_DEADLINE;
+use toolhost::{ErrorCode, Host, Limits, SandboxMode};
 
 toolhost_conformance::foreach_contract!(assert_test_exists);
 

@@ -4,7 +4,8 @@
 
 use crate::common::*;
 use std::time::{Duration, Instant};
-use toolhost::{DESCRIBE_DEADLINE, HostError, LoadError};
+use toolhost::runtime::DESCRIBE_DEADLINE;
+use toolhost::{HostError, LoadError};
 
 toolhost_conformance::foreach_load!(assert_test_exists);
 
@@ -58,7 +59,8 @@ async fn load_too_large_or_not_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.wasm");
     let f = std::fs::File::create(&big).unwrap();
-    f.set_len(toolhost::MAX_WASM_FILE_BYTES + 1).unwrap();
+    f.set_len(toolhost::runtime::MAX_WASM_FILE_BYTES + 1)
+        .unwrap();
     drop(f);
     // A named pipe: opening it for reading would wait for a writer.
     let fifo = dir.path().join("pipe.wasm");

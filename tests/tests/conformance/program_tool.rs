@@ -15,8 +15,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use toolhost::log::EventKind;
+use toolhost::manifest::ManifestCode;
 use toolhost::policy::Policy;
-use toolhost::{Host, HostBuilder, HostError, Limits, ManifestCode, SandboxMode, Status};
+use toolhost::{Host, HostBuilder, HostError, Limits, SandboxMode, Status};
 use toolhost_conformance::{p1, p2};
 
 /// Copies `program` into `dir` as `NAME.wasm` and writes `NAME.tool.toml`
@@ -270,7 +271,8 @@ async fn program_tool_manifest_errors() {
             // before it is read.
             let p = install(dir, "huge", p1::CAT, good);
             let f = std::fs::File::create(dir.join("huge.wasm")).unwrap();
-            f.set_len(toolhost::MAX_WASM_FILE_BYTES + 1).unwrap();
+            f.set_len(toolhost::runtime::MAX_WASM_FILE_BYTES + 1)
+                .unwrap();
             (p, ManifestCode::NotProgram, "larger than")
         },
     ];

@@ -5,7 +5,8 @@ use crate::args::{ApprovalsCommand, StateArgs};
 use crate::host::approval_queue_of;
 use anyhow::{Result, anyhow};
 use std::process::ExitCode;
-use toolhost::{ApprovalOutcome, DecideError};
+use toolhost::ApprovalOutcome;
+use toolhost::queue::DecideError;
 
 pub(crate) async fn approvals(a: ApprovalsCommand) -> Result<ExitCode> {
     match a {

@@ -208,7 +208,7 @@ pub(crate) struct ListArgs {
     /// schemas normalized to what it accepts: openai, anthropic or gemini
     /// (JSON; implies --json).
     #[arg(long, value_name = "PROVIDER")]
-    pub(crate) schema_for: Option<toolhost::Provider>,
+    pub(crate) schema_for: Option<toolhost::schemas::Provider>,
     /// JSON output.
     #[arg(long)]
     pub(crate) json: bool,

@@ -7,7 +7,7 @@ use toolhost::conformance::Verdict;
 
 /// Checks the component and prints the report; exits 1 when a check failed.
 pub(crate) async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
-    let bytes = toolhost::read_wasm_file(&a.tool)
+    let bytes = toolhost::runtime::read_wasm_file(&a.tool)
         .map_err(|e| anyhow!("cannot read {}: {e}", a.tool.display()))?;
     let runtime = toolhost::conformance::runtime_for_checks().map_err(|e| anyhow!("{e}"))?;
     let report =

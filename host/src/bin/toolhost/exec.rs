@@ -20,7 +20,7 @@ const EXEC_STDIN_CAP: u64 = 64 << 20;
 /// status is the program's, or 125 when the runtime stopped it or its
 /// receipt could not be written.
 pub(crate) async fn exec(a: ExecArgs) -> Result<ExitCode> {
-    let bytes = toolhost::read_wasm_file(&a.program)
+    let bytes = toolhost::runtime::read_wasm_file(&a.program)
         .map_err(|e| anyhow!("cannot read {}: {e}", a.program.display()))?;
     let workspace = exec_workspace(&a)?;
     let network = exec_network(&a)?;
@@ -188,11 +188,11 @@ impl ReceiptFile {
                 "--receipt cannot be kept from a program in mode danger-full-access, which may write anywhere; use another mode"
             );
         }
-        if toolhost::writable_preopens(mode) {
+        if toolhost::runtime::writable_preopens(mode) {
             let workspace = workspace
                 .canonicalize()
                 .with_context(|| format!("cannot resolve the workspace {}", workspace.display()))?;
-            if toolhost::inside_workspace(path, &workspace).is_some() {
+            if toolhost::runtime::inside_workspace(path, &workspace).is_some() {
                 bail!(
                     "--receipt {} is inside the workspace {}, which the program may write in mode {mode}; keep the receipt outside it",
                     path.display(),
@@ -269,7 +269,7 @@ impl ReceiptFile {
 
 /// The network grant of `exec --allow-net`, with its `--ca-file` and its
 /// `--net-*` limits.
-fn exec_network(a: &ExecArgs) -> Result<toolhost::NetworkGrant> {
+fn exec_network(a: &ExecArgs) -> Result<toolhost::runtime::NetworkGrant> {
     use toolhost::policy::egress::{Grant, Limits as NetLimits, NetworkPolicy};
     let grants = a
         .allow_net
@@ -291,7 +291,7 @@ fn exec_network(a: &ExecArgs) -> Result<toolhost::NetworkGrant> {
         .with_limits(limits);
     // Named as the flag that caused it: a grant's (a socket grant naming a
     // host), the CA file's, or the system's TLS roots (SSL_CERT_FILE).
-    toolhost::NetworkGrant::from_policy(&policy, None).map_err(|e| {
+    toolhost::runtime::NetworkGrant::from_policy(&policy, None).map_err(|e| {
         if let Some(rest) = e.strip_prefix("network.ca_file ") {
             anyhow!("--ca-file {rest}")
         } else if let Some(rest) = e.strip_prefix("network grant ") {

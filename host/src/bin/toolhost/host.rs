@@ -143,13 +143,13 @@ fn session_log(b: &mut HostBuilder, state: &StateArgs, log_given: bool) -> Resul
 }
 
 /// Refuses a policy file that a call could rewrite: one inside the
-/// workspace ([`toolhost::inside_workspace`]: through a link there, which
+/// workspace ([`toolhost::runtime::inside_workspace`]: through a link there, which
 /// can be re-pointed, or by the file it resolves to), and one with more
 /// than one hard link (the other name may be inside the workspace). The policy is the calls'
 /// grant: a tool that rewrote it would choose the grants of every later
 /// call, at the next run, restart or reload.
 fn refuse_inside_workspace(policy: &Path, workspace: &Path) -> Result<()> {
-    if toolhost::inside_workspace(policy, workspace).is_some() {
+    if toolhost::runtime::inside_workspace(policy, workspace).is_some() {
         bail!(
             "policy {} is inside the workspace {}, where tools could rewrite the grants of later calls; keep the policy file outside the workspace",
             policy.display(),
@@ -225,15 +225,15 @@ fn approver_from_spec(spec: &str, timeout: Duration) -> Result<Box<dyn Approver>
 
 /// Where `--approver queue` requests wait: the state directory, or, for a
 /// PostgreSQL log, its database (shared by the log's replicas).
-pub(crate) fn approval_queue_of(state: &StateArgs) -> Result<toolhost::ApprovalQueue> {
+pub(crate) fn approval_queue_of(state: &StateArgs) -> Result<toolhost::queue::ApprovalQueue> {
     if let Some(url) = postgres_url(state) {
         let approvals =
             toolhost::log::PgApprovals::new(&url, &pg_options()?).map_err(|e| anyhow!("{e}"))?;
-        return Ok(toolhost::ApprovalQueue::Postgres(std::sync::Arc::new(
-            approvals,
-        )));
+        return Ok(toolhost::queue::ApprovalQueue::Postgres(
+            std::sync::Arc::new(approvals),
+        ));
     }
-    Ok(toolhost::ApprovalQueue::Dir(state_dir_of(state)?))
+    Ok(toolhost::queue::ApprovalQueue::Dir(state_dir_of(state)?))
 }
 
 /// Requests a process that died left pending are decided `unavailable`;
@@ -267,11 +267,11 @@ pub(crate) fn add_tools_dir(b: &mut HostBuilder, dir: &Path) -> Result<()> {
     files.sort();
     let manifests: Vec<&PathBuf> = files
         .iter()
-        .filter(|p| toolhost::manifest_name(p).is_some())
+        .filter(|p| toolhost::manifest::name_of(p).is_some())
         .collect();
     let mut claimed = std::collections::BTreeSet::new();
     for m in &manifests {
-        if let Some(name) = toolhost::manifest_name(m) {
+        if let Some(name) = toolhost::manifest::name_of(m) {
             claimed.insert(dir.join(format!("{name}.wasm")));
         }
         // A manifest that does not parse fails the build when it is

@@ -18,7 +18,7 @@ pub(crate) async fn list(a: ListArgs) -> Result<ExitCode> {
             add_tools_dir(&mut b, p)?;
         } else if p
             .to_str()
-            .is_some_and(|s| s.ends_with(toolhost::MANIFEST_SUFFIX))
+            .is_some_and(|s| s.ends_with(toolhost::manifest::MANIFEST_SUFFIX))
         {
             b.program_tool_file(p);
         } else {
@@ -55,7 +55,7 @@ fn print_tools(tools: &[&RegisteredTool], a: &ListArgs) -> Result<()> {
     if let Some(provider) = a.schema_for {
         let all: Vec<_> = tools
             .iter()
-            .map(|t| toolhost::provider_tool(provider, &t.descriptor))
+            .map(|t| toolhost::schemas::provider_tool(provider, &t.descriptor))
             .collect();
         outln!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
@@ -79,7 +79,7 @@ fn print_tools(tools: &[&RegisteredTool], a: &ListArgs) -> Result<()> {
             // The description is the tool's own text: its control
             // characters are shown escaped, so it cannot drive the terminal
             // or add rows of its own.
-            let description = toolhost::printable(&d.description);
+            let description = toolhost::runtime::printable(&d.description);
             outln!("{:<12} {:<16} {}", d.name, d.min_mode, description);
         }
     }

@@ -349,7 +349,7 @@ async fn approvals_are_announced_pending_then_decided_after_the_log_holds_them()
 async fn a_listener_that_never_reads_loses_the_oldest_and_counts_them() {
     let (_ws, host, approver) = ask_host(ApprovalOutcome::Rejected).await;
     let mut idle = host.approval_listener();
-    let calls = toolhost::ANNOUNCE_CAPACITY / 2 + 3;
+    let calls = toolhost::queue::ANNOUNCE_CAPACITY / 2 + 3;
     for i in 0..calls {
         let r = host.call(write(&format!("f{i}.txt"), "x")).await;
         assert_eq!(r.code(), Some(ErrorCode::ApprovalRejected));
@@ -363,9 +363,9 @@ async fn a_listener_that_never_reads_loses_the_oldest_and_counts_them() {
     while idle.try_recv().is_some() {
         kept += 1;
     }
-    assert_eq!(kept, toolhost::ANNOUNCE_CAPACITY);
+    assert_eq!(kept, toolhost::queue::ANNOUNCE_CAPACITY);
     assert_eq!(
         idle.dropped() as usize,
-        2 * calls - toolhost::ANNOUNCE_CAPACITY
+        2 * calls - toolhost::queue::ANNOUNCE_CAPACITY
     );
 }
