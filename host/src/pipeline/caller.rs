@@ -21,6 +21,8 @@ pub(crate) struct Caller {
 pub(crate) struct Lent {
     /// The outer call runs alone (an exclusive pass).
     pub alone: bool,
+    /// How many outer calls of code stand above this call (1: one).
+    pub depth: u32,
 }
 
 impl Lent {

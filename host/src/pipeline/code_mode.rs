@@ -5,8 +5,8 @@
 //!
 //! - `{"v":1,"id":N,"op":"list"}` lists the tools the outer call's caller
 //!   sees (`Host::tools_for`: same scope, principal, policy layers), each
-//!   with its name, description and input schema; the outer tool itself
-//!   is left out (nesting is refused).
+//!   with its name, description and input schema (the outer tool itself
+//!   only where nesting is allowed, below).
 //! - `{"v":1,"id":N,"op":"call","tool":T,"args":{..}}` is a full
 //!   [`Host::call`] as the same caller (scope, principal, client), asked
 //!   through the outer call's approver, in its own mode resolution (no
@@ -16,8 +16,13 @@
 //!   or failure is an error of the protocol's kind for its code, whose
 //!   message begins with the stable code (`POLICY_DENIED: ...`), so the
 //!   code can catch it and go on.
-//! - At most [`MAX_INNER_CALLS`] calls a run; past it every call is
-//!   answered `budget_exceeded` (`RATE_LIMITED: ...`) without a call.
+//! - At most the policy's `[code_mode] max_inner_calls` calls a run (1000
+//!   by default); past it every call is answered `budget_exceeded`
+//!   (`RATE_LIMITED: ...`) without a call.
+//! - Code run by a tool may call that tool only where `[code_mode]
+//!   allow_nesting` names it, and at most `MAX_NESTING` deep; otherwise
+//!   the tool is left out of the list and a call is refused `denied`
+//!   (`POLICY_DENIED: ...`).
 //!
 //! Exclusivity: the outer call holds its pass at the gate while its body
 //! waits for an inner call, so an inner call cannot wait on the gate (it
@@ -42,9 +47,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use tokio::time::Instant;
 use toolhost_core::ErrorCode;
-
-/// The inner calls one run of code may make.
-pub const MAX_INNER_CALLS: usize = 1000;
+use toolhost_policy::MAX_NESTING;
 
 /// The tool protocol's version this host speaks.
 const PROTOCOL: u64 = 1;
@@ -122,12 +125,13 @@ impl Host {
         }
     }
 
-    /// The tools the outer call's caller sees, less the outer tool itself.
+    /// The tools the outer call's caller sees, less the outer tool itself
+    /// unless it may nest.
     fn inner_tools(&self, a: &Admitted<'_>) -> Vec<Value> {
         let c = &a.caller;
         self.tools_for(c.scope.as_deref(), c.principal.as_deref(), None)
             .into_iter()
-            .filter(|t| t.descriptor.name != a.tool.descriptor.name)
+            .filter(|t| t.descriptor.name != a.tool.descriptor.name || self.may_nest(a))
             .map(|t| {
                 json!({
                     "name": t.descriptor.name,
@@ -155,12 +159,13 @@ impl Host {
             Some(v @ Value::Object(_)) => v.clone(),
             Some(_) => return failed(id, "invalid_arguments", "the arguments must be an object"),
         };
-        if let Err(message) = count(run) {
+        if let Err(message) = count(run, self.policy.code_mode().max_inner_calls()) {
             return failed(id, "budget_exceeded", &message);
         }
-        if tool == a.tool.descriptor.name {
+        if tool == a.tool.descriptor.name && !self.may_nest(a) {
             let message = format!(
-                "{}: code run by {tool} may not call {tool} (nesting is refused)",
+                "{}: code run by {tool} may not call {tool} (the policy's [code_mode] \
+                 allow_nesting does not name it, or the calls are {MAX_NESTING} deep)",
                 ErrorCode::PolicyDenied.as_str()
             );
             return failed(id, "denied", &message);
@@ -198,10 +203,17 @@ impl Host {
             parent: Some(a.call_id.clone()),
             ..CallRequest::default()
         };
-        let alone = a
-            .lent
-            .map_or(!a.tool.descriptor.concurrency_safe, |l| l.alone);
-        let mut call = self.boxed_call(request, Lent { alone });
+        let lent = match a.lent {
+            Some(l) => Lent {
+                alone: l.alone,
+                depth: l.depth + 1,
+            },
+            None => Lent {
+                alone: !a.tool.descriptor.concurrency_safe,
+                depth: 1,
+            },
+        };
+        let mut call = self.boxed_call(request, lent);
         tokio::select! {
             result = &mut call => result,
             () = tokio::time::sleep_until(by) => {
@@ -213,6 +225,15 @@ impl Host {
 }
 
 impl Host {
+    /// Whether code run by `a`'s tool may call that tool again.
+    fn may_nest(&self, a: &Admitted<'_>) -> bool {
+        let depth = a.lent.map_or(0, |l| l.depth);
+        self.policy
+            .code_mode()
+            .nesting_allowed(&a.tool.descriptor.name)
+            && depth + 1 < MAX_NESTING
+    }
+
     /// [`Host::call_in`] boxed, with its type written out: an inner call's
     /// body may be code of its own, and a recursive future needs a name.
     fn boxed_call(
@@ -224,14 +245,15 @@ impl Host {
     }
 }
 
-/// Counts one more inner call of `run`; the refusal past the bound.
-fn count(run: &Mutex<Run>) -> Result<(), String> {
+/// Counts one more inner call of `run`; the refusal past `max`.
+fn count(run: &Mutex<Run>, max: usize) -> Result<(), String> {
     let mut run = run
         .lock()
         .map_err(|_| "the run's record is unavailable".to_string())?;
-    if run.made >= MAX_INNER_CALLS {
+    if run.made >= max {
         return Err(format!(
-            "{}: this run made its {MAX_INNER_CALLS} inner calls; no more are made",
+            "{}: this run made its {max} inner calls (the policy's [code_mode] \
+             max_inner_calls); no more are made",
             ErrorCode::RateLimited.as_str()
         ));
     }

@@ -170,10 +170,29 @@ except host.ToolError as e:
     let r = run(&host, "print(1 + 1)", "alice").await;
     assert_eq!(stdout(&r), "2\n", "{r:?}");
 
+    // The policy's [code_mode] bounds: fewer inner calls, and nesting.
+    let bounded = "version = 1\nmode = \"workspace-write\"\n[code_mode]\n\
+                   max_inner_calls = 5\nallow_nesting = [\"python\"]\n";
+    let host = code_host(&dir, ws.path(), bounded).await;
+    let code = r#"
+from host import tools
+import host
+print(tools.python(code="print(7)")["stdout"].strip())
+n = 0
+try:
+    while True:
+        tools.read_file(path="a.txt")
+        n += 1
+except host.ToolError as e:
+    print(n, e.kind)
+"#;
+    let r = run(&host, code, "alice").await;
+    assert_eq!(stdout(&r), "7\n4 budget_exceeded\n", "{r:?}");
+    assert_eq!(r.receipt.inner_calls[0]["tool"], "python");
+
     // The interpreter is concurrency-safe and holds a shared pass at the
     // gate while its code waits: an inner call that must run alone
     // (write_file) is refused at once, not left waiting on its caller.
-    let host = code_host(&dir, ws.path(), "version = 1\nmode = \"workspace-write\"\n").await;
     let code = r#"
 from host import tools
 import host
