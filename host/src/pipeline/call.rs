@@ -44,6 +44,9 @@ impl Host {
             return call.end(aborted(&admitted, &e));
         }
         call.opened(&admitted);
+        if admitted.lent.is_some() {
+            crate::crashpoint::reached("after-inner-intent");
+        }
         self.dispatch(admitted, call).await
     }
 

@@ -37,6 +37,7 @@
 pub(crate) mod support;
 
 mod cli;
+mod code_mode;
 mod kill;
 mod library;
 mod pg_faults;

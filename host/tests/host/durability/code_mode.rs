@@ -1,0 +1,57 @@
+//! Code mode after a crash: the process is killed while an inner call (made
+//! by the `python` tool's code through the host) has a durable intent and
+//! no result; recovery ends it and its outer call `TOOL_OUTCOME_UNKNOWN`,
+//! exactly once each. Needs `TOOLHOST_PYTHON_TOOL_DIR` (see
+//! `governance::code_mode`); without it the test does nothing, except under CI.
+
+use super::support::*;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+#[test]
+fn a_kill_during_an_inner_call_leaves_both_calls_unknown_once() {
+    let dir = match std::env::var_os("TOOLHOST_PYTHON_TOOL_DIR") {
+        Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but TOOLHOST_PYTHON_TOOL_DIR is not"
+            );
+            return;
+        }
+    };
+    let sb = Sandbox::new();
+    // workspace-write: every call's intent is durable.
+    let policy = sb.state().with_file_name("policy.toml");
+    std::fs::write(&policy, "version = 1\nmode = \"workspace-write\"\n").unwrap();
+    // An inner call with an effect outside the host (a write): its intent
+    // is durable before its body.
+    let code = "from host import tools\ntools.write_file(path='b.txt', content='x')";
+    let args = serde_json::json!({ "code": code }).to_string();
+    let mut cmd = sb.command(&["run", "python", "--args", &args, "--json"]);
+    cmd.arg("--tools").arg(&dir).arg("--policy").arg(&policy);
+    cmd.env("TOOLHOST_TEST_PAUSE_AT", "after-inner-intent");
+    let mut running = Running::spawn(cmd);
+    running.wait_marker("after-inner-intent", Duration::from_secs(300));
+    let ended = running.kill();
+    assert_eq!(ended.status.signal(), Some(9), "{ended:?}");
+    assert!(ended.stdout.is_empty(), "{ended:?}");
+
+    let events = read_events(&sb.state());
+    let calls = check_log(&events);
+    let pending = pending(&calls);
+    assert_eq!(pending.len(), 2, "the outer and the inner call: {calls:?}");
+    let tools: Vec<_> = pending
+        .iter()
+        .map(|id| calls[id].tool.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(tools, ["python", "write_file"]);
+    assert!(!sb.ws().join("b.txt").exists());
+    // The inner call names its parent.
+    let inner_call = events
+        .iter()
+        .find(|e| e.call_id == pending[1] && e.kind == toolhost::log::EventKind::ToolCall)
+        .unwrap();
+    assert_eq!(inner_call.payload["parent"], pending[0].as_str());
+    recover_and_check(&sb.state(), &sb.ws(), Via::Cli);
+}
