@@ -102,26 +102,11 @@ impl Host {
         run: &Mutex<Run>,
         by: Instant,
     ) -> Vec<u8> {
-        let request: Value = match serde_json::from_slice(frame) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => return failed(Value::Null, "protocol", "the frame is not a JSON object"),
-        };
-        let id = match request.get("id") {
-            Some(Value::Number(n)) if n.is_u64() => Value::Number(n.clone()),
-            _ => Value::Null,
-        };
-        if request.get("v").and_then(Value::as_u64) != Some(PROTOCOL) {
-            return failed(id, "protocol", "this host serves protocol version 1");
-        }
-        match request.get("op").and_then(Value::as_str) {
-            Some("list") => encode(json!({"v": PROTOCOL, "id": id, "ok": true,
-                                          "tools": self.inner_tools(a)})),
-            Some("call") => self.inner_call(a, id, &request, run, by).await,
-            _ => failed(
-                id,
-                "protocol",
-                "unknown operation; this host serves list and call",
-            ),
+        match read_frame(frame) {
+            Err(answer) => answer,
+            Ok((id, Op::List)) => encode(json!({"v": PROTOCOL, "id": id, "ok": true,
+                                                "tools": self.inner_tools(a)})),
+            Ok((id, Op::Call { tool, args })) => self.inner_call(a, id, &tool, args, run, by).await,
         }
     }
 
@@ -147,18 +132,11 @@ impl Host {
         &self,
         a: &Admitted<'_>,
         id: Value,
-        request: &Value,
+        tool: &str,
+        args: Value,
         run: &Mutex<Run>,
         by: Instant,
     ) -> Vec<u8> {
-        let Some(tool) = request.get("tool").and_then(Value::as_str) else {
-            return failed(id, "protocol", "a call names its tool with a string");
-        };
-        let args = match request.get("args") {
-            None => json!({}),
-            Some(v @ Value::Object(_)) => v.clone(),
-            Some(_) => return failed(id, "invalid_arguments", "the arguments must be an object"),
-        };
         if let Err(message) = count(run, self.policy.code_mode().max_inner_calls()) {
             return failed(id, "budget_exceeded", &message);
         }
@@ -245,6 +223,71 @@ impl Host {
     }
 }
 
+/// What a frame asks.
+#[derive(Debug, PartialEq)]
+enum Op {
+    /// The tool list.
+    List,
+    /// A call of `tool` with `args` (an object).
+    Call { tool: String, args: Value },
+}
+
+/// A request frame read: its id (or `null`) and what it asks; or the
+/// error answer to a frame that breaks the protocol. Whatever the bytes,
+/// never a panic.
+fn read_frame(frame: &[u8]) -> Result<(Value, Op), Vec<u8>> {
+    let request: Value = match serde_json::from_slice(frame) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            return Err(failed(
+                Value::Null,
+                "protocol",
+                "the frame is not a JSON object",
+            ));
+        }
+    };
+    let id = match request.get("id") {
+        Some(Value::Number(n)) if n.is_u64() => Value::Number(n.clone()),
+        _ => Value::Null,
+    };
+    if request.get("v").and_then(Value::as_u64) != Some(PROTOCOL) {
+        return Err(failed(
+            id,
+            "protocol",
+            "this host serves protocol version 1",
+        ));
+    }
+    let op = match request.get("op").and_then(Value::as_str) {
+        Some("list") => Op::List,
+        Some("call") => {
+            let Some(tool) = request.get("tool").and_then(Value::as_str) else {
+                return Err(failed(
+                    id,
+                    "protocol",
+                    "a call names its tool with a string",
+                ));
+            };
+            let args = match request.get("args") {
+                None => json!({}),
+                Some(v @ Value::Object(_)) => v.clone(),
+                Some(_) => {
+                    let message = "the arguments must be an object";
+                    return Err(failed(id, "invalid_arguments", message));
+                }
+            };
+            Op::Call {
+                tool: tool.to_string(),
+                args,
+            }
+        }
+        _ => {
+            let message = "unknown operation; this host serves list and call";
+            return Err(failed(id, "protocol", message));
+        }
+    };
+    Ok((id, op))
+}
+
 /// Counts one more inner call of `run`; the refusal past `max`.
 fn count(run: &Mutex<Run>, max: usize) -> Result<(), String> {
     let mut run = run
@@ -290,4 +333,64 @@ fn failed(id: Value, kind: &str, message: &str) -> Vec<u8> {
 /// A frame's bytes.
 fn encode(frame: Value) -> Vec<u8> {
     frame.to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(frame: &[u8]) -> Value {
+        match read_frame(frame) {
+            Err(answer) => serde_json::from_slice(&answer).unwrap_or_default(),
+            Ok(read) => panic!("{frame:?} was read as {read:?}"),
+        }
+    }
+
+    #[test]
+    fn frames_that_break_the_protocol_are_answered_never_panicked_on() {
+        let bad: [&[u8]; 8] = [
+            b"",
+            b"\xff\xfe",
+            b"[1, 2]",
+            b"{\"v\": 1, \"id\": 3",
+            br#"{"v": 2, "id": 3, "op": "list"}"#,
+            br#"{"v": 1, "id": 3, "op": "batch"}"#,
+            br#"{"v": 1, "id": 3, "op": "call", "tool": 7}"#,
+            br#"{"v": 1, "id": 3, "op": "call", "tool": "t", "args": [1]}"#,
+        ];
+        for frame in bad {
+            let answer = refused(frame);
+            assert_eq!(answer["ok"], false, "{answer}");
+            assert!(answer["error"]["kind"].is_string(), "{answer}");
+        }
+        let answer = refused(br#"{"v": 1, "id": -1, "op": "nope"}"#);
+        assert_eq!(answer["id"], Value::Null);
+        assert_eq!(answer["error"]["kind"], "protocol");
+    }
+
+    #[test]
+    fn list_and_call_frames_are_read() {
+        let list = read_frame(br#"{"v": 1, "id": 4, "op": "list"}"#);
+        assert_eq!(list, Ok((json!(4), Op::List)));
+        let call = read_frame(br#"{"v": 1, "id": 5, "op": "call", "tool": "t"}"#);
+        let args = json!({});
+        assert_eq!(
+            call,
+            Ok((
+                json!(5),
+                Op::Call {
+                    tool: "t".into(),
+                    args
+                }
+            ))
+        );
+    }
+
+    #[test]
+    fn codes_map_to_the_protocols_kinds() {
+        assert_eq!(kind(ErrorCode::PolicyDenied), "denied");
+        assert_eq!(kind(ErrorCode::ApprovalRejected), "denied");
+        assert_eq!(kind(ErrorCode::InvalidArgs), "invalid_arguments");
+        assert_eq!(kind(ErrorCode::Trap), "tool_error");
+    }
 }
