@@ -35,8 +35,8 @@ impl Host {
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
         let mut call = Unfinished::new(self, call_id.clone(), tool_name, start, false);
-        let admitted = match self.admit(call_id, request, call.start()).await {
-            Ok(admitted) => Admitted { lent, ..admitted },
+        let admitted = match self.admit(call_id, request, call.start(), lent).await {
+            Ok(admitted) => admitted,
             Err((code, message)) => return call.refuse(code, message),
         };
         call.admitted();
@@ -62,6 +62,7 @@ impl Host {
         call_id: String,
         req: CallRequest,
         start: &CallStart,
+        lent: Option<Lent>,
     ) -> Result<Admitted<'h>, Refusal> {
         // The call record is written with the call's next event (approval,
         // intent or refusal): it costs no commit of its own.
@@ -76,6 +77,11 @@ impl Host {
         // 1-4b: lookup, rate limits, arguments, mode, patches, policy,
         // guards, the sandbox check.
         let mut a = self.assess(&req, Charge::RateLimits)?;
+        // An inner call of code mode its outer call's gate pass does not
+        // cover is refused now, before anyone is asked about it.
+        if let Some(lent) = lent {
+            lent.covers(a.tool.descriptor.concurrency_safe)?;
+        }
 
         // 5. approval, if the call needs it. Nobody is asked about a call
         // that is already cancelled.
@@ -97,7 +103,7 @@ impl Host {
         };
         Ok(Admitted {
             caller,
-            lent: None,
+            lent,
             call_id,
             tool: a.tool,
             args_text: a.args.to_string(),

@@ -31,7 +31,8 @@
 //! call (the body waits, so the inner call still runs alone); a shared
 //! pass covers a concurrency-safe inner call. A call that must run alone
 //! inside a concurrency-safe interpreter call is refused at once
-//! (`SANDBOX_UNAVAILABLE`), never left waiting.
+//! (`SANDBOX_UNAVAILABLE`, after the policy checks and before approval, so
+//! nobody is asked about a call that cannot run), never left waiting.
 //!
 //! Bad JSON from the guest is answered `protocol`; nothing it sends panics.
 

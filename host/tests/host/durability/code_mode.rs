@@ -21,11 +21,13 @@ fn a_kill_during_an_inner_call_leaves_both_calls_unknown_once() {
         }
     };
     let sb = Sandbox::new();
+    let dir = exclusive_python(&dir, sb.dir.path());
     // workspace-write: every call's intent is durable.
     let policy = sb.state().with_file_name("policy.toml");
     std::fs::write(&policy, "version = 1\nmode = \"workspace-write\"\n").unwrap();
     // An inner call with an effect outside the host (a write): its intent
-    // is durable before its body.
+    // is durable before its body. (The interpreter holds the gate alone
+    // here, so it lends its pass to write_file, which runs alone.)
     let code = "from host import tools\ntools.write_file(path='b.txt', content='x')";
     let args = serde_json::json!({ "code": code }).to_string();
     let mut cmd = sb.command(&["run", "python", "--args", &args, "--json"]);
@@ -54,4 +56,25 @@ fn a_kill_during_an_inner_call_leaves_both_calls_unknown_once() {
         .unwrap();
     assert_eq!(inner_call.payload["parent"], pending[0].as_str());
     recover_and_check(&sb.state(), &sb.ws(), Via::Cli);
+}
+
+/// A copy of the interpreter tool in `into` whose manifest says it is not
+/// concurrency-safe: its calls hold the gate alone.
+fn exclusive_python(dir: &std::path::Path, into: &std::path::Path) -> std::path::PathBuf {
+    let copy = into.join("python-tool");
+    std::fs::create_dir_all(copy.join("lib")).unwrap();
+    std::fs::copy(
+        dir.join("python-snapshot.wasm"),
+        copy.join("python-snapshot.wasm"),
+    )
+    .unwrap();
+    for entry in std::fs::read_dir(dir.join("lib")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.join("lib").join(entry.file_name())).unwrap();
+    }
+    let manifest = std::fs::read_to_string(dir.join("python.tool.toml")).unwrap();
+    let manifest = manifest.replace("concurrency_safe = true", "concurrency_safe = false");
+    assert!(manifest.contains("concurrency_safe = false"));
+    std::fs::write(copy.join("python.tool.toml"), manifest).unwrap();
+    copy
 }

@@ -38,6 +38,10 @@ tool = "list_dir"
 decision = "deny"
 reason = "no listing from code"
 [[rules]]
+tool = "sleep"
+decision = "ask"
+reason = "sleeping needs a human"
+[[rules]]
 tool = "write_file"
 decision = "ask"
 reason = "writes need a human"
@@ -118,17 +122,27 @@ for name, args in calls:
     assert_eq!(inner[1]["code"], "POLICY_DENIED");
 
     // An ask rule on an inner call, the outer call's approver rejecting.
+    // A call the interpreter's shared gate pass cannot cover (write_file
+    // runs alone) is refused before anyone is asked.
     let code = r#"
 from host import tools
 import host
-try:
-    tools.write_file(path="b.txt", content="x")
-except host.ToolError as e:
-    print(e.kind, str(e).split(":")[0])
+for call in (lambda: tools.sleep(ms=1), lambda: tools.write_file(path="b.txt", content="x")):
+    try:
+        call()
+    except host.ToolError as e:
+        print(e.kind, str(e).split(":")[0])
 "#;
     let r = run(&host, code, "alice").await;
-    assert_eq!(stdout(&r), "denied APPROVAL_REJECTED\n", "{r:?}");
+    assert_eq!(
+        stdout(&r),
+        "denied APPROVAL_REJECTED\ndenied SANDBOX_UNAVAILABLE\n",
+        "{r:?}"
+    );
     assert!(!ws.path().join("b.txt").exists());
+    let asked = host.log().events().unwrap();
+    let asked = asked.iter().filter(|e| e.kind == EventKind::ApprovalAsked);
+    assert_eq!(asked.count(), 1, "only sleep was asked about");
 
     // An owner-only tool is invisible to a non-owner's code, listed or called.
     let code = r#"
