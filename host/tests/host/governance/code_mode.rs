@@ -48,12 +48,21 @@ reason = "writes need a human"
 "#;
 
 async fn code_host(dir: &std::path::Path, ws: &std::path::Path, rules: &str) -> Host {
+    code_host_within(dir, ws, rules, Duration::from_secs(120)).await
+}
+
+async fn code_host_within(
+    dir: &std::path::Path,
+    ws: &std::path::Path,
+    rules: &str,
+    deadline: Duration,
+) -> Host {
     let mut b = builder(ws);
     b.program_tool_file(dir.join("python.tool.toml"))
         .policy(policy(rules))
         .approver(Box::new(FixedApprover(ApprovalOutcome::Rejected)))
         .limits(Limits {
-            deadline: Duration::from_secs(120),
+            deadline,
             max_memory: 1 << 30,
             ..Limits::default()
         });
@@ -220,4 +229,28 @@ except host.ToolError as e:
     assert_eq!(stdout(&r), "denied SANDBOX_UNAVAILABLE\n", "{r:?}");
     assert!(started.elapsed() < Duration::from_secs(60));
     assert!(!ws.path().join("b.txt").exists());
+
+    // Inner calls share the outer call's deadline: the second sleep would
+    // end past it, and is ended with the outer call, its result logged once.
+    let rules = "version = 1\n";
+    let host = code_host_within(&dir, ws.path(), rules, Duration::from_secs(3)).await;
+    let code = "from host import tools\ntools.sleep(ms=1500)\ntools.sleep(ms=10000)";
+    let started = Instant::now();
+    let r = run(&host, code, "alice").await;
+    assert_eq!(r.code(), Some(ErrorCode::Timeout), "{r:?}");
+    assert!(started.elapsed() < Duration::from_millis(4500), "{r:?}");
+    let events = host.log().events().unwrap();
+    let inner: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::ToolCall && e.payload["parent"] == r.call_id.as_str())
+        .map(|e| e.call_id.clone())
+        .collect();
+    assert_eq!(inner.len(), 2, "{events:?}");
+    for id in &inner {
+        let results = events
+            .iter()
+            .filter(|e| &e.call_id == id && e.kind == EventKind::ToolResult)
+            .count();
+        assert_eq!(results, 1, "{id}: {events:?}");
+    }
 }
