@@ -53,11 +53,15 @@ use toolhost_policy::MAX_NESTING;
 /// The tool protocol's version this host speaks.
 const PROTOCOL: u64 = 1;
 
+/// The inner calls a receipt lists (the log holds every one).
+const LISTED: usize = 1000;
+
 /// One run's inner calls so far.
 #[derive(Default)]
 struct Run {
     made: usize,
     calls: Vec<Value>,
+    dropped: u64,
 }
 
 impl Host {
@@ -83,6 +87,7 @@ impl Host {
         };
         if let Ok(mut run) = run.lock() {
             receipt.inner_calls = std::mem::take(&mut run.calls);
+            receipt.inner_calls_dropped = run.dropped;
         }
         (outcome, receipt)
     }
@@ -151,9 +156,13 @@ impl Host {
         }
         let result = self.governed(a, tool, args, by).await;
         if let Ok(mut run) = run.lock() {
-            run.calls
-                .push(json!({"call_id": result.call_id, "tool": result.tool,
-                "status": result.status, "code": result.code()}));
+            if run.calls.len() < LISTED {
+                run.calls
+                    .push(json!({"call_id": result.call_id, "tool": result.tool,
+                                      "status": result.status, "code": result.code()}));
+            } else {
+                run.dropped += 1;
+            }
         }
         match &result.error {
             None if result.status == Status::Ok => {

@@ -175,9 +175,13 @@ pub struct Receipt {
     #[serde(skip_serializing_if = "is_zero")]
     pub network_dropped: u64,
     /// The calls the body's code made through the host (code mode), in
-    /// order: each `{call_id, tool, status, code}` (`code` on an error).
+    /// order: each `{call_id, tool, status, code}` (`code` on an error);
+    /// at most the first 1000 (the log has every one, with its parent).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub inner_calls: Vec<serde_json::Value>,
+    /// Inner calls made past the first 1000, not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inner_calls_dropped: u64,
 }
 
 impl Receipt {

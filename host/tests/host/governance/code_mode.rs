@@ -189,6 +189,8 @@ except host.ToolError as e:
 "#;
     let r = run(&host, code, "alice").await;
     assert_eq!(stdout(&r), "1000 budget_exceeded RATE_LIMITED\n", "{r:?}");
+    assert_eq!(r.receipt.inner_calls.len(), 1000);
+    assert_eq!(r.receipt.inner_calls_dropped, 0);
     // And the host keeps serving.
     let r = run(&host, "print(1 + 1)", "alice").await;
     assert_eq!(stdout(&r), "2\n", "{r:?}");
