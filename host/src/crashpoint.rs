@@ -19,6 +19,9 @@
 //! The points, in pipeline order:
 //! - `before-intent`: every check passed, the intent is not committed yet;
 //! - `after-intent`: the intent is durable, the body has not started;
+//! - `after-inner-intent`: the same for an inner call of code mode (a call
+//!   made by a program's code through the host, `pipeline/code_mode.rs`),
+//!   while its outer call's body waits for it;
 //! - `during-body` (announced only): the body is about to start;
 //! - `after-body`: the body returned, its result is not committed;
 //! - `after-result`: the result is committed (lazily, as designed), the

@@ -41,6 +41,7 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     pub(crate) patches: Vec<Spanned<RawPatch>>,
     pub(crate) rate_limits: Option<Spanned<crate::rate_limit::RawRateLimits>>,
+    pub(crate) code_mode: Option<Spanned<crate::code_mode::RawCodeMode>>,
     pub(crate) subagents: Option<Spanned<RawSubagents>>,
 }
 

@@ -35,6 +35,7 @@
 mod arg_globs;
 #[cfg(test)]
 mod arg_globs_tests;
+mod code_mode;
 mod decision;
 mod error;
 mod facts;
@@ -53,6 +54,7 @@ mod rate_limit;
 mod rule;
 mod side_effect;
 
+pub use code_mode::{CodeMode, DEFAULT_MAX_INNER_CALLS, MAX_MAX_INNER_CALLS, MAX_NESTING};
 pub use decision::{ApprovalSetting, Decision, DecisionKind, Evaluation};
 pub use error::{PolicyError, UnknownName};
 pub use facts::CallFacts;

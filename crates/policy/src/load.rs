@@ -87,11 +87,18 @@ pub(crate) fn load(src: &str) -> Result<Policy> {
         .map(crate::rate_limit::compile)
         .transpose()?
         .unwrap_or_default();
+    let code_mode = raw
+        .code_mode
+        .as_ref()
+        .map(crate::code_mode::compile)
+        .transpose()?
+        .unwrap_or_default();
 
     Ok(
         Policy::from_parts(preset, default, approval, mode, rules, guards, post_execute)
             .with_stack(stack)
-            .with_rate_limits(rate_limits),
+            .with_rate_limits(rate_limits)
+            .with_code_mode(code_mode),
     )
 }
 

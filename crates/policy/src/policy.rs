@@ -107,6 +107,10 @@ use toolhost_egress::{NetworkPolicy, RuleGrants};
 /// tool = "write_file"
 /// calls = 10
 /// per_seconds = 60
+///
+/// [code_mode]                  # see `CodeMode`: code calling tools through an interpreter
+/// max_inner_calls = 1000
+/// allow_nesting = []
 /// ```
 ///
 /// `[network]` and `[[credentials]]` are read by
@@ -134,6 +138,7 @@ pub struct Policy {
     /// Principals, narrowing layers and argument patches (see `layer.rs`).
     pub(crate) stack: crate::layer::Stack,
     rate_limits: RateLimits,
+    code_mode: crate::code_mode::CodeMode,
 }
 
 impl Default for Policy {
@@ -158,6 +163,7 @@ impl Default for Policy {
             network: NetworkPolicy::default(),
             stack: crate::layer::Stack::default(),
             rate_limits: RateLimits::default(),
+            code_mode: crate::code_mode::CodeMode::default(),
         }
     }
 }
@@ -210,6 +216,7 @@ impl Policy {
             network: NetworkPolicy::default(),
             stack: crate::layer::Stack::default(),
             rate_limits: RateLimits::default(),
+            code_mode: crate::code_mode::CodeMode::default(),
         }
     }
 
@@ -222,6 +229,12 @@ impl Policy {
     /// the section stays in its own module).
     pub(crate) fn with_rate_limits(mut self, rate_limits: RateLimits) -> Self {
         self.rate_limits = rate_limits;
+        self
+    }
+
+    /// Sets the `[code_mode]` bounds.
+    pub(crate) fn with_code_mode(mut self, code_mode: crate::code_mode::CodeMode) -> Self {
+        self.code_mode = code_mode;
         self
     }
 
@@ -336,6 +349,11 @@ impl Policy {
     /// The file's `[rate_limits]` (empty when the section is absent).
     pub fn rate_limits(&self) -> &RateLimits {
         &self.rate_limits
+    }
+
+    /// The file's `[code_mode]` bounds (the defaults when it is absent).
+    pub fn code_mode(&self) -> &crate::code_mode::CodeMode {
+        &self.code_mode
     }
 
     /// The file's `[post_execute]` rules (empty when the section is absent).

@@ -55,7 +55,7 @@ impl Host {
                 start,
                 true,
             ));
-            let admitted = self.admit(call_id, req, call.start()).await;
+            let admitted = self.admit(call_id, req, call.start(), None).await;
             slots.push(match admitted {
                 Ok(a) => {
                     call.admitted();

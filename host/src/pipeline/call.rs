@@ -5,6 +5,7 @@
 
 use super::approve::approval_request;
 use super::assess::Charge;
+use super::caller::{Caller, Lent};
 use super::checkpoint::{Admitted, aborted};
 use super::commit::Unfinished;
 use super::redact::redacting_progress;
@@ -23,12 +24,18 @@ impl Host {
     /// Runs one call through the whole pipeline and returns its result.
     /// Refusals and failures are results (`status: error`), never panics.
     pub async fn call(&self, request: CallRequest) -> CallResult {
+        self.call_in(request, None).await
+    }
+
+    /// [`Host::call`]; an inner call of code mode runs under the pass its
+    /// outer call `lent` it at the exclusivity gate (`code_mode.rs`).
+    pub(crate) async fn call_in(&self, request: CallRequest, lent: Option<Lent>) -> CallResult {
         let mut request = request.bounded();
         let call_id = request.call_id.take().unwrap_or_else(|| self.new_call_id());
         let tool_name = request.tool.clone();
         let start = CallStart::new(request.principal.as_deref(), request.scope.as_deref());
         let mut call = Unfinished::new(self, call_id.clone(), tool_name, start, false);
-        let admitted = match self.admit(call_id, request, call.start()).await {
+        let admitted = match self.admit(call_id, request, call.start(), lent).await {
             Ok(admitted) => admitted,
             Err((code, message)) => return call.refuse(code, message),
         };
@@ -37,6 +44,9 @@ impl Host {
             return call.end(aborted(&admitted, &e));
         }
         call.opened(&admitted);
+        if admitted.lent.is_some() {
+            crate::crashpoint::reached("after-inner-intent");
+        }
         self.dispatch(admitted, call).await
     }
 
@@ -52,6 +62,7 @@ impl Host {
         call_id: String,
         req: CallRequest,
         start: &CallStart,
+        lent: Option<Lent>,
     ) -> Result<Admitted<'h>, Refusal> {
         // The call record is written with the call's next event (approval,
         // intent or refusal): it costs no commit of its own.
@@ -59,12 +70,18 @@ impl Host {
             &call_id,
             json!({ "tool": req.tool, "args": cut(&req.args, 4096), "scope": req.scope,
                     "mode": req.mode, "escalation": req.escalation.as_ref().map(|e| json!({"mode": e.mode, "justification": e.justification})),
-                    "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL) }),
+                    "principal": req.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL),
+                    "parent": req.parent }),
         );
 
         // 1-4b: lookup, rate limits, arguments, mode, patches, policy,
         // guards, the sandbox check.
         let mut a = self.assess(&req, Charge::RateLimits)?;
+        // An inner call of code mode its outer call's gate pass does not
+        // cover is refused now, before anyone is asked about it.
+        if let Some(lent) = lent {
+            lent.covers(a.tool.descriptor.concurrency_safe)?;
+        }
 
         // 5. approval, if the call needs it. Nobody is asked about a call
         // that is already cancelled.
@@ -78,7 +95,15 @@ impl Host {
                 .await?;
         }
         not_cancelled(&interrupt)?;
+        let caller = Caller {
+            scope: req.scope.clone(),
+            principal: req.principal.clone(),
+            client: req.client.clone(),
+            approver: req.approver.clone(),
+        };
         Ok(Admitted {
+            caller,
+            lent,
             call_id,
             tool: a.tool,
             args_text: a.args.to_string(),

@@ -33,6 +33,10 @@ pub(crate) struct Admitted<'h> {
     /// What the call still reports of its body's network if it ends
     /// without the body's own receipt (abandoned, or dropped by its caller).
     pub witness: NetWitness,
+    /// Who made the call: what its inner calls (code mode) are made as.
+    pub caller: super::caller::Caller,
+    /// For an inner call of code mode: the outer call's pass at the gate.
+    pub lent: Option<super::caller::Lent>,
 }
 
 impl Host {

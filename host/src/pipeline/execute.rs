@@ -44,7 +44,7 @@ impl Host {
             }
         };
         let held = pass.clone();
-        let on_abandon: OnAbandon = Box::new(move || Box::new(held.abandoned()));
+        let on_abandon: OnAbandon = Box::new(move || Box::new(held.map(Pass::abandoned)));
         // 7. sandbox + body.
         let (outcome, receipt) = self.run_body(a, on_abandon).await;
         let (canonical, content, meta) = match outcome {
@@ -75,14 +75,20 @@ impl Host {
 
     /// Exclusivity: a body that is not concurrency-safe runs alone on this
     /// host, whoever else is calling. The pass for `a`'s body, or why it
-    /// may not start.
-    async fn enter_gate(&self, a: &Admitted<'_>) -> Result<Arc<Pass>, Refusal> {
+    /// may not start; `None` for an inner call of code mode its outer
+    /// call's pass covers (`code_mode.rs`).
+    async fn enter_gate(&self, a: &Admitted<'_>) -> Result<Option<Arc<Pass>>, Refusal> {
+        if let Some(lent) = a.lent {
+            return lent
+                .covers(a.tool.descriptor.concurrency_safe)
+                .map(|()| None);
+        }
         match self
             .gate
             .enter(a.tool.descriptor.concurrency_safe, &a.interrupt)
             .await
         {
-            Ok(pass) => Ok(Arc::new(pass)),
+            Ok(pass) => Ok(Some(Arc::new(pass))),
             Err(Refused::Cancelled) => Err((
                 ErrorCode::Cancelled,
                 "the call was cancelled while it waited for another call to finish".into(),
@@ -119,16 +125,15 @@ impl Host {
                     .await
             }
             ToolBody::Program(program) => {
-                program
-                    .run(
-                        &self.runtime,
-                        &a.args,
-                        &spec,
-                        a.interrupt.clone(),
-                        Some(on_abandon),
-                        a.witness.clone(),
-                    )
-                    .await
+                let (door, frames) = crate::sandbox::door::door();
+                let watch = Watch {
+                    interrupt: a.interrupt.clone(),
+                    progress: None,
+                    on_abandon: Some(on_abandon),
+                    witness: a.witness.clone(),
+                };
+                let body = program.run(&self.runtime, &a.args, &spec, watch, Some(door));
+                self.with_door(a, body, frames).await
             }
         }
     }

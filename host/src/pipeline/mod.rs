@@ -19,7 +19,7 @@
 //! | 5 | approval: `approval/asked` and `approval/decided`, fail closed | `approve.rs` |
 //! | 6 | checkpoint: the intents, durable when a call may act outside the host | `checkpoint.rs` |
 //! | — | exclusivity: safe bodies share, others run alone | `execute.rs` → `gate.rs` |
-//! | 7 | sandbox and body | `execute.rs` → `crate::runtime` |
+//! | 7 | sandbox and body | `execute.rs` → `crate::runtime`; code mode's inner calls: `code_mode.rs` |
 //! | 8 | output validation | `execute.rs` |
 //! | 8b | post-execute: hooks, then the policy's rules | `execute.rs` |
 //! | 9 | commit: the result and its after-call record, then observers; the one exit of every path | `commit.rs` |
@@ -49,7 +49,9 @@ pub(crate) mod audit;
 mod batch;
 mod builder;
 mod call;
+mod caller;
 mod checkpoint;
+mod code_mode;
 mod commit;
 mod execute;
 mod gate;
@@ -127,6 +129,9 @@ pub struct CallRequest {
     /// name it can look up); `None`: the host picks one. A caller that sets
     /// it must never reuse an id the log holds.
     pub call_id: Option<String>,
+    /// The call whose code made this one (code mode, `code_mode.rs`):
+    /// recorded with the call, so the log names every inner call's parent.
+    pub parent: Option<String>,
 }
 
 impl std::fmt::Debug for CallRequest {
@@ -139,6 +144,7 @@ impl std::fmt::Debug for CallRequest {
             .field("escalation", &self.escalation)
             .field("principal", &self.principal)
             .field("client", &self.client)
+            .field("parent", &self.parent)
             .finish_non_exhaustive()
     }
 }

