@@ -16,6 +16,7 @@
 mod support;
 
 mod cli_run;
+mod cli_serve;
 mod conformance_cmd;
 mod durability;
 mod governance;
