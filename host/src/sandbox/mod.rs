@@ -222,6 +222,13 @@ impl Runtime {
         self.cache().stats()
     }
 
+    /// The compile cache's directory, resolved, once it has been checked
+    /// and found private; `None` when there is none or it is not used (a
+    /// warning said why): then every load compiles.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.cache().dir()
+    }
+
     /// Loads a component as a host build does: what the benchmarks time as
     /// "load". Only with the `bench-internals` feature.
     #[cfg(feature = "bench-internals")]
