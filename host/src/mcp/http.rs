@@ -134,12 +134,15 @@ pub async fn serve_http_until(
     on_ready: impl FnOnce(SocketAddr) + Send,
     stop: impl Future<Output = ()> + Send,
 ) -> Result<(), String> {
-    // 1. Listen.
+    // 1. The host, and the protocol handler all sessions share it through:
+    // built before the listener, so that a server whose tools do not load
+    // never accepts a connection (its reason goes to the caller, and no
+    // client meets a server that cannot answer).
     http.check()?;
-    let (listener, bound) = listen(&http).await?;
-    // 2. The host, and the protocol handler all sessions share it through.
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
     let server = start_server(&factory, &options).await?;
+    // 2. Listen.
+    let (listener, bound) = listen(&http).await?;
     // 3. The front door, and rmcp behind it.
     let admission = Admission::new(
         bound,

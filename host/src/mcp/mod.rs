@@ -28,6 +28,7 @@
 //! | `progress` | a call's progress reports as `notifications/progress`: coalesced, at most one per [`PROGRESS_INTERVAL`], none after the response |
 //! | `tasks` | the tasks extension: a call as a task, `tasks/get` and `tasks/cancel` answered from the running calls and the session log |
 //! | `reload` | hot reload of a tools directory (`notifications/tools/list_changed`) |
+//! | `startup` | a stdio server that cannot start answers the client's `initialize` with the reason |
 //!
 //! `protocol`, `convert`, `approval`, `progress` and `reload` know nothing about the
 //! transport: `http` replaces `framing`, with one handler per session on
@@ -62,6 +63,7 @@ mod peer;
 mod progress;
 mod protocol;
 mod reload;
+mod startup;
 mod stdio;
 mod tasks;
 mod tokens;
@@ -79,6 +81,7 @@ pub use mrtr::{
 pub use operator::APPROVALS_PATH;
 pub use progress::PROGRESS_INTERVAL;
 pub use protocol::STDIO_CLIENT;
+pub use startup::STARTUP_ANSWER_WAIT;
 pub use tasks::{MAX_TASKS_PER_CLIENT, TASK_POLL_INTERVAL_MS};
 pub use tokens::Tokens;
 
@@ -208,23 +211,46 @@ impl std::fmt::Debug for ServeOptions {
 /// process) needs nothing of the kind, nor does the HTTP server
 /// ([`serve_http`]): their sends never raise it. (On Apple's systems an
 /// inherited socket may still raise it: ignore the signal there.)
+///
+/// A server that cannot start (its tools do not load, say) answers the
+/// client's first request, `initialize`, with an error that carries the
+/// reason, then returns it (see [`answer_startup_failure`]).
 pub async fn serve_stdio(factory: HostFactory, options: ServeOptions) -> Result<(), String> {
     let stdio::Stdio {
         input,
         output,
         restore,
     } = stdio::Stdio::open();
-    let served = serve(factory, options, input, output).await;
+    let answer = !std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let served = serve_with(factory, options, input, output, answer).await;
     drop(restore);
     served
 }
 
-/// Serves MCP on any byte streams (one JSON-RPC message per line).
+/// Serves MCP on any byte streams (one JSON-RPC message per line). A
+/// server that cannot start answers the first request on `input` with the
+/// reason, as [`serve_stdio`] does, then returns it.
 pub async fn serve<R, W>(
     factory: HostFactory,
     options: ServeOptions,
     input: R,
     output: W,
+) -> Result<(), String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with(factory, options, input, output, true).await
+}
+
+/// [`serve`]; a startup failure is answered on the streams when
+/// `answer_failure` (not to a terminal, where nobody sends a request).
+async fn serve_with<R, W>(
+    factory: HostFactory,
+    options: ServeOptions,
+    input: R,
+    output: W,
+    answer_failure: bool,
 ) -> Result<(), String>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -243,16 +269,16 @@ where
         Box::new(McpApprover::new(peer, fallback.clone(), timeout))
     };
     let first_snapshot = options.watch.as_deref().map(reload::snapshot);
-    let host = factory(HostParts {
-        approver: approver(&peer),
-        runtime: None,
-        log: None,
-        replaces: None,
-    })
-    .await?;
-    if let Some(dir) = &options.watch {
-        reload::check_watched(dir, &host)?;
-    }
+    let started = first_host(&factory, &options, approver(&peer)).await;
+    let host = match started {
+        Ok(host) => host,
+        Err(reason) => {
+            if answer_failure {
+                startup::answer_with_error(input, output, &reason).await;
+            }
+            return Err(reason);
+        }
+    };
     let log = host.session_log().clone();
     let runtime = host.runtime().clone();
     let approvals = Approvals {
@@ -369,6 +395,43 @@ where
     framing.finish().await;
     flush_log(&server.host()).await;
     Ok(())
+}
+
+/// The first host, from `factory`, with its tools directory checked.
+async fn first_host(
+    factory: &HostFactory,
+    options: &ServeOptions,
+    approver: Box<dyn Approver>,
+) -> Result<Host, String> {
+    let host = factory(HostParts {
+        approver,
+        runtime: None,
+        log: None,
+        replaces: None,
+    })
+    .await?;
+    if let Some(dir) = &options.watch {
+        reload::check_watched(dir, &host)?;
+    }
+    Ok(host)
+}
+
+/// Tells the client of a stdio server that is not started (a flag or file
+/// of its configuration is wrong) why: its first request on this process's
+/// stdin is answered with an error carrying `reason` on stdout, within
+/// [`STARTUP_ANSWER_WAIT`]. Nothing is read from a terminal. [`serve_stdio`]
+/// does this itself when its host cannot be built.
+pub async fn answer_startup_failure(reason: &str) {
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return;
+    }
+    let stdio::Stdio {
+        input,
+        output,
+        restore,
+    } = stdio::Stdio::open();
+    startup::answer_with_error(input, output, reason).await;
+    drop(restore);
 }
 
 /// How long a stop (SIGTERM, Ctrl-C) waits for a stdio client to take the

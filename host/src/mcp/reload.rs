@@ -19,7 +19,7 @@ pub(super) fn check_watched(dir: &Path, host: &Host) -> Result<(), String> {
     match crate::sandbox::spec::resolved_inside(dir, host.workspace()) {
         None => Ok(()),
         Some(resolved) => Err(format!(
-            "the tools directory {} is inside the workspace {}, where a call granted writes could rewrite the tools this server reloads; keep --tools outside the workspace",
+            "the tools directory {} is inside the workspace {}, where a call granted writes could rewrite the tools this server reloads (and so what they declare and are granted); the workspace is --workspace DIR, or the current directory without it: pass --workspace for the directory the tools should work on, one that does not hold the tools directory, or move the tools directory out of the workspace (docs/guides/serving-your-tools.md)",
             resolved.display(),
             host.workspace().display()
         )),

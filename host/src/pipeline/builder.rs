@@ -12,7 +12,7 @@ use crate::hooks::{Observer, PostExecuteHook};
 use crate::pipeline::record::Recorder;
 use crate::sandbox::spec::Limits;
 use crate::sandbox::{LoadError, Runtime, RuntimeOptions};
-use crate::tools::registry::{RegisteredTool, Registry, ScopeSpec};
+use crate::tools::registry::{RegisteredTool, Registry, RegistryError, ScopeSpec};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -398,8 +398,10 @@ impl HostBuilder {
         let loaded = load_all(runtime, sources).await;
         let (global, mut scoped): (Vec<_>, Vec<_>) =
             loaded.into_iter().partition(|(s, _)| s.is_none());
+        let offers = offers(&global);
         for (_, component) in global {
-            register(&mut registry, None, component?, workspace)?;
+            register(&mut registry, None, component?, workspace)
+                .map_err(|e| every_source(e, &offers))?;
         }
         for (name, spec) in scopes {
             registry.add_scope(&name, spec)?;
@@ -512,6 +514,45 @@ async fn load_all(
         loaded.push((scope, result));
     }
     loaded
+}
+
+/// Each tool name the loaded sources offer, with its source (a program
+/// tool's manifest), in load order.
+fn offers(loaded: &[(Option<String>, Result<Loaded, HostError>)]) -> Vec<(String, String)> {
+    let mut offers = Vec::new();
+    for (_, source) in loaded {
+        match source {
+            Ok(Loaded::Component(label, _, descriptors)) => {
+                offers.extend(descriptors.iter().map(|d| (d.name.clone(), label.clone())));
+            }
+            Ok(Loaded::Program(program)) => offers.push((
+                program.manifest.descriptor.name.clone(),
+                program.manifest.path.display().to_string(),
+            )),
+            Err(_) => {}
+        }
+    }
+    offers
+}
+
+/// A collision of two sources widened to every source that offers the
+/// name, so that all of them are named at once.
+fn every_source(e: HostError, offers: &[(String, String)]) -> HostError {
+    let HostError::Registry(RegistryError::Collision { name, .. }) = &e else {
+        return e;
+    };
+    let sources: Vec<String> = offers
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, s)| s.clone())
+        .collect();
+    if sources.len() <= 2 {
+        return e;
+    }
+    HostError::Registry(RegistryError::Clash {
+        name: name.clone(),
+        sources,
+    })
 }
 
 /// Registers the tools of one loaded source globally or in `scope`. A

@@ -13,6 +13,7 @@ use crate::sandbox::engine::PROPOSALS_OFF;
 use crate::sandbox::invoke::{Invoker, race};
 use crate::sandbox::spec::{Limits, SandboxSpec};
 use crate::sandbox::store::{CallState, Footprint, StoreBuilder};
+use crate::sandbox::world::wrong_world_detail;
 use crate::tools::descriptor::Descriptor;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -233,9 +234,11 @@ impl Loader {
         if !wasmparser::Parser::is_component(bytes) {
             return Err(LoadError::NotWasm(source.to_string()));
         }
-        self.link_component(source, bytes, |file, detail| LoadError::WrongWorld {
-            file,
-            detail,
+        self.link_component_as(source, bytes, |file, detail, component| {
+            LoadError::WrongWorld {
+                file,
+                detail: wrong_world_detail(&detail, component, self.linker.engine(), bytes),
+            }
         })
     }
 
@@ -247,6 +250,17 @@ impl Loader {
         bytes: &[u8],
         wrong_world: impl Fn(String, String) -> LoadError,
     ) -> Result<Linked, LoadError> {
+        self.link_component_as(source, bytes, |file, detail, _| wrong_world(file, detail))
+    }
+
+    /// [`Loader::link_component`], whose `wrong_world` also gets the
+    /// compiled component (to say what it exports).
+    fn link_component_as(
+        &self,
+        source: &str,
+        bytes: &[u8],
+        wrong_world: impl Fn(String, String, &Component) -> LoadError,
+    ) -> Result<Linked, LoadError> {
         let cached = self
             .cache
             .load_hashed(self.linker.engine(), bytes)
@@ -254,7 +268,7 @@ impl Loader {
         let pre = self
             .linker
             .instantiate_pre(&cached.compiled)
-            .map_err(|e| wrong_world(source.to_string(), format!("{e:#}")))?;
+            .map_err(|e| wrong_world(source.to_string(), format!("{e:#}"), &cached.compiled))?;
         let needs = footprint(&cached.compiled, bytes);
         Ok(Linked { cached, pre, needs })
     }
@@ -287,7 +301,7 @@ impl Loader {
             .collect();
         let pre = ToolProviderPre::new(pre).map_err(|e| LoadError::WrongWorld {
             file: source.to_string(),
-            detail: format!("{e:#}"),
+            detail: wrong_world_detail(&format!("{e:#}"), &component, self.linker.engine(), bytes),
         })?;
         let loaded = Arc::new(LoadedComponent {
             source: source.to_string(),

@@ -25,7 +25,8 @@
 //!   untouched one is kept for a later call);
 //! - `invoke`: running a body, the thread hand-off, the deadline and
 //!   cancellation race, abandoned bodies ([`BodyOutcome`], [`STUCK_GRACE`]);
-//! - `classify`: how a body ended, by type, as a stable code.
+//! - `classify`: how a body ended, by type, as a stable code;
+//! - `world`: what a component of the wrong world is told.
 
 pub(crate) mod bindings;
 pub(crate) mod cache;
@@ -44,6 +45,7 @@ pub(crate) mod spec;
 pub(crate) mod state;
 mod store;
 mod wasi;
+mod world;
 
 pub use self::engine::{EPOCH_TICK, RuntimeOptions};
 pub use self::invoke::{BodyOutcome, STUCK_GRACE};
@@ -218,6 +220,13 @@ impl Runtime {
     /// What the compile cache did so far (compiles, hits, corrupt entries).
     pub fn cache_stats(&self) -> &crate::sandbox::cache::CacheStats {
         self.cache().stats()
+    }
+
+    /// The compile cache's directory, resolved, once it has been checked
+    /// and found private; `None` when there is none or it is not used (a
+    /// warning said why): then every load compiles.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.cache().dir()
     }
 
     /// Loads a component as a host build does: what the benchmarks time as

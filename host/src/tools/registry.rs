@@ -207,9 +207,7 @@ pub struct ScopeSpec {
 #[non_exhaustive]
 pub enum RegistryError {
     /// Two components offer the same tool name.
-    #[error(
-        "tool name {name:?} is offered by both {first} and {second}; rename one or load only one"
-    )]
+    #[error("{}", clash(.name, &[.first, .second]))]
     Collision {
         /// The tool name.
         name: String,
@@ -232,6 +230,15 @@ pub enum RegistryError {
         first: String,
         /// The component of `name`.
         second: String,
+    },
+    /// Several sources (components, manifests, embedded tools) offer the
+    /// same tool name: each is named.
+    #[error("{}", clash(.name, .sources))]
+    Clash {
+        /// The tool name.
+        name: String,
+        /// Every source that offers it, in load order.
+        sources: Vec<String>,
     },
     /// A restriction names a tool the scope cannot see.
     #[error("scope {scope:?} restricts {name:?}, which it does not inherit")]
@@ -441,6 +448,30 @@ fn insert(
     }
     map.insert(tool.descriptor.name.clone(), tool);
     Ok(())
+}
+
+/// What a clash of one tool name between `sources` is told: each source,
+/// and the ways out.
+fn clash(name: &str, sources: &[impl AsRef<str>]) -> String {
+    let listed: Vec<&str> = sources.iter().map(AsRef::as_ref).collect();
+    let embedded = listed.iter().any(|s| s.starts_with("embedded:"));
+    let (head, last) = listed.split_at(listed.len().saturating_sub(1));
+    let all = match head {
+        [] => last.join(""),
+        _ => format!("{} and {}", head.join(", "), last.join("")),
+    };
+    let each = if listed.len() == 2 { "both" } else { "each of" };
+    format!(
+        "tool name {name:?} is offered by {each} {all}, and a host serves each name once; \
+         rename the tool in all but one of them (the name its describe returns: Rust's \
+         `Tool::NAME`, Python's `@tool(name=...)`, JavaScript's `tool({{ name }})`, a \
+         manifest's `name`), or remove the others from the tools directory{}",
+        if embedded {
+            " (an embedded example tool is left out with `serve --tools-only`)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// A name as a reader takes it: lower case, `-` read as `_`.

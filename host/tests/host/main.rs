@@ -15,7 +15,9 @@
 
 mod support;
 
+mod cli_precompile;
 mod cli_run;
+mod cli_serve;
 mod conformance_cmd;
 mod durability;
 mod governance;

@@ -266,8 +266,9 @@ pub fn cli_pipeline(ex: &Example) {
 }
 
 /// `toolhost conformance COMPONENT --json` exits 0 with no failed row, has
-/// run the invalid-arguments check and each of the tool's examples, and
-/// reports the component's imports. Returns the report.
+/// run the invalid-arguments check, each of the tool's examples and the
+/// body with generated arguments, and reports the component's imports.
+/// Returns the report.
 pub fn conformance_passes(ex: &Example) -> Value {
     let out = Command::new(crate::support::bin())
         .args(["conformance", "--json"])
@@ -295,5 +296,14 @@ pub fn conformance_passes(ex: &Example) -> Value {
         assert_eq!(row(format!("example:{}[{i}]", ex.tool))["verdict"], "pass");
     }
     row(format!("capabilities:{}", ex.tool));
+    // The body also ran with arguments generated from the input schema.
+    let generated = row(format!("generated:{}", ex.tool));
+    assert!(
+        generated["detail"]
+            .as_str()
+            .unwrap()
+            .contains("with generated arguments {"),
+        "{generated:#}"
+    );
     report
 }

@@ -17,6 +17,7 @@ import anyio
 import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 
 BIN = os.environ["TOOLHOST_BIN"]
 CACHE = os.environ.get("TOOLHOST_CACHE_DIR", "")
@@ -376,3 +377,37 @@ def test_embedded_and_directory_tools_collide_and_keep_the_old_host(tmp_path):
     run(main)
     err = env.errlog_path.read_text()
     assert "cannot be loaded" in err and "sleep" in err, err
+
+
+def _only_error(group):
+    """The one MCPError inside (possibly nested) exception groups."""
+    while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
+        group = group.exceptions[0]
+    return group
+
+
+def test_a_server_that_cannot_start_answers_initialize_with_the_reason(tmp_path):
+    """Two files offering one tool name: the server cannot start. The client's
+    `initialize` gets an error carrying the reason (both files, and what to
+    do), where it used to see only the connection close."""
+    env = Env(tmp_path)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ["first.wasm", "second.wasm"]:
+        shutil.copy(TOOLS_BUILD / "tool_sleep.wasm", tools / name)
+    raised = []
+
+    async def main():
+        try:
+            async with env.session("--tools", str(tools), "--tools-only"):
+                pass
+        except BaseException as e:  # noqa: BLE001 - anyio wraps it in groups
+            raised.append(_only_error(e))
+
+    run(main)
+    assert len(raised) == 1, raised
+    error = raised[0]
+    assert isinstance(error, MCPError), repr(error)
+    assert error.code == -32603, error.code
+    for needle in ["toolhost cannot serve", "first.wasm", "second.wasm", "rename the tool"]:
+        assert needle in error.message, (needle, error.message)

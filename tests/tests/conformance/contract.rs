@@ -198,3 +198,40 @@ async fn contract_undeclared_network() {
     );
     assert!(!report.passed(), "{report:#?}");
 }
+
+/// Conformance runs the body even when the schema declares no examples:
+/// with an argument object generated from the input schema. `panic`
+/// (empty arguments, no examples) traps on it, and fails conformance; its
+/// author is told how to declare examples with the Rust guest SDK.
+#[tokio::test]
+async fn a_body_that_traps_on_generated_arguments_fails_conformance() {
+    let runtime = std::sync::Arc::new(toolhost::Runtime::new(suite_options()).unwrap());
+    let bytes = std::fs::read(probes::RUNTIME_PANIC).unwrap();
+    let report = toolhost::conformance::check_component(runtime, "panic", &bytes).await;
+    let row = |name: &str| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.check == name)
+            .unwrap_or_else(|| panic!("no row {name}: {report:#?}"))
+    };
+    let missing = row("examples:panic");
+    assert_eq!(missing.verdict, toolhost::conformance::Verdict::Warn);
+    assert!(
+        missing.detail.contains("#[schemars(example = "),
+        "{missing:?}"
+    );
+    let generated = row("generated:panic");
+    assert_eq!(
+        generated.verdict,
+        toolhost::conformance::Verdict::Fail,
+        "{generated:?}"
+    );
+    assert!(
+        generated.detail.contains("with generated arguments {}")
+            && generated.detail.contains("TRAP"),
+        "{generated:?}"
+    );
+    assert_eq!(generated.mode, Some(SandboxMode::None));
+    assert!(!report.passed(), "{report:#?}");
+}

@@ -435,7 +435,7 @@ async fn egress_conformance_names_socket_destinations() {
     assert!(
         network
             .detail
-            .contains("its examples ask for connect tcp://127.0.0.1:9, connect udp://127.0.0.1:9:"),
+            .contains("its calls ask for connect tcp://127.0.0.1:9, connect udp://127.0.0.1:9:"),
         "{network:?}"
     );
     assert_eq!(

@@ -141,9 +141,19 @@ async fn load_no_exports() {
         matches!(e, HostError::Load(LoadError::WrongWorld { .. })),
         "{e:?}"
     );
+    // It says what the component is instead, and where the contract and
+    // the guide of the language that made it are.
     assert_mentions(
         &e,
-        &["does not implement the toolhost:tool/tool-provider world"],
+        &[
+            "does not implement the toolhost:tool/tool-provider world",
+            "It exports wasi:cli/run@",
+            "(a WASI command program: run it with `toolhost exec`",
+            "It was made with Rust (wit-bindgen).",
+            "`toolhost wit DIR` writes that WIT",
+            "docs/reference/wit.md",
+            "docs/guides/tool-rust.md",
+        ],
     );
 }
 

@@ -34,6 +34,8 @@ pub(crate) enum Command {
     Serve(ServeArgs),
     /// Check a tool component against the contract.
     Conformance(ConformanceArgs),
+    /// Compile the tools of directories into the compile cache, ahead of serving.
+    Precompile(PrecompileArgs),
     /// Explain, layer by layer, what a call would meet; runs nothing.
     Explain(ExplainArgs),
     /// List and decide the approvals a `--approver queue` host waits for.
@@ -319,6 +321,22 @@ pub(crate) struct ConformanceArgs {
     /// The tool component to check.
     pub(crate) tool: PathBuf,
     /// One JSON report instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct PrecompileArgs {
+    /// Tools directories (as `--tools` takes them), components or manifests.
+    #[arg(required = true)]
+    pub(crate) paths: Vec<PathBuf>,
+    /// Compile for hosts run with `--fuel` (fuel-metered code, cached apart).
+    #[arg(long)]
+    pub(crate) fuel: bool,
+    /// Compile cache directory (default: $TOOLHOST_CACHE_DIR or ~/.cache/toolhost).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cache: Option<PathBuf>,
+    /// One JSON array, an object per tool source.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -3,7 +3,7 @@
 use crate::args::ConformanceArgs;
 use anyhow::{Result, anyhow};
 use std::process::ExitCode;
-use toolhost::conformance::Verdict;
+use toolhost::conformance::{Verdict, counted};
 
 /// Checks the component and prints the report; exits 1 when a check failed.
 pub(crate) async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
@@ -16,7 +16,11 @@ pub(crate) async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        outln!("conformance of {}", report.component);
+        outln!(
+            "conformance of {} (made with {})",
+            report.component,
+            report.made_with
+        );
         for c in &report.checks {
             let v = match c.verdict {
                 Verdict::Pass => "pass",
@@ -25,12 +29,12 @@ pub(crate) async fn conformance(a: ConformanceArgs) -> Result<ExitCode> {
             };
             outln!("  {v:<4}  {:<28} {}", c.check, c.detail);
         }
-        let failed = report
-            .checks
-            .iter()
-            .filter(|c| c.verdict == Verdict::Fail)
-            .count();
-        outln!("{} checks, {failed} failed", report.checks.len());
+        outln!(
+            "{}: {} failed, {}",
+            counted(report.checks.len(), "check"),
+            report.count(Verdict::Fail),
+            counted(report.count(Verdict::Warn), "warning")
+        );
     }
     Ok(if report.passed() {
         ExitCode::SUCCESS

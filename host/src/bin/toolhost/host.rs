@@ -255,22 +255,41 @@ pub(crate) async fn recover_approvals(h: &HostArgs) {
     }
 }
 
-/// Adds the tools of a tools directory: each program-backed tool's
-/// manifest (`NAME.tool.toml`), and each component (`*.wasm`) that no
-/// manifest claims as its program (`NAME.wasm` beside `NAME.tool.toml`,
-/// or the file its `wasm` names).
+/// Adds the tools of a tools directory ([`tools_dir_entries`]).
 pub(crate) fn add_tools_dir(b: &mut HostBuilder, dir: &Path) -> Result<()> {
+    for entry in tools_dir_entries(dir)? {
+        match entry {
+            ToolFile::Manifest(m) => b.program_tool_file(m),
+            ToolFile::Component(c) => b.tool_file(c),
+        };
+    }
+    Ok(())
+}
+
+/// One tool source of a tools directory.
+pub(crate) enum ToolFile {
+    /// A program-backed tool's manifest (`NAME.tool.toml`).
+    Manifest(PathBuf),
+    /// A component (`*.wasm`).
+    Component(PathBuf),
+}
+
+/// The tools of a tools directory, by file name: each program-backed
+/// tool's manifest (`NAME.tool.toml`), and each component (`*.wasm`) that
+/// no manifest claims as its program (`NAME.wasm` beside `NAME.tool.toml`,
+/// or the file its `wasm` names).
+pub(crate) fn tools_dir_entries(dir: &Path) -> Result<Vec<ToolFile>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read tools directory {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     files.sort();
-    let manifests: Vec<&PathBuf> = files
+    let mut entries = Vec::new();
+    let mut claimed = std::collections::BTreeSet::new();
+    for m in files
         .iter()
         .filter(|p| toolhost::manifest::name_of(p).is_some())
-        .collect();
-    let mut claimed = std::collections::BTreeSet::new();
-    for m in &manifests {
+    {
         if let Some(name) = toolhost::manifest::name_of(m) {
             claimed.insert(dir.join(format!("{name}.wasm")));
         }
@@ -279,12 +298,12 @@ pub(crate) fn add_tools_dir(b: &mut HostBuilder, dir: &Path) -> Result<()> {
         if let Ok(parsed) = toolhost::Manifest::load(m) {
             claimed.insert(parsed.wasm);
         }
-        b.program_tool_file(m.as_path());
+        entries.push(ToolFile::Manifest(m.clone()));
     }
     for f in &files {
         if f.extension().is_some_and(|x| x == "wasm") && !claimed.contains(f) {
-            b.tool_file(f);
+            entries.push(ToolFile::Component(f.clone()));
         }
     }
-    Ok(())
+    Ok(entries)
 }

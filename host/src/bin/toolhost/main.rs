@@ -6,8 +6,8 @@
 //! Exit codes:
 //! - 0: ok.
 //! - 1: the call ended in an error result (`run`), the tool failed a check
-//!   (`conformance`), the decision was refused (`approvals decide`), or
-//!   stdout could not be written.
+//!   (`conformance`), a tool did not load (`precompile`), the decision was
+//!   refused (`approvals decide`), or stdout could not be written.
 //! - 2: usage or configuration error, or (`exec`) a program that cannot
 //!   run at all.
 //! - 3: (`run`) the session log could not be flushed before the result was
@@ -31,6 +31,7 @@ mod host;
 mod list;
 mod log;
 mod pg;
+mod precompile;
 mod run;
 mod serve;
 mod status;
@@ -95,6 +96,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Recover(a) => log::recover(a).map_err(UsageError),
         Command::Serve(a) => serve::serve(a).await.map_err(UsageError),
         Command::Conformance(a) => conformance::conformance(a).await.map_err(UsageError),
+        Command::Precompile(a) => precompile::precompile(a).await.map_err(UsageError),
         Command::Explain(a) => explain::explain(a).await.map_err(UsageError),
         Command::Approvals(a) => approvals::approvals(a).await.map_err(UsageError),
     }

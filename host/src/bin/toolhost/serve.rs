@@ -14,25 +14,21 @@ use toolhost::mcp::{HostFactory, HttpOptions};
 /// `toolhost serve --mcp` / `--http ADDR`: see `toolhost::mcp`. With `--tools DIR` the
 /// directory is loaded with the embedded tools (as for `run`), or alone with
 /// `--tools-only`, and reloaded when it changes.
+///
+/// A stdio server that cannot start answers its client's `initialize` with
+/// the reason before it exits (an MCP client shows that; a process that
+/// exits first is only "Connection closed"). An HTTP server that cannot
+/// start never listens: the reason is on stderr.
 pub(crate) async fn serve(a: ServeArgs) -> Result<ExitCode> {
-    let timeout = Duration::from_secs(a.host.approval_timeout);
-    let fallback = approver_of(&a.host)?;
-    let options = toolhost::mcp::ServeOptions {
-        scope: a.host.scope.clone(),
-        mode: a.host.mode,
-        watch: a.host.tools.clone(),
-        poll_interval: Duration::from_millis(a.poll_ms.max(20)),
-        fallback_approver: Arc::from(fallback),
-        // An approver outside the client decides every ask itself: with
-        // one configured, a client must not approve the calls it makes.
-        ask_clients: a.host.approver == "none",
-        approval_timeout: timeout,
-        // Over HTTP a caller is nobody in particular unless a token names it.
-        principal: a.host.principal.clone().or_else(|| {
-            a.http
-                .map(|_| toolhost::policy::ANONYMOUS_PRINCIPAL.to_string())
-        }),
-        approval_states: approval_states(&a)?,
+    let stdio = a.http.is_none();
+    let options = match serve_options(&a) {
+        Ok(o) => o,
+        Err(e) => {
+            if stdio {
+                toolhost::mcp::answer_startup_failure(&format!("{e:#}")).await;
+            }
+            return Err(e);
+        }
     };
     let http = http_options(&a)?;
     let embedded = !a.tools_only;
@@ -51,6 +47,29 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<ExitCode> {
     }
     .map_err(|e| anyhow!(e))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the server runs, from the flags.
+fn serve_options(a: &ServeArgs) -> Result<toolhost::mcp::ServeOptions> {
+    let timeout = Duration::from_secs(a.host.approval_timeout);
+    let fallback = approver_of(&a.host)?;
+    Ok(toolhost::mcp::ServeOptions {
+        scope: a.host.scope.clone(),
+        mode: a.host.mode,
+        watch: a.host.tools.clone(),
+        poll_interval: Duration::from_millis(a.poll_ms.max(20)),
+        fallback_approver: Arc::from(fallback),
+        // An approver outside the client decides every ask itself: with
+        // one configured, a client must not approve the calls it makes.
+        ask_clients: a.host.approver == "none",
+        approval_timeout: timeout,
+        // Over HTTP a caller is nobody in particular unless a token names it.
+        principal: a.host.principal.clone().or_else(|| {
+            a.http
+                .map(|_| toolhost::policy::ANONYMOUS_PRINCIPAL.to_string())
+        }),
+        approval_states: approval_states(a)?,
+    })
 }
 
 /// The options of `--http ADDR`, checked; none for stdio.

@@ -68,6 +68,10 @@ fn js_tools_run_through_the_cli() {
 #[test]
 fn js_tools_pass_conformance() {
     let report = super::conformance_passes(&word_stats());
+    assert_eq!(
+        report["made_with"], "JavaScript (componentize-js)",
+        "{report:#}"
+    );
     let checks = report["checks"].as_array().unwrap().clone();
     let caps = checks
         .iter()

@@ -75,6 +75,27 @@ fn python_tools_run_through_the_cli() {
 fn python_tools_pass_conformance() {
     for ex in [word_count(), head()] {
         let report = super::conformance_passes(&ex);
+        assert_eq!(
+            report["made_with"], "Python (componentize-py)",
+            "{report:#}"
+        );
+        // `head` declares no examples: the author is told how, in Python.
+        let missing = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == format!("examples:{}", ex.tool).as_str());
+        match (ex.examples, missing) {
+            (0, Some(row)) => assert!(
+                row["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("`@tool(examples=[{ ... }])`"),
+                "{row:#}"
+            ),
+            (0, None) => panic!("no examples row: {report:#}"),
+            (_, row) => assert!(row.is_none(), "{row:?}"),
+        }
         // componentize-py imports all of wasi:sockets: reported, not failed.
         let caps = report["checks"]
             .as_array()
