@@ -15,6 +15,7 @@
 
 mod support;
 
+mod cli_new;
 mod cli_run;
 mod conformance_cmd;
 mod durability;
