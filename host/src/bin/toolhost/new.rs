@@ -30,37 +30,25 @@ pub(crate) fn new(a: NewArgs) -> Result<ExitCode> {
         a.name,
         sdk.note()
     );
-    outln!("next, in {}:", dir.display());
-    for step in next_steps(a.lang, &a.name) {
-        outln!("  {step}");
+    outln!("next, in {} (its README.md):", dir.display());
+    for command in readme_commands(&files) {
+        outln!("  {command}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The commands of the project's README: build, test, check.
-fn next_steps(lang: Lang, name: &str) -> [String; 3] {
-    let (build, test, wasm) = match lang {
-        Lang::Rust => (
-            "cargo build --target wasm32-wasip2 --release",
-            "cargo test",
-            format!("target/wasm32-wasip2/release/{}.wasm", crate_name(name)),
-        ),
-        Lang::Python => (
-            "./build.sh",
-            ".venv/bin/python -B -m unittest discover -s tests",
-            format!("{name}.wasm"),
-        ),
-        Lang::Js => (
-            "npm install && npm run build",
-            "npm test",
-            format!("{name}.wasm"),
-        ),
-    };
-    [
-        build.to_string(),
-        test.to_string(),
-        format!("toolhost conformance {wasm}"),
-    ]
+/// The lines of the first `sh` block of the project's README: its
+/// commands.
+fn readme_commands(files: &[File]) -> Vec<&str> {
+    let readme = files.iter().find(|f| f.path == "README.md");
+    readme
+        .map(|f| f.text.lines())
+        .into_iter()
+        .flatten()
+        .skip_while(|l| *l != "```sh")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .collect()
 }
 
 /// The values of the templates' placeholders.
@@ -238,6 +226,22 @@ mod tests {
         assert_eq!(type_name("a__b"), "AB");
         assert_eq!(type_name("args"), "ArgsTool");
         assert_eq!(type_name("self"), "SelfTool");
+    }
+
+    #[test]
+    fn each_readme_gives_build_test_run_and_conformance() {
+        let sdk = Sdk::Checkout("/c".into());
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+            let files = vars(lang, "t", &sdk).and_then(|v| templates::render(lang, &v));
+            let files = files.unwrap_or_default();
+            let commands = readme_commands(&files);
+            assert_eq!(commands.len(), 4, "{lang:?}: {commands:?}");
+            assert!(commands[2].starts_with("toolhost run "), "{commands:?}");
+            assert!(
+                commands[3].starts_with("toolhost conformance "),
+                "{commands:?}"
+            );
+        }
     }
 
     #[test]
