@@ -60,7 +60,7 @@
 )]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "tool-provider",
         pub_export_macro: true,
         export_macro_name: "export",

@@ -37,7 +37,8 @@
 // Defaults: `minMode` "none", `sideEffect` "none", `concurrencySafe` false,
 // `idempotent` false (the most conservative, as in Rust and Python). A `minMode`
 // that writes needs `sideEffect` "write" or "external". `content(result)` gives the text the model reads
-// (default: the canonical JSON).
+// (default: the canonical JSON), `meta(result)` optional JSON data for a
+// user interface (default: none).
 
 /** The sandbox modes, narrowest first (WIT `sandbox-mode`). */
 export const MODES = ["none", "read-only", "workspace-write", "danger-full-access"];
@@ -95,6 +96,9 @@ export function tool(spec) {
   if (spec.content !== undefined && typeof spec.content !== "function") {
     fail("content must be a function of the result");
   }
+  if (spec.meta !== undefined && typeof spec.meta !== "function") {
+    fail("meta must be a function of the result");
+  }
   const input = spec.examples ? { ...spec.input, examples: spec.examples } : spec.input;
   return {
     descriptor: {
@@ -110,7 +114,21 @@ export function tool(spec) {
     },
     run: spec.run,
     content: spec.content,
+    meta: spec.meta,
   };
+}
+
+/**
+ * `value` as JSON text. What JSON cannot hold (a BigInt, a cycle, NaN or
+ * Infinity, which JSON.stringify would write as null) throws a TypeError.
+ */
+function strictJson(value) {
+  return JSON.stringify(value, (_, v) => {
+    if (typeof v === "number" && !Number.isFinite(v)) {
+      throw new TypeError(`${v} is not a JSON number`);
+    }
+    return v;
+  });
 }
 
 /** The WIT error record for whatever `run` threw. */
@@ -147,27 +165,30 @@ export function exportTools(...tools) {
       } catch (e) {
         throw errorRecord(e);
       }
-      // A result that is not JSON (a BigInt, a cycle, NaN or Infinity, which
-      // JSON.stringify would write as null) is the tool's error `serialize`,
+      // A result or meta that is not JSON is the tool's error `serialize`,
       // as in Python; thrown as an Error it would trap the call.
       let canonical;
       try {
-        canonical = JSON.stringify(result === undefined ? null : result, (_, v) => {
-          if (typeof v === "number" && !Number.isFinite(v)) {
-            throw new TypeError(`${v} is not a JSON number`);
-          }
-          return v;
-        });
+        canonical = strictJson(result === undefined ? null : result);
       } catch (e) {
         throw { code: "serialize", message: `output is not JSON: ${e && e.message}` };
       }
       let text;
+      let meta;
       try {
         text = t.content ? String(t.content(result)) : canonical;
+        meta = t.meta ? t.meta(result) : undefined;
       } catch (e) {
         throw errorRecord(e);
       }
-      return { canonical, content: [{ tag: "text", val: text }], meta: undefined };
+      if (meta !== undefined && meta !== null) {
+        try {
+          meta = strictJson(meta);
+        } catch (e) {
+          throw { code: "serialize", message: `meta is not JSON: ${e && e.message}` };
+        }
+      }
+      return { canonical, content: [{ tag: "text", val: text }], meta: meta ?? undefined };
     },
   };
 }

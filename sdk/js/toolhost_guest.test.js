@@ -22,6 +22,7 @@ test("a broken definition fails when the module is built", () => {
     [{ name: "9bad" }, /name/], [{ name: "a".repeat(65) }, /name/], [{ description: "" }, /description/],
     [{ run: 1 }, /run/], [{ input: [] }, /input/], [{ minMode: "root" }, /minMode/],
     [{ sideEffect: "network" }, /sideEffect/], [{ examples: {} }, /examples/],
+    [{ meta: {} }, /meta/],
     [{ minMode: "workspace-write" }, /sideEffect must be "write" or "external"/],
     [{ minMode: "danger-full-access", sideEffect: "read" }, /sideEffect must be/],
   ]) {
@@ -50,4 +51,15 @@ test("invoke returns the three layers, awaits async tools, maps errors", async (
   );
   await assert.rejects(odd.invoke("nan", '{"n": 1}'), (e) => e.code === "serialize" && /NaN/.test(e.message));
   await assert.rejects(odd.invoke("big", '{"n": 1}'), { code: "serialize" });
+});
+
+test("meta is JSON for a user interface, or none", async () => {
+  const iface = exportTools(
+    tool({ name: "m", description: "d", input: schema, run: ({ n }) => ({ n }), meta: (r) => ({ seen: r.n }) }),
+    tool({ name: "none", description: "d", input: schema, run: ({ n }) => ({ n }), meta: () => null }),
+    tool({ name: "nan", description: "d", input: schema, run: ({ n }) => ({ n }), meta: () => ({ x: NaN }) }),
+  );
+  assert.deepEqual(JSON.parse((await iface.invoke("m", '{"n": 2}')).meta), { seen: 2 });
+  assert.equal((await iface.invoke("none", '{"n": 2}')).meta, undefined);
+  await assert.rejects(iface.invoke("nan", '{"n": 1}'), (e) => e.code === "serialize" && /meta/.test(e.message));
 });

@@ -212,6 +212,19 @@ class ExamplesTest(unittest.TestCase):
         # Outside a component, log records go to stderr.
         self.assertIn('[debug] read {"path": ', stderr.getvalue())
 
+class PackagingTest(unittest.TestCase):
+    def test_the_package_pins_the_componentize_py_of_requirements_txt(self):
+        try:
+            import tomllib
+        except ImportError:
+            self.skipTest("reading pyproject.toml needs Python 3.11 or later")
+        here = os.path.dirname(os.path.abspath(__file__))
+        with open(os.path.join(here, "pyproject.toml"), "rb") as f:
+            deps = tomllib.load(f)["project"]["dependencies"]
+        with open(os.path.join(here, "requirements.txt"), encoding="utf-8") as f:
+            pins = [line.strip() for line in f if line.startswith("componentize-py==")]
+        self.assertEqual([d for d in deps if d.startswith("componentize-py")], pins)
+
 
 if __name__ == "__main__":
     unittest.main()

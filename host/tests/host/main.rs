@@ -15,6 +15,7 @@
 
 mod support;
 
+mod cli_new;
 mod cli_precompile;
 mod cli_run;
 mod cli_serve;

@@ -3,7 +3,7 @@
 //! of flag values. Nothing here reaches the filesystem or the library's
 //! pipeline.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use toolhost::SandboxMode;
 
@@ -41,6 +41,10 @@ pub(crate) enum Command {
     /// List and decide the approvals a `--approver queue` host waits for.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
+    /// Create a tool project: one tool, its unit test, the WIT, a README.
+    New(NewArgs),
+    /// Write the WIT contract of toolhost tools into a directory.
+    Wit(WitArgs),
 }
 
 #[derive(Subcommand)]
@@ -408,6 +412,62 @@ fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     resolved
         .parse()
         .map_err(|_| format!("{s:?} is not IP:PORT (for example 127.0.0.1:8080 or [::1]:0)"))
+}
+
+#[derive(Args)]
+pub(crate) struct NewArgs {
+    /// The tool's name: 1-64 characters of [A-Za-z0-9_-], starting with a
+    /// letter.
+    #[arg(value_parser = parse_tool_name)]
+    pub(crate) name: String,
+    /// The language of the tool.
+    #[arg(long, value_enum)]
+    pub(crate) lang: Lang,
+    /// Where to create the project: a new or empty directory (default: ./NAME).
+    pub(crate) dir: Option<PathBuf>,
+    /// The toolhost checkout whose SDK the project uses (default: the
+    /// checkout this binary was built from, while it exists; else, for Rust
+    /// and Python, the toolhost git repository).
+    #[arg(long, value_name = "CHECKOUT")]
+    pub(crate) sdk: Option<PathBuf>,
+}
+
+/// The languages `toolhost new` writes a project in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Lang {
+    /// Rust, with the toolhost-guest crate.
+    Rust,
+    /// Python, with componentize-py.
+    Python,
+    /// JavaScript, with componentize-js.
+    #[value(alias = "javascript")]
+    Js,
+}
+
+impl Lang {
+    /// The language's name, for messages.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+        }
+    }
+}
+
+/// A tool name, as the host accepts it.
+fn parse_tool_name(s: &str) -> Result<String, String> {
+    if toolhost::runtime::is_valid_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err("a tool name is 1-64 characters of [A-Za-z0-9_-], starting with a letter".into())
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct WitArgs {
+    /// The directory (created if missing); files of the same names are replaced.
+    pub(crate) dir: PathBuf,
 }
 
 #[derive(Args)]

@@ -30,11 +30,13 @@ mod explain;
 mod host;
 mod list;
 mod log;
+mod new;
 mod pg;
 mod precompile;
 mod run;
 mod serve;
 mod status;
+mod wit;
 
 use crate::args::{Cli, Command};
 use clap::Parser;
@@ -99,5 +101,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Precompile(a) => precompile::precompile(a).await.map_err(UsageError),
         Command::Explain(a) => explain::explain(a).await.map_err(UsageError),
         Command::Approvals(a) => approvals::approvals(a).await.map_err(UsageError),
+        Command::New(a) => new::new(a).map_err(UsageError),
+        Command::Wit(a) => wit::wit(a).map_err(UsageError),
     }
 }
