@@ -1,4 +1,5 @@
-//! `toolhost serve --mcp` that cannot start: the client's `initialize` is
+//! `toolhost serve --mcp` that cannot start (a flag, a file of its
+//! configuration, its tools): the client's `initialize` is
 //! answered with a JSON-RPC error that carries the reason, then the server
 //! exits 2 (a client that only saw the pipe close could not say why). The
 //! reasons themselves say what to do: a tool name offered by several files
@@ -163,5 +164,16 @@ fn a_configuration_error_answers_initialize() {
     ]);
     let message = error_message(&answer);
     assert!(message.contains("unknown approver \"nobody\""), "{message}");
+    assert_eq!(code, Some(2));
+}
+
+/// A flag the command line does not know is refused before anything else
+/// runs; a stdio client still hears why, not only "Connection closed".
+#[test]
+fn an_unknown_flag_answers_initialize() {
+    let (answer, code, stderr) = initialize(&["--no-such-flag".as_ref()]);
+    let message = error_message(&answer);
+    assert!(message.contains("--no-such-flag"), "{message}");
+    assert!(stderr.contains("--no-such-flag"), "{stderr}");
     assert_eq!(code, Some(2));
 }

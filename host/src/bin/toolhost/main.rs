@@ -54,7 +54,6 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -64,6 +63,10 @@ fn main() -> ExitCode {
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
+    };
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refuse_flags(&rt, e),
     };
     let code = match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
@@ -80,6 +83,28 @@ fn main() -> ExitCode {
     // [`EXIT_GRACE`], then exit without it.
     rt.shutdown_timeout(EXIT_GRACE);
     code
+}
+
+/// Flags clap refuses. A stdio MCP server (`serve` without `--http`) is
+/// started by a client that shows only "Connection closed" for a process
+/// that exits before the handshake: its first request is answered with the
+/// reason first, as for any other startup failure.
+fn refuse_flags(rt: &tokio::runtime::Runtime, e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let stdio_serve = args.first().is_some_and(|a| a == "serve")
+        && !args
+            .iter()
+            .any(|a| a == "--http" || a.starts_with("--http="));
+    if stdio_serve && !shown {
+        let text = e.to_string();
+        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let reason = first.trim_start_matches("error: ").to_string();
+        rt.block_on(toolhost::mcp::answer_startup_failure(&reason));
+    }
+    e.exit()
 }
 
 /// How long the CLI waits, once its command is done, for threads still
