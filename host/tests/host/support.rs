@@ -121,3 +121,20 @@ impl Drop for Fifo {
         drop(self.release_writers());
     }
 }
+
+/// The installed Python interpreter tool (`scripts/install-python-interpreter`,
+/// `TOOLHOST_PYTHON_TOOL_DIR`), or `None` to skip outside CI; CI fails
+/// without it rather than skip.
+pub fn python_tool_dir() -> Option<PathBuf> {
+    match std::env::var_os("TOOLHOST_PYTHON_TOOL_DIR") {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but TOOLHOST_PYTHON_TOOL_DIR is not: run scripts/install-python-interpreter"
+            );
+            eprintln!("TOOLHOST_PYTHON_TOOL_DIR is not set: the interpreter's tests do nothing");
+            None
+        }
+    }
+}

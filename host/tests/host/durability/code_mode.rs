@@ -9,7 +9,7 @@
 use super::support::*;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The code: an inner call with an effect outside the host (a write).
 const CODE: &str = "from host import tools\ntools.write_file(path='b.txt', content='x')";
@@ -28,7 +28,9 @@ fn kill_at_the_inner_intent(mut cmd: std::process::Command, tool: &Path, policy:
 
 #[test]
 fn on_postgres_a_kill_during_an_inner_call_leaves_both_calls_unknown_once() {
-    let Some(python) = python_dir() else { return };
+    let Some(python) = crate::support::python_tool_dir() else {
+        return;
+    };
     let url = match std::env::var("TOOLHOST_TEST_PG_URL") {
         Ok(url) if !url.is_empty() => url,
         _ => {
@@ -61,46 +63,16 @@ fn on_postgres_a_kill_during_an_inner_call_leaves_both_calls_unknown_once() {
         &policy,
     );
     // Once the killed run's lease ran out, both calls are recovered, once.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let recovered = loop {
-        let out = on_pg(&["recover"]).output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if stdout.contains("TOOL_OUTCOME_UNKNOWN") {
-            break stdout;
-        }
-        assert!(stdout.contains("nothing to recover"), "{stdout}");
-        assert!(
-            Instant::now() < deadline,
-            "the killed run's calls were never recovered"
-        );
-    };
+    let recovered = recover_after_lease(on_pg);
     assert_eq!(recovered.lines().count(), 2, "{recovered}");
-    let out = on_pg(&["recover"]).output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "nothing to recover"
-    );
     assert!(!sb.ws().join("b.txt").exists());
-}
-
-/// The installed interpreter tool, or `None` (outside CI) to skip.
-fn python_dir() -> Option<std::path::PathBuf> {
-    match std::env::var_os("TOOLHOST_PYTHON_TOOL_DIR") {
-        Some(d) if !d.is_empty() => Some(std::path::PathBuf::from(d)),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but TOOLHOST_PYTHON_TOOL_DIR is not"
-            );
-            None
-        }
-    }
 }
 
 #[test]
 fn a_kill_during_an_inner_call_leaves_both_calls_unknown_once() {
-    let Some(dir) = python_dir() else { return };
+    let Some(dir) = crate::support::python_tool_dir() else {
+        return;
+    };
     let sb = Sandbox::new();
     let dir = exclusive_python(&dir, sb.dir.path());
     // workspace-write: every call's intent is durable.

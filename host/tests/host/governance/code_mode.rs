@@ -9,23 +9,8 @@
 //! One test, so that the interpreter is compiled once.
 
 use super::*;
-use std::path::PathBuf;
 use toolhost::log::EventKind;
 use toolhost::{ApprovalOutcome, CallResult, FixedApprover, Host, Limits, Status};
-
-fn tool_dir() -> Option<PathBuf> {
-    match std::env::var_os("TOOLHOST_PYTHON_TOOL_DIR") {
-        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but TOOLHOST_PYTHON_TOOL_DIR is not: run scripts/install-python-interpreter"
-            );
-            eprintln!("TOOLHOST_PYTHON_TOOL_DIR is not set: the code mode test does nothing");
-            None
-        }
-    }
-}
 
 const POLICY: &str = r#"
 version = 1
@@ -85,7 +70,9 @@ fn stdout(r: &CallResult) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_mode_inner_calls_are_governed_calls() {
-    let Some(dir) = tool_dir() else { return };
+    let Some(dir) = crate::support::python_tool_dir() else {
+        return;
+    };
     let ws = workspace();
     std::fs::write(ws.path().join("a.txt"), "alpha\nbeta\n").unwrap();
     let host = code_host(&dir, ws.path(), POLICY).await;
